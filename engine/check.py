@@ -1,0 +1,301 @@
+"""Type and shape inference: Program -> one typed Graph per func.
+
+Shapes follow numpy: broadcasting aligns trailing dimensions, reductions drop
+(or keep) their axes, matmul broadcasts batch dimensions. Operand dtypes must
+agree (no implicit promotion); a numeric literal takes the dtype of the other
+operands of its call. Every error names file:line:col and shows the line.
+"""
+
+from __future__ import annotations
+
+import difflib
+from math import prod
+
+from .errors import StitchError
+from .graph import Graph, Node
+from .ir import DTYPES, FLOAT_DTYPES, Call, Const, DTypeName, Expr, Func, Pos, Program, TensorType, Var
+from .ops import ANY, FLOAT, NUMERIC, OPS, OpSpec
+
+
+def check_program(program: Program) -> dict[str, Graph]:
+    """Check every func; return their graphs by name, in file order."""
+    return {f.name: check_func(f, program.source) for f in program.funcs}
+
+
+def check_func(func: Func, source: str = "") -> Graph:
+    return _Checker(func, source).run()
+
+
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """numpy broadcasting of two shapes, or None if they do not broadcast."""
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x != y and x != 1 and y != 1:
+            return None
+        out.append(max(x, y))
+    return tuple(reversed(out))
+
+
+def normalize_axes(axes, rank: int) -> tuple[int, ...] | str:
+    """Sorted non-negative axes, or an error message."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            return f"axis {a} is out of range for a tensor of rank {rank}"
+        a = a % rank if rank else a
+        if a in out:
+            return f"axis {a} is given twice"
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def reduce_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | str:
+    if not a or not b:
+        return "matmul needs operands of rank >= 1"
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        return f"inner dimensions differ ({a2[-1]} vs {b2[-2]})"
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    if batch is None:
+        return f"batch dimensions {list(a2[:-2])} and {list(b2[:-2])} do not broadcast"
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+class _Checker:
+    def __init__(self, func: Func, source: str):
+        self.func = func
+        self.source = source
+        self.nodes: list[Node] = []
+        self.env: dict[str, int] = {}
+        self.defined_at: dict[str, Pos] = {}
+
+    def error(self, message: str, pos: Pos, hint: str = "") -> StitchError:
+        return StitchError(message, pos, self.source, hint)
+
+    def add(self, op: str, inputs, attrs, typ: TensorType, pos: Pos, name: str = "") -> int:
+        node = Node(len(self.nodes), op, tuple(inputs), tuple(attrs), typ, name, pos)
+        self.nodes.append(node)
+        return node.id
+
+    def bind(self, name: str, pos: Pos) -> None:
+        if name in self.env:
+            first = self.defined_at[name]
+            raise self.error(f"name '{name}' is already defined (at line {first.line}, column {first.col})", pos)
+        self.defined_at[name] = pos
+
+    def run(self) -> Graph:
+        f = self.func
+        params = []
+        for p in f.params:
+            self.bind(p.name, p.pos)
+            pid = self.add("param", (), (("name", p.name),), p.type, p.pos, p.name)
+            self.env[p.name] = pid
+            params.append(pid)
+        for a in f.body:
+            self.bind(a.name, a.pos)
+            nid = self.expr(a.expr, None)
+            if not self.nodes[nid].name:
+                n = self.nodes[nid]
+                self.nodes[nid] = Node(n.id, n.op, n.inputs, n.attrs, n.type, a.name, n.pos)
+            self.env[a.name] = nid
+        outputs = [self.expr(e, None) for e in f.returns]
+        if len(outputs) != len(f.results):
+            raise self.error(
+                f"func '{f.name}' returns {len(outputs)} value(s) but its signature declares {len(f.results)}",
+                f.return_pos,
+            )
+        for k, (oid, declared, e) in enumerate(zip(outputs, f.results, f.returns)):
+            got = self.nodes[oid].type
+            if got != declared:
+                raise self.error(
+                    f"return value {k} has type {got} but the signature of '{f.name}' declares {declared}",
+                    e.pos,
+                )
+        return Graph(f.name, self.nodes, params, outputs, [p.name for p in f.params])
+
+    # -- expressions --------------------------------------------------------
+
+    def expr(self, e: Expr, literal_dtype: str | None) -> int:
+        if isinstance(e, Var):
+            if e.name not in self.env:
+                close = difflib.get_close_matches(e.name, list(self.env), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else ""
+                raise self.error(f"undefined name '{e.name}'", e.pos, hint)
+            return self.env[e.name]
+        if isinstance(e, Const):
+            return self.const(e, literal_dtype)
+        return self.call(e)
+
+    def const(self, e: Const, dtype: str | None) -> int:
+        v = e.value
+        if dtype is None:
+            dtype = "bool" if isinstance(v, bool) else "f32" if isinstance(v, float) else "i32"
+        if dtype == "bool" and not isinstance(v, bool):
+            raise self.error(f"literal {v} used where a bool is expected", e.pos)
+        if dtype != "bool" and isinstance(v, bool):
+            raise self.error(f"literal {'true' if v else 'false'} used where a {dtype} is expected", e.pos)
+        if dtype in ("i32", "i64") and isinstance(v, float):
+            if not v.is_integer():
+                raise self.error(f"literal {v} is not an integer, but the operands are {dtype}", e.pos)
+            v = int(v)
+        if dtype in ("i32", "i64"):
+            bits = 32 if dtype == "i32" else 64
+            if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
+                raise self.error(f"literal {v} does not fit in {dtype}", e.pos)
+        if dtype in FLOAT_DTYPES:
+            v = float(v)
+        return self.add("const", (), (("value", v),), TensorType(dtype, ()), e.pos)
+
+    def call(self, e: Call) -> int:
+        spec = OPS.get(e.op)
+        if spec is None:
+            close = difflib.get_close_matches(e.op, list(OPS), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else ""
+            raise self.error(f"unknown op '{e.op}'", e.pos, hint)
+        if len(e.args) != spec.arity:
+            raise self.error(
+                f"{e.op} takes {spec.arity} argument{'s' if spec.arity != 1 else ''}, got {len(e.args)}", e.pos
+            )
+        for a in e.attrs:
+            if a.name not in spec.attrs:
+                allowed = ", ".join(spec.attrs) or "none"
+                raise self.error(f"{e.op} has no attribute '{a.name}' (its attributes: {allowed})", a.pos)
+        for name, aspec in spec.attrs.items():
+            if aspec.required and e.attr(name) is None:
+                raise self.error(f"{e.op} needs the attribute '{name}='", e.pos)
+
+        # Operands that are not literals fix the dtype; literals follow it.
+        inputs: list[int | None] = [None if isinstance(a, Const) else self.expr(a, None) for a in e.args]
+        value_positions = range(1, spec.arity) if spec.group == "select" else range(spec.arity)
+        dtype = next((self.nodes[inputs[k]].type.dtype for k in value_positions if inputs[k] is not None), None)
+        for k, a in enumerate(e.args):
+            if isinstance(a, Const):
+                want = "bool" if (spec.group == "select" and k == 0) else dtype
+                inputs[k] = self.const(a, want)
+        types = [self.nodes[i].type for i in inputs]
+        self.check_dtypes(e, spec, types)
+        attrs, out = self.infer(e, spec, types)
+        return self.add(e.op, inputs, attrs, out, e.pos)
+
+    def check_dtypes(self, e: Call, spec: OpSpec, types: list[TensorType]) -> None:
+        values = types
+        if spec.group == "select":
+            if types[0].dtype != "bool":
+                raise self.error(f"where's condition must be bool, got {types[0]}", e.args[0].pos)
+            values = types[1:]
+        if spec.group in ("binary", "compare", "select", "matmul"):
+            dts = {t.dtype for t in values}
+            if len(dts) > 1:
+                shown = " and ".join(str(t) for t in values)
+                raise self.error(
+                    f"{e.op}: operand dtypes differ ({shown})", e.pos, "insert a cast(..., dtype=...) on one operand"
+                )
+        dt = values[0].dtype
+        if spec.dtypes == FLOAT and dt not in FLOAT_DTYPES:
+            raise self.error(f"{e.op} needs a float tensor, got {values[0]}", e.pos, "cast it to f32 first")
+        if spec.dtypes == NUMERIC and dt == "bool":
+            raise self.error(f"{e.op} needs a numeric tensor, got {values[0]}", e.pos)
+        assert spec.dtypes in (ANY, FLOAT, NUMERIC)
+
+    def infer(self, e: Call, spec: OpSpec, types: list[TensorType]):
+        group = spec.group
+        if group in ("unary",):
+            return (), types[0]
+        if group in ("binary", "compare", "select"):
+            shape = types[0].shape
+            for t in types[1:]:
+                b = broadcast_shapes(shape, t.shape)
+                if b is None:
+                    shown = ", ".join(str(t) for t in types)
+                    raise self.error(f"{e.op}: shapes do not broadcast: {shown}", e.pos)
+                shape = b
+            dtype = "bool" if group == "compare" else types[-1].dtype
+            return (), TensorType(dtype, shape)
+        if group == "matmul":
+            out = matmul_shape(types[0].shape, types[1].shape)
+            if isinstance(out, str):
+                raise self.error(f"matmul: {out}: {types[0]} @ {types[1]}", e.pos)
+            return (), TensorType(types[0].dtype, out)
+        if group == "reduce":
+            return self.reduce(e, types[0])
+        return self.layout(e, types[0])
+
+    def attr_value(self, e: Call, name: str, kind: str):
+        a = e.attr(name)
+        if a is None:
+            return None
+        v = a.value
+        ok = {
+            "axes": isinstance(v, tuple),
+            "perm": isinstance(v, tuple),
+            "shape": isinstance(v, tuple),
+            "bool": isinstance(v, bool),
+            "dtype": isinstance(v, DTypeName),
+        }[kind]
+        if not ok:
+            what = {"axes": "a list of integers", "perm": "a list of integers", "shape": "a list of integers",
+                    "bool": "true or false", "dtype": "a dtype name"}[kind]
+            raise self.error(f"{e.op}: attribute '{name}' must be {what}", a.pos)
+        return v
+
+    def reduce(self, e: Call, t: TensorType):
+        axes = self.attr_value(e, "axes", "axes")
+        keepdims = self.attr_value(e, "keepdims", "bool") or False
+        axes = tuple(range(t.rank)) if axes is None else axes
+        norm = normalize_axes(axes, t.rank)
+        if isinstance(norm, str):
+            raise self.error(f"{e.op}: {norm} {t}", e.attr("axes").pos)
+        out = TensorType(t.dtype, reduce_shape(t.shape, norm, keepdims))
+        return (("axes", norm), ("keepdims", keepdims)), out
+
+    def layout(self, e: Call, t: TensorType):
+        if e.op == "transpose":
+            perm = self.attr_value(e, "perm", "perm")
+            perm = tuple(reversed(range(t.rank))) if perm is None else perm
+            if sorted(perm) != list(range(t.rank)):
+                raise self.error(
+                    f"transpose: perm {list(perm)} is not a permutation of the {t.rank} axes of {t}", e.attr("perm").pos
+                )
+            return (("perm", perm),), TensorType(t.dtype, tuple(t.shape[p] for p in perm))
+        if e.op == "reshape":
+            shape = list(self.attr_value(e, "shape", "shape"))
+            pos = e.attr("shape").pos
+            if shape.count(-1) > 1:
+                raise self.error("reshape: at most one dimension may be -1", pos)
+            if any(d == 0 or d < -1 for d in shape):
+                raise self.error(f"reshape: dimensions must be positive (or one -1), got {shape}", pos)
+            if -1 in shape:
+                known = prod(d for d in shape if d != -1)
+                if t.size % known:
+                    raise self.error(f"reshape: cannot reshape {t} ({t.size} elements) to {shape}", pos)
+                shape[shape.index(-1)] = t.size // known
+            if prod(shape) != t.size:
+                raise self.error(
+                    f"reshape: cannot reshape {t} ({t.size} elements) to {shape} ({prod(shape)} elements)", pos
+                )
+            return (("shape", tuple(shape)),), TensorType(t.dtype, tuple(shape))
+        if e.op == "broadcast_to":
+            shape = tuple(self.attr_value(e, "shape", "shape"))
+            pos = e.attr("shape").pos
+            if any(d <= 0 for d in shape) or broadcast_shapes(t.shape, shape) != shape:
+                raise self.error(f"broadcast_to: cannot broadcast {t} to {list(shape)}", pos)
+            return (("shape", shape),), TensorType(t.dtype, shape)
+        assert e.op == "cast"
+        dtype = self.attr_value(e, "dtype", "dtype").name
+        if dtype not in DTYPES:
+            raise self.error(f"cast: unknown dtype '{dtype}'; expected one of {', '.join(DTYPES)}", e.attr("dtype").pos)
+        return (("dtype", dtype),), TensorType(dtype, t.shape)

@@ -1,0 +1,145 @@
+"""The `stitch` command line.
+
+Exit codes: 0 success, 1 a user error (a message naming file:line:col), 2 bad
+usage (argparse), 3 an internal error (a bug in stitch; the traceback is shown
+only with --debug).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from .errors import StitchError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.run(args) or 0
+    except StitchError as err:
+        print(err.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as err:  # a bug in stitch, not in the user's input
+        if args.debug:
+            traceback.print_exc()
+        print(f"internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback)", file=sys.stderr)
+        return 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="stitch", description="Tensor kernel fusion with rewrite rules on e-graphs.")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    c = sub.add_parser("check", help="parse and type-check a program; print each func's signature")
+    c.add_argument("file")
+    c.set_defaults(run=cmd_check)
+
+    f = sub.add_parser("fmt", help="print a program in canonical form")
+    f.add_argument("file")
+    f.set_defaults(run=cmd_fmt)
+
+    e = sub.add_parser("eval", help="run the numpy reference interpreter")
+    e.add_argument("file")
+    e.add_argument("--entry", help="the func to run (default: the first)")
+    src = e.add_mutually_exclusive_group()
+    src.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by parameter name")
+    src.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    e.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
+    e.set_defaults(run=cmd_eval)
+    return p
+
+
+def load_graph(path: str, entry: str | None):
+    from .check import check_program
+    from .parse import parse_file
+
+    program = parse_file(path)
+    if not program.funcs:
+        raise StitchError(f"{path}: the file defines no func")
+    graphs = check_program(program)
+    if entry is None:
+        return next(iter(graphs.values()))
+    if entry not in graphs:
+        raise StitchError(f"{path}: no func named '{entry}' (the file defines {', '.join(graphs)})")
+    return graphs[entry]
+
+
+def load_inputs(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise StitchError(f"{path}: no such file") from None
+    except Exception as err:
+        raise StitchError(f"{path}: not a readable .npz file ({err})") from None
+
+
+def cmd_check(args) -> int:
+    from .check import check_program
+    from .parse import parse_file
+
+    program = parse_file(args.file)
+    for graph in check_program(program).values():
+        print(graph.signature())
+    return 0
+
+
+def cmd_fmt(args) -> int:
+    from .check import check_program
+    from .parse import parse_file
+    from .printer import print_program
+
+    program = parse_file(args.file)
+    check_program(program)
+    sys.stdout.write(print_program(program))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from .interp import evaluate, random_inputs
+
+    graph = load_graph(args.file, args.entry)
+    inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
+    outputs = evaluate(graph, inputs)
+    if args.output:
+        try:
+            np.savez(args.output, **{f"out{k}": v for k, v in enumerate(outputs)})
+        except OSError as err:
+            raise StitchError(f"{args.output}: cannot write ({err.strerror})") from None
+    else:
+        print(summarize(outputs))
+    return 0
+
+
+def summarize(outputs: list[np.ndarray]) -> str:
+    from .interp import NP_DTYPES
+
+    names = {np.dtype(v): k for k, v in NP_DTYPES.items()}
+    lines = []
+    for k, v in enumerate(outputs):
+        typ = f"{names[v.dtype]}[{', '.join(map(str, v.shape))}]"
+        if v.size and v.dtype != np.bool_:
+            stats = f"min={v.min():.6g} max={v.max():.6g} mean={v.astype(np.float64).mean():.6g}"
+        else:
+            stats = f"true={int(v.sum())}/{v.size}" if v.dtype == np.bool_ else ""
+        lines.append(f"out{k}: {typ} {stats}".rstrip())
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

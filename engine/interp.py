@@ -1,0 +1,150 @@
+"""The numpy reference interpreter: the oracle every later stage is compared with.
+
+A float32 program computes in float32, as numpy does: every op keeps its
+operands' dtype (reductions pass `dtype=` so integer sums do not widen).
+Values are dropped right after their last use.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import StitchError
+from .graph import Graph, Node
+
+NP_DTYPES = {
+    "f16": np.float16,
+    "f32": np.float32,
+    "f64": np.float64,
+    "i32": np.int32,
+    "i64": np.int64,
+    "bool": np.bool_,
+}
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def np_dtype(dtype: str) -> np.dtype:
+    return np.dtype(NP_DTYPES[dtype])
+
+
+def _unary(op: str, x: np.ndarray) -> np.ndarray:
+    dt = x.dtype
+    if op == "neg":
+        return np.negative(x)
+    if op == "abs":
+        return np.abs(x)
+    if op == "exp":
+        return np.exp(x)
+    if op == "log":
+        return np.log(x)
+    if op == "sqrt":
+        return np.sqrt(x)
+    if op == "rsqrt":
+        return np.reciprocal(np.sqrt(x))
+    if op == "tanh":
+        return np.tanh(x)
+    if op == "sigmoid":
+        return np.reciprocal(dt.type(1) + np.exp(np.negative(x)))
+    if op == "relu":
+        return np.maximum(x, dt.type(0))
+    if op == "erf":
+        return _erf(x.astype(np.float64)).astype(dt)
+    raise AssertionError(op)
+
+
+_BINARY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "pow": np.power,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "less": np.less,
+    "greater": np.greater,
+    "equal": np.equal,
+}
+
+
+def apply_op(node: Node, args: list[np.ndarray]) -> np.ndarray:
+    """Evaluate one node on numpy arrays (the living definition of each op)."""
+    op = node.op
+    out_dt = np_dtype(node.type.dtype)
+    if op == "const":
+        return np.asarray(node.attr("value"), dtype=out_dt)
+    if op in _BINARY:
+        return np.asarray(_BINARY[op](args[0], args[1]), dtype=out_dt)
+    if op == "where":
+        return np.where(args[0], args[1], args[2]).astype(out_dt, copy=False)
+    if op in ("sum", "mean", "max", "min"):
+        axes = node.attr("axes")
+        keep = node.attr("keepdims")
+        fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[op]
+        kwargs = {"dtype": out_dt} if op in ("sum", "mean") else {}
+        return np.asarray(fn(args[0], axis=axes, keepdims=keep, **kwargs), dtype=out_dt)
+    if op == "matmul":
+        return np.asarray(np.matmul(args[0], args[1]), dtype=out_dt)
+    if op == "transpose":
+        return np.transpose(args[0], node.attr("perm"))
+    if op == "reshape":
+        return np.reshape(args[0], node.attr("shape"))
+    if op == "broadcast_to":
+        return np.broadcast_to(args[0], node.attr("shape"))
+    if op == "cast":
+        return args[0].astype(out_dt)
+    return np.asarray(_unary(op, args[0]), dtype=out_dt)
+
+
+def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Run `graph` on named inputs; return its outputs in return order."""
+    args = bind_inputs(graph, inputs)
+    env: dict[int, np.ndarray] = {}
+    last = graph.last_use()
+    with np.errstate(all="ignore"):
+        for n in graph.nodes:
+            if n.op == "param":
+                env[n.id] = args[n.attr("name")]
+                continue
+            env[n.id] = apply_op(n, [env[i] for i in n.inputs])
+            for i in set(n.inputs):
+                if last[i] == n.id:
+                    del env[i]
+    return [np.ascontiguousarray(env[o]) for o in graph.outputs]
+
+
+def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Check the caller's arrays against the parameters: names, shapes, dtypes."""
+    names = graph.param_names
+    missing = [n for n in names if n not in inputs]
+    extra = [k for k in inputs if k not in names]
+    if missing:
+        raise StitchError(f"missing input for parameter(s) {', '.join(missing)} of '{graph.name}'")
+    if extra:
+        raise StitchError(f"'{graph.name}' has no parameter(s) named {', '.join(extra)}")
+    out = {}
+    for name, pid in zip(names, graph.params):
+        want = graph.nodes[pid].type
+        arr = np.asarray(inputs[name])
+        if arr.shape != want.shape:
+            raise StitchError(f"input '{name}' has shape {list(arr.shape)} but the parameter is {want}")
+        if arr.dtype != np_dtype(want.dtype):
+            raise StitchError(f"input '{name}' has dtype {arr.dtype} but the parameter is {want}")
+        out[name] = arr
+    return out
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for every parameter: floats in [0.5, 2) (inside every op's domain), small ints, coin-flip bools."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, t in zip(graph.param_names, graph.param_types):
+        if t.dtype in ("f16", "f32", "f64"):
+            arr = rng.uniform(0.5, 2.0, size=t.shape)
+        elif t.dtype == "bool":
+            arr = rng.random(size=t.shape) < 0.5
+        else:
+            arr = rng.integers(-8, 9, size=t.shape)
+        out[name] = np.asarray(arr, dtype=np_dtype(t.dtype))
+    return out
