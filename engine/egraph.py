@@ -1,0 +1,252 @@
+"""The e-graph's vocabulary (egglog text) and Program -> e-graph.
+
+One sort `T` holds both values and placed edges:
+
+    (Input name) (Const value dtype)            leaves
+    (Un op a) (Bin op a b) (Where c a b)         elementwise ops by arity
+    (Red op a axes keepdims) (MatMul a b)
+    (Transpose a perm) (Reshape a shape) (Bcast a shape) (Cast a dtype)
+    (Global a) (Shared a) (Local a) (Inline a)   the placement of an edge
+
+Every operand of an op is a placement term: `(Bin "add" (Global x) (Global y))`
+reads both operands from global memory. A placement is never unioned with
+the value it wraps, so extraction can still tell the schedules apart. The
+program enters with every edge Global (one kernel per op).
+
+The `analysis` ruleset fills what rule conditions test: `shape` (Vec i64),
+`dtype` (String), `numel`, and the op-class relations.
+"""
+
+from __future__ import annotations
+
+from .graph import Graph, Node
+from .ops import BINARY, COMPARE, OPS, REDUCE, UNARY
+
+PLACEMENT_CTORS = {"global": "Global", "shared": "Shared", "local": "Local", "inline": "Inline"}
+
+# Families of constructors: which ops each holds, and its attribute fields in order.
+FAMILIES = {
+    "Un": (UNARY, ()),
+    "Bin": (BINARY + COMPARE, ()),
+    "Where": (("where",), ()),
+    "Red": (REDUCE, ("axes", "keepdims")),
+    "MatMul": (("matmul",), ()),
+    "Transpose": (("transpose",), ("perm",)),
+    "Reshape": (("reshape",), ("shape",)),
+    "Bcast": (("broadcast_to",), ("shape",)),
+    "Cast": (("cast",), ("dtype",)),
+}
+# Families whose first field is the op name (a String); the others are one op each.
+NAMED_FAMILIES = ("Un", "Bin", "Red")
+
+
+def family_of(op: str) -> str:
+    for fam, (ops, _) in FAMILIES.items():
+        if op in ops:
+            return fam
+    raise KeyError(op)
+
+
+PRELUDE = r"""
+(sort IVec (Vec i64))
+(datatype T
+  (Input String)
+  (Const f64 String)
+  (Un String T)
+  (Bin String T T)
+  (Where T T T)
+  (Red String T IVec bool)
+  (MatMul T T)
+  (Transpose T IVec)
+  (Reshape T IVec)
+  (Bcast T IVec)
+  (Cast T String)
+  (Global T)
+  (Shared T)
+  (Local T)
+  (Inline T))
+
+(function shape (T) IVec :no-merge)
+(function dtype (T) String :no-merge)
+(function numel (T) i64 :no-merge)
+(relation compare-op (String))
+(relation float-dtype (String))
+(relation is-elementwise (T))
+(relation is-reduction (T))
+(relation is-matmul (T))
+(relation is-layout (T))
+(relation is-unary (T))
+(relation is-binary (T))
+(ruleset analysis)
+""" + "".join(f'(compare-op "{op}")\n' for op in COMPARE) + "".join(
+    f'(float-dtype "{d}")\n' for d in ("f16", "f32", "f64")
+) + r"""
+; ---- dtype -----------------------------------------------------------------
+(rule ((= t (Const v d))) ((set (dtype t) d) (set (shape t) (vec-empty))) :ruleset analysis)
+(rule ((= t (Un op a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Bin op a b)) (compare-op op) (= d (dtype a))) ((set (dtype t) "bool")) :ruleset analysis)
+(rule ((= t (Bin op a b)) (= d (dtype b)) (!= op "less") (!= op "greater") (!= op "equal"))
+      ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Where c a b)) (= d (dtype b))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Red op a ax k)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (MatMul a b)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Transpose a p)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Reshape a s)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Bcast a s)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Cast a d))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Global a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Shared a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Local a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Inline a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+
+; ---- shape -----------------------------------------------------------------
+(rule ((= t (Un op a)) (= s (shape a))) ((set (shape t) s)) :ruleset analysis)
+(rule ((= t (Cast a d)) (= s (shape a))) ((set (shape t) s)) :ruleset analysis)
+(rule ((= t (Reshape a s))) ((set (shape t) s)) :ruleset analysis)
+(rule ((= t (Bcast a s))) ((set (shape t) s)) :ruleset analysis)
+(rule ((= t (Global a)) (= s (shape a))) ((set (shape t) s)) :ruleset analysis)
+(rule ((= t (Shared a)) (= s (shape a))) ((set (shape t) s)) :ruleset analysis)
+(rule ((= t (Local a)) (= s (shape a))) ((set (shape t) s)) :ruleset analysis)
+(rule ((= t (Inline a)) (= s (shape a))) ((set (shape t) s)) :ruleset analysis)
+
+; numpy broadcasting of two shapes, one output dimension at a time:
+; (bc a b i) holds the first i dimensions of broadcast(a, b).
+(function bc (IVec IVec i64) IVec :no-merge)
+(relation bc-want (IVec IVec))
+(rule ((= t (Bin op x y)) (= a (shape x)) (= b (shape y))) ((bc-want a b)) :ruleset analysis)
+(rule ((= t (Where c x y)) (= a (shape x)) (= b (shape y)) (= s (shape c)))
+      ((bc-want a b)) :ruleset analysis)
+(rule ((bc-want a b)) ((set (bc a b 0) (vec-empty))) :ruleset analysis)
+; output dim i reads a[i - (n - len a)] when that index is >= 0, else 1
+(rule ((= r (bc a b i)) (= n (max (vec-length a) (vec-length b))) (< i n)
+       (>= (- i (- n (vec-length a))) 0) (>= (- i (- n (vec-length b))) 0))
+      ((set (bc a b (+ i 1))
+            (vec-push r (max (vec-get a (- i (- n (vec-length a)))) (vec-get b (- i (- n (vec-length b))))))))
+      :ruleset analysis)
+(rule ((= r (bc a b i)) (= n (max (vec-length a) (vec-length b))) (< i n)
+       (< (- i (- n (vec-length a))) 0))
+      ((set (bc a b (+ i 1)) (vec-push r (vec-get b (- i (- n (vec-length b))))))) :ruleset analysis)
+(rule ((= r (bc a b i)) (= n (max (vec-length a) (vec-length b))) (< i n)
+       (< (- i (- n (vec-length b))) 0))
+      ((set (bc a b (+ i 1)) (vec-push r (vec-get a (- i (- n (vec-length a))))))) :ruleset analysis)
+(rule ((= t (Bin op x y)) (= a (shape x)) (= b (shape y))
+       (= r (bc a b (max (vec-length a) (vec-length b)))))
+      ((set (shape t) r)) :ruleset analysis)
+(relation bc3-want (IVec IVec))
+(rule ((= t (Where c x y)) (= a (shape x)) (= b (shape y)) (= sc (shape c))
+       (= r (bc a b (max (vec-length a) (vec-length b)))))
+      ((bc-want sc r)) :ruleset analysis)
+(rule ((= t (Where c x y)) (= a (shape x)) (= b (shape y)) (= sc (shape c))
+       (= r (bc a b (max (vec-length a) (vec-length b))))
+       (= r3 (bc sc r (max (vec-length sc) (vec-length r)))))
+      ((set (shape t) r3)) :ruleset analysis)
+
+; reductions: (red s axes keep i) is s with axes[i:] reduced (axes are sorted)
+(function red (IVec IVec bool i64) IVec :no-merge)
+(rule ((= t (Red op x ax k)) (= s (shape x))) ((set (red s ax k (vec-length ax)) s)) :ruleset analysis)
+(rule ((= r (red s ax false i)) (> i 0))
+      ((set (red s ax false (- i 1)) (vec-remove r (vec-get ax (- i 1))))) :ruleset analysis)
+(rule ((= r (red s ax true i)) (> i 0))
+      ((set (red s ax true (- i 1)) (vec-set r (vec-get ax (- i 1)) 1))) :ruleset analysis)
+(rule ((= t (Red op x ax k)) (= s (shape x)) (= r (red s ax k 0))) ((set (shape t) r)) :ruleset analysis)
+
+; transpose: (perm-acc s p i) holds the first i dimensions of the result
+(function perm-acc (IVec IVec i64) IVec :no-merge)
+(rule ((= t (Transpose x p)) (= s (shape x))) ((set (perm-acc s p 0) (vec-empty))) :ruleset analysis)
+(rule ((= r (perm-acc s p i)) (< i (vec-length p)))
+      ((set (perm-acc s p (+ i 1)) (vec-push r (vec-get s (vec-get p i))))) :ruleset analysis)
+(rule ((= t (Transpose x p)) (= s (shape x)) (= r (perm-acc s p (vec-length p)))) ((set (shape t) r))
+      :ruleset analysis)
+
+; matmul: batch dims broadcast, then [m, n]; rank-1 operands as numpy does
+(rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (>= (vec-length a) 2) (>= (vec-length b) 2))
+      ((bc-want (vec-pop (vec-pop a)) (vec-pop (vec-pop b)))) :ruleset analysis)
+(rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (>= (vec-length a) 2) (>= (vec-length b) 2)
+       (= ba (vec-pop (vec-pop a))) (= bb (vec-pop (vec-pop b)))
+       (= r (bc ba bb (max (vec-length ba) (vec-length bb)))))
+      ((set (shape t) (vec-push (vec-push r (vec-get a (- (vec-length a) 2))) (vec-get b (- (vec-length b) 1)))))
+      :ruleset analysis)
+(rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (= (vec-length a) 1) (= (vec-length b) 1))
+      ((set (shape t) (vec-empty))) :ruleset analysis)
+(rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (= (vec-length a) 1) (>= (vec-length b) 2))
+      ((set (shape t) (vec-remove (vec-pop b) (- (vec-length b) 2)))) :ruleset analysis)
+(rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (>= (vec-length a) 2) (= (vec-length b) 1))
+      ((set (shape t) (vec-pop a))) :ruleset analysis)
+
+; numel: the product of the shape
+(function prod-acc (IVec i64) i64 :no-merge)
+(rule ((= s (shape t))) ((set (prod-acc s 0) 1)) :ruleset analysis)
+(rule ((= p (prod-acc s i)) (< i (vec-length s))) ((set (prod-acc s (+ i 1)) (* p (vec-get s i))))
+      :ruleset analysis)
+(rule ((= s (shape t)) (= p (prod-acc s (vec-length s)))) ((set (numel t) p)) :ruleset analysis)
+
+; op classes of a value (an e-class holding such a node)
+(rule ((= t (Un op a))) ((is-elementwise t) (is-unary t)) :ruleset analysis)
+(rule ((= t (Bin op a b))) ((is-elementwise t) (is-binary t)) :ruleset analysis)
+(rule ((= t (Where c a b))) ((is-elementwise t)) :ruleset analysis)
+(rule ((= t (Cast a d))) ((is-elementwise t) (is-layout t)) :ruleset analysis)
+(rule ((= t (Red op a ax k))) ((is-reduction t)) :ruleset analysis)
+(rule ((= t (MatMul a b))) ((is-matmul t)) :ruleset analysis)
+(rule ((= t (Transpose a p))) ((is-layout t)) :ruleset analysis)
+(rule ((= t (Reshape a s))) ((is-layout t)) :ruleset analysis)
+(rule ((= t (Bcast a s))) ((is-layout t)) :ruleset analysis)
+"""
+
+
+def ivec(values) -> str:
+    values = tuple(values)
+    if not values:
+        return "(vec-empty)"
+    return "(vec-of " + " ".join(str(int(v)) for v in values) + ")"
+
+
+def f64(value) -> str:
+    text = repr(float(value))
+    if text in ("inf", "-inf", "nan"):
+        raise ValueError(f"constant {text} cannot enter the e-graph")
+    return text
+
+
+def quote(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def node_term(node: Node, operand: dict[int, str]) -> str:
+    """The egglog term of one node, its operands given as (placed) terms."""
+    op = node.op
+    args = [operand[i] for i in node.inputs]
+    if op == "param":
+        return f"(Input {quote(node.attr('name'))})"
+    if op == "const":
+        return f"(Const {f64(node.attr('value'))} {quote(node.type.dtype)})"
+    fam = family_of(op)
+    if fam in ("Un", "Bin"):
+        return f"({fam} {quote(op)} {' '.join(args)})"
+    if fam == "Red":
+        keep = "true" if node.attr("keepdims") else "false"
+        return f"(Red {quote(op)} {args[0]} {ivec(node.attr('axes'))} {keep})"
+    if fam in ("Where", "MatMul"):
+        return f"({fam} {' '.join(args)})"
+    if fam == "Transpose":
+        return f"(Transpose {args[0]} {ivec(node.attr('perm'))})"
+    if fam in ("Reshape", "Bcast"):
+        return f"({fam} {args[0]} {ivec(node.attr('shape'))})"
+    return f"(Cast {args[0]} {quote(node.attr('dtype'))})"
+
+
+def graph_to_egglog(graph: Graph) -> tuple[str, list[str]]:
+    """Commands that insert `graph` with every edge Global; and the root names, in output order."""
+    lines = []
+    operand: dict[int, str] = {}
+    for n in graph.nodes:
+        name = f"$n{n.id}"
+        lines.append(f"(let {name} {node_term(n, operand)})")
+        if n.op == "param":
+            lines.append(f"(set (shape {name}) {ivec(n.type.shape)})")
+            lines.append(f"(set (dtype {name}) {quote(n.type.dtype)})")
+        operand[n.id] = f"(Global {name})"
+    roots = [f"$n{o}" for o in graph.outputs]
+    return "\n".join(lines), roots
+
+
+assert set(OPS) == {op for ops, _ in FAMILIES.values() for op in ops}

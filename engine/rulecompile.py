@@ -1,0 +1,319 @@
+"""Rules -> egglog text. A rule file becomes one egglog ruleset named after the file.
+
+Every operand of an op in a pattern is an edge: unless the pattern names a
+placement there (`global(...)`, `inline(...)`, ...), it is compiled as
+`(Global ...)`, the canonical form every program enters with. So algebra rules
+(which mention no placement) match and build all-global terms, and schedule
+rules rewrite the placement of the edges they name.
+
+An op variable `?f(...)` is expanded over the constructor families it can
+match (one egglog rule each, named `rule-name@Family`); op-class conditions on
+it (`elementwise(?f)`) are decided per family at compile time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, f64, ivec, quote
+from .errors import StitchError
+from .ir import DTypeName
+from .ops import OPS
+from .rules import PCall, PLit, PVar, Rule, RuleFile
+
+FAMILY_CLASSES = {
+    "elementwise": ("Un", "Bin", "Where", "Cast"),
+    "unary": ("Un",),
+    "binary": ("Bin",),
+    "reduction": ("Red",),
+    "matmul": ("MatMul",),
+    "layout": ("Transpose", "Reshape", "Bcast", "Cast"),
+}
+TENSOR_CLASS_RELATIONS = {
+    "elementwise": "is-elementwise",
+    "unary": "is-unary",
+    "binary": "is-binary",
+    "reduction": "is-reduction",
+    "matmul": "is-matmul",
+    "layout": "is-layout",
+}
+_CMP = {"==": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+def compile_rule_file(rf: RuleFile) -> str:
+    """The egglog text declaring ruleset `rf.name` and all its rules."""
+    out = [f"(ruleset {rf.name})"]
+    for rule in rf.rules:
+        out.extend(compile_rule(rule, rf.name, rf.source))
+    return "\n".join(out)
+
+
+def egglog_rule_name(rule_name: str, families: dict[str, str]) -> str:
+    if not families:
+        return rule_name
+    return rule_name + "@" + ",".join(families[k] for k in sorted(families))
+
+
+def base_rule_name(egglog_name: str) -> str:
+    """The user's rule name for an egglog rule name (drops the @Family suffix)."""
+    return egglog_name.split("@", 1)[0]
+
+
+def compile_rule(rule: Rule, ruleset: str, source: str = "") -> list[str]:
+    out = []
+    for families in _family_choices(rule):
+        if not _op_classes_hold(rule, families):
+            continue
+        ctx = _Ctx(rule, families, source)
+        root = ctx.lhs(rule.lhs, operand=False)
+        ctx.query.insert(0, f"(= __root {root})")
+        for cond in rule.conds:
+            ctx.condition(cond)
+        rhs = ctx.rhs(rule.rhs, operand=False, root=True)
+        name = egglog_rule_name(rule.name, families)
+        query = " ".join(ctx.query)
+        out.append(f"(rule ({query})\n      ((union __root {rhs}))\n      :ruleset {ruleset} :name {quote(name)})")
+    return out
+
+
+def _op_vars(p, acc: dict[str, PCall]) -> dict[str, PCall]:
+    if isinstance(p, PCall):
+        if p.op_is_var and p.op not in acc:
+            acc[p.op] = p
+        for a in p.args:
+            _op_vars(a, acc)
+    return acc
+
+
+def _families_for(call: PCall) -> list[str]:
+    given = {a.name for a in call.attrs}
+    out = []
+    for fam, (ops, attrs) in FAMILIES.items():
+        arity = OPS[ops[0]].arity
+        if arity == len(call.args) and given <= set(attrs):
+            if fam == "Red" and "axes" not in given:
+                continue
+            out.append(fam)
+    return out
+
+
+def _family_choices(rule: Rule):
+    calls = _op_vars(rule.lhs, {})
+    names = sorted(calls)
+    options = [_families_for(calls[n]) for n in names]
+    for combo in itertools.product(*options):
+        yield dict(zip(names, combo))
+
+
+def _op_classes_hold(rule: Rule, families: dict[str, str]) -> bool:
+    for c in rule.conds:
+        if c.name in FAMILY_CLASSES and c.args and c.args[0].name == "var":
+            var = c.args[0].args[0]
+            if var in families and families[var] not in FAMILY_CLASSES[c.name]:
+                return False
+    return True
+
+
+@dataclass
+class _Ctx:
+    rule: Rule
+    families: dict[str, str]
+    source: str
+    query: list[str] = field(default_factory=list)
+    fresh: itertools.count = field(default_factory=itertools.count)
+    bound: dict[str, str] = field(default_factory=dict)  # cache of (kind, var) -> egglog var
+    wild_attrs: dict[tuple[str, str], str] = field(default_factory=dict)
+    lit_dtypes: dict[int, str] = field(default_factory=dict)
+
+    def error(self, message: str, pos) -> StitchError:
+        return StitchError(f"rule '{self.rule.name}': {message}", pos, self.source)
+
+    def new(self, prefix: str) -> str:
+        return f"__{prefix}{next(self.fresh)}"
+
+    @staticmethod
+    def var(name: str) -> str:
+        return "v_" + name.lstrip("?")
+
+    # -- patterns ------------------------------------------------------------
+
+    def lhs(self, p, operand: bool) -> str:
+        return self._term(p, operand, side="lhs")
+
+    def rhs(self, p, operand: bool, root: bool = False) -> str:
+        if root and isinstance(p, PCall) and p.op in PLACEMENT_CTORS:
+            raise self.error(
+                "the right side cannot be a bare placement: that would make a value and its placement one e-class",
+                p.pos,
+            )
+        return self._term(p, operand, side="rhs")
+
+    def _term(self, p, operand: bool, side: str, dtype_from=None) -> str:
+        if isinstance(p, PVar):
+            t = self.var(p.name)
+        elif isinstance(p, PLit):
+            t = self._literal(p, side, dtype_from)
+        elif p.op in PLACEMENT_CTORS:
+            inner = self._term(p.args[0], False, side, dtype_from)
+            return f"({PLACEMENT_CTORS[p.op]} {inner})"
+        else:
+            t = self._call(p, side)
+        return f"(Global {t})" if operand else t
+
+    def _literal(self, p: PLit, side: str, dtype_from) -> str:
+        if side == "lhs":
+            return f"(Const {f64(p.value)} {self.new('d')})"
+        dt = self._dtype_of(dtype_from) if dtype_from is not None else None
+        if dt is None:
+            dt = self._dtype_expr_var("__root")
+        return f"(Const {f64(p.value)} {dt})"
+
+    def _dtype_expr_var(self, term_var: str) -> str:
+        key = f"dtype:{term_var}"
+        if key not in self.bound:
+            d = self.new("dt")
+            self.query.append(f"(= {d} (dtype {term_var}))")
+            self.bound[key] = d
+        return self.bound[key]
+
+    def _dtype_of(self, p) -> str | None:
+        """An egglog expression for the dtype of pattern `p`, from variables the left side binds."""
+        if isinstance(p, PVar):
+            return self._dtype_expr_var(self.var(p.name))
+        if isinstance(p, PCall):
+            if p.op in PLACEMENT_CTORS:
+                return self._dtype_of(p.args[0])
+            fam = self.families.get(p.op) if p.op_is_var else None
+            if p.op in ("less", "greater", "equal"):
+                return '"bool"'
+            if p.op == "cast" or fam == "Cast":
+                a = p.attr("dtype")
+                if a is not None and isinstance(a.value, DTypeName):
+                    return quote(a.value.name)
+                if a is not None:
+                    return self.var(a.value.name)
+                return None
+            if p.op_is_var and fam == "Bin":
+                return None  # a comparison would be bool
+            candidates = p.args[1:] if p.op == "where" or fam == "Where" else p.args
+            for a in candidates:
+                d = self._dtype_of(a)
+                if d is not None:
+                    return d
+        return None
+
+    def _call(self, p: PCall, side: str) -> str:
+        fam = self.families.get(p.op) if p.op_is_var else None
+        if p.op_is_var and fam is None:
+            raise self.error(f"op variable {p.op} is not bound by the left side", p.pos)
+        if fam is None:
+            from .egraph import family_of
+
+            fam = family_of(p.op)
+        _, attr_names = FAMILIES[fam]
+        if p.op_is_var and len(p.args) != OPS[FAMILIES[fam][0][0]].arity:
+            raise self.error(f"{p.op} is used with {len(p.args)} argument(s) here but matched a different arity", p.pos)
+        fields = []
+        if fam in NAMED_FAMILIES:
+            fields.append(self.var(p.op) if p.op_is_var else quote(p.op))
+        args = []
+        for i, a in enumerate(p.args):
+            siblings = [b for j, b in enumerate(p.args) if j != i and not isinstance(b, PLit)]
+            args.append(self._term(a, True, side, dtype_from=_first(siblings) if isinstance(a, PLit) else None))
+        fields.extend(args)
+        for name in attr_names:
+            fields.append(self._attr(p, name, side))
+        return f"({fam} {' '.join(fields)})"
+
+    def _attr(self, p: PCall, name: str, side: str) -> str:
+        a = p.attr(name)
+        if a is None:
+            if p.op_is_var:
+                key = (p.op, name)
+                if key not in self.wild_attrs:
+                    if side == "rhs":
+                        raise self.error(f"{p.op} on the right needs its '{name}' (the left side leaves it open)", p.pos)
+                    self.wild_attrs[key] = self.new("a")
+                return self.wild_attrs[key]
+            if name == "keepdims":
+                return "false"
+            raise self.error(f"{p.op} needs its '{name}' attribute in a rule", p.pos)
+        v = a.value
+        if isinstance(v, PVar):
+            return self.var(v.name)
+        if isinstance(v, DTypeName):
+            return quote(v.name)
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, tuple):
+            return ivec(v)
+        raise self.error(f"attribute '{name}' cannot be {v!r}", a.pos)
+
+    # -- conditions ----------------------------------------------------------
+
+    def _shape(self, var: str) -> str:
+        key = f"shape:{var}"
+        if key not in self.bound:
+            s = self.new("s")
+            self.query.append(f"(= {s} (shape {var}))")
+            self.bound[key] = s
+        return self.bound[key]
+
+    def condition(self, c) -> None:
+        if c.name in ("==", "!=", "<", "<=", ">", ">="):
+            left, right = (self.cterm(a) for a in c.args)
+            self.query.append(f"({_CMP[c.name]} {left} {right})")
+            return
+        args = [a.args[0] for a in c.args]
+        if c.name in FAMILY_CLASSES and args[0] in self.families:
+            return  # decided per family at compile time
+        v = self.var(args[0])
+        if c.name == "scalar":
+            self.query.append(f"(= (vec-length {self._shape(v)}) 0)")
+        elif c.name == "float":
+            self.query.append(f"(float-dtype {self._dtype_expr_var(v)})")
+        elif c.name == "same_shape":
+            self.query.append(f"(= {self._shape(v)} {self._shape(self.var(args[1]))})")
+        elif c.name in TENSOR_CLASS_RELATIONS:
+            self.query.append(f"({TENSOR_CLASS_RELATIONS[c.name]} {v})")
+        else:  # pragma: no cover - validate() rejects unknown conditions
+            raise self.error(f"unknown condition '{c.name}'", c.pos)
+
+    def cterm(self, t) -> str:
+        if t.name == "lit":
+            v = t.args[0]
+            if isinstance(v, DTypeName):
+                return quote(v.name)
+            if isinstance(v, tuple):
+                return ivec(v)
+            if isinstance(v, float):
+                raise self.error("conditions compare integers; write the number without a decimal point", t.pos)
+            return str(int(v))
+        if t.name == "var":
+            return self.var(t.args[0])
+        v = self.var(t.args[0].args[0])
+        if t.name == "rank":
+            return f"(vec-length {self._shape(v)})"
+        if t.name == "shape":
+            return self._shape(v)
+        if t.name == "dtype":
+            return self._dtype_expr_var(v)
+        if t.name == "len":
+            return f"(vec-length {v})"
+        if t.name == "size":
+            n = self.new("n")
+            self.query.append(f"(= {n} (numel {v}))")
+            return n
+        assert t.name == "dim"
+        s = self._shape(v)
+        k = int(t.args[1].args[0])
+        if k >= 0:
+            self.query.append(f"(> (vec-length {s}) {k})")
+            return f"(vec-get {s} {k})"
+        self.query.append(f"(>= (+ (vec-length {s}) {k}) 0)")
+        return f"(vec-get {s} (+ (vec-length {s}) {k}))"
+
+
+def _first(items):
+    return items[0] if items else None

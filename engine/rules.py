@@ -1,0 +1,440 @@
+"""The rule language: `.rules` text -> validated Rule dataclasses.
+
+    rule NAME: PATTERN => PATTERN [where CONDITION, ...]
+
+Patterns use the program call syntax. `?x` matches a tensor (or, in an
+attribute position, an attribute value); `?f(...)` in op position matches any
+op of that arity (an extension; narrow it with a condition such as
+`elementwise(?f)`); the placement functions `global shared local inline`
+describe the schedule (README, "Schedule vocabulary"). All errors point into
+the user's `.rules` file.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Union
+
+from lark import Lark, Transformer, v_args
+from lark.exceptions import UnexpectedInput, VisitError
+
+from .errors import StitchError
+from .ir import NOPOS, DTypeName, Pos
+from .ops import OPS
+from .parse import GRAMMAR_DIR, syntax_error
+
+PLACEMENTS = ("global", "shared", "local", "inline")
+RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+
+
+def _pos() -> Pos:
+    return field(default=NOPOS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class PVar:
+    name: str  # with its leading '?'
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class PLit:
+    value: Union[int, float, bool]
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class PAttr:
+    name: str
+    value: object  # PVar, or a literal attribute value (tuple, bool, number, DTypeName)
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class PCall:
+    op: str  # an op name, a placement, or an op variable ("?f")
+    args: tuple["Pattern", ...]
+    attrs: tuple[PAttr, ...] = ()
+    pos: Pos = _pos()
+
+    @property
+    def op_is_var(self) -> bool:
+        return self.op.startswith("?")
+
+    def attr(self, name: str) -> PAttr | None:
+        return next((a for a in self.attrs if a.name == name), None)
+
+
+Pattern = Union[PVar, PLit, PCall]
+
+
+@dataclass(frozen=True)
+class CFun:
+    """A property of a matched tensor, such as rank(?x), or a literal."""
+
+    name: str  # "var", "lit", or a property name
+    args: tuple = ()
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A predicate (`scalar(?c)`) or a comparison (`rank(?x) <= 3`)."""
+
+    name: str  # a predicate name, or a comparison operator
+    args: tuple[CFun, ...]
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    lhs: Pattern
+    rhs: Pattern
+    conds: tuple[Cond, ...] = ()
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
+class RuleFile:
+    name: str  # the ruleset name: the file's stem
+    rules: tuple[Rule, ...]
+    source: str = field(default="", compare=False, repr=False)
+    filename: str = field(default="<string>", compare=False, repr=False)
+
+
+# Predicates take tensors (or op variables, for the op-class ones) and hold or not.
+PREDICATES = {
+    "scalar": 1,  # rank 0
+    "elementwise": 1,  # an elementwise op (unary, binary, compare, where, cast)
+    "unary": 1,
+    "binary": 1,
+    "reduction": 1,
+    "matmul": 1,
+    "layout": 1,
+    "float": 1,  # a float dtype
+    "same_shape": 2,
+}
+# Properties are compared with == != < <= > >=.
+PROPERTIES = {
+    "rank": 1,  # number of dimensions
+    "dim": 2,  # dim(?x, k): extent of axis k (negative k counts from the end)
+    "size": 1,  # number of elements
+    "dtype": 1,  # compared with a dtype name: dtype(?x) == f32
+    "shape": 1,  # compared with shape(?y) or a list
+    "len": 1,  # len(?ax): the length of a list attribute
+}
+OP_CLASS_PREDICATES = ("elementwise", "unary", "binary", "reduction", "matmul", "layout")
+
+
+@cache
+def rules_parser() -> Lark:
+    return Lark.open(
+        str(GRAMMAR_DIR / "rules.lark"), parser="lalr", propagate_positions=True, maybe_placeholders=False
+    )
+
+
+def parse_rules(text: str, filename: str = "<string>") -> RuleFile:
+    """Parse and validate a `.rules` file. Raises StitchError pointing into it."""
+    try:
+        tree = rules_parser().parse(text)
+    except UnexpectedInput as err:
+        raise syntax_error(err, text, filename, rules_parser()) from None
+    try:
+        rules = _ToRules(filename).transform(tree)
+    except VisitError as err:  # lark wraps what the transformer raises
+        if isinstance(err.orig_exc, StitchError):
+            e = err.orig_exc
+            raise StitchError(e.message, e.pos, text, e.hint) from None
+        raise
+    name = Path(filename).stem if filename != "<string>" else "user"
+    rf = RuleFile(name.replace("-", "_"), tuple(rules), source=text, filename=filename)
+    validate(rf)
+    return rf
+
+
+def load_rules(path: str | Path) -> RuleFile:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise StitchError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
+    return parse_rules(text, str(path))
+
+
+def builtin_rule_files() -> list[RuleFile]:
+    return [load_rules(p) for p in sorted(RULES_DIR.glob("*.rules"))]
+
+
+class _ToRules(Transformer):
+    def __init__(self, filename: str):
+        super().__init__()
+        self.filename = filename
+
+    def _pos(self, tok) -> Pos:
+        return Pos(self.filename, getattr(tok, "line", 0) or 0, getattr(tok, "column", 0) or 0)
+
+    def start(self, rules):
+        return list(rules)
+
+    def rule(self, items):
+        kw, name, lhs, rhs, *rest = items
+        conds = tuple(c for c in rest if isinstance(c, Cond))
+        return Rule(str(name), lhs, rhs, conds, self._pos(kw))
+
+    def pvar(self, items):
+        return PVar(str(items[0]), self._pos(items[0]))
+
+    def pnumber(self, items):
+        return PLit(_number(items[0]), self._pos(items[0]))
+
+    def ptrue(self, items):
+        return PLit(True, self._pos(items[0]))
+
+    def pfalse(self, items):
+        return PLit(False, self._pos(items[0]))
+
+    def pcall(self, items):
+        return self._call(items)
+
+    def pcall_var(self, items):
+        return self._call(items)
+
+    def _call(self, items):
+        name, *args = items
+        pos = self._pos(name)
+        positional, attrs = [], []
+        for a in args:
+            if isinstance(a, PAttr):
+                if any(b.name == a.name for b in attrs):
+                    raise StitchError(f"attribute '{a.name}' is given twice", a.pos)
+                attrs.append(a)
+            elif attrs:
+                raise StitchError("positional argument after a keyword attribute", a.pos)
+            else:
+                positional.append(a)
+        return PCall(str(name), tuple(positional), tuple(attrs), pos)
+
+    def pkwarg(self, items):
+        name, value = items
+        return PAttr(str(name), value, self._pos(name))
+
+    def attr_var(self, items):
+        return PVar(str(items[0]), self._pos(items[0]))
+
+    def attr_number(self, items):
+        return _number(items[0])
+
+    def attr_true(self, items):
+        return True
+
+    def attr_false(self, items):
+        return False
+
+    def attr_name(self, items):
+        return DTypeName(str(items[0]))
+
+    def attr_list(self, items):
+        return tuple(int(t) for t in items)
+
+    def cpred(self, items):
+        name, *args = items
+        return Cond(str(name), tuple(args), self._pos(name))
+
+    def ccompare(self, items):
+        left, op, right = items
+        return Cond(str(op), (left, right), left.pos)
+
+    def cvar(self, items):
+        return CFun("var", (str(items[0]),), self._pos(items[0]))
+
+    def cnumber(self, items):
+        return CFun("lit", (_number(items[0]),), self._pos(items[0]))
+
+    def cname(self, items):
+        return CFun("lit", (DTypeName(str(items[0])),), self._pos(items[0]))
+
+    @v_args(meta=True)
+    def clist(self, meta, items):
+        return CFun("lit", (tuple(int(t) for t in items),), Pos(self.filename, meta.line, meta.column))
+
+    def cfun(self, items):
+        name, *args = items
+        return CFun(str(name), tuple(args), self._pos(name))
+
+
+def _number(tok) -> int | float:
+    text = str(tok)
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
+# ---------------------------------------------------------------------------
+# Validation: everything egglog would reject, reported in the user's file.
+
+
+def validate(rf: RuleFile) -> None:
+    seen: dict[str, Rule] = {}
+    for r in rf.rules:
+        if r.name in seen:
+            raise StitchError(f"rule '{r.name}' is defined twice (first at line {seen[r.name].pos.line})", r.pos, rf.source)
+        seen[r.name] = r
+        _Validator(r, rf.source).run()
+
+
+class _Validator:
+    def __init__(self, rule: Rule, source: str):
+        self.rule = rule
+        self.source = source
+
+    def error(self, message: str, pos: Pos, hint: str = "") -> StitchError:
+        return StitchError(f"rule '{self.rule.name}': {message}", pos, self.source, hint)
+
+    def run(self) -> None:
+        r = self.rule
+        if not isinstance(r.lhs, PCall):
+            raise self.error("the left side must be an op call, not a bare variable or literal", r.lhs.pos)
+        if r.lhs.op in PLACEMENTS:
+            raise self.error(
+                f"the left side cannot be a bare placement '{r.lhs.op}(...)': rewrite the consumer that reads it",
+                r.lhs.pos,
+            )
+        bound: dict[str, str] = {}
+        self.pattern(r.lhs, bound, side="left")
+        rhs_vars: dict[str, str] = {}
+        self.pattern(r.rhs, rhs_vars, side="right")
+        for name, kind in rhs_vars.items():
+            if name not in bound:
+                pos = _find_var(r.rhs, name) or r.rhs.pos
+                raise self.error(f"variable {name} on the right side is not bound by the left side", pos)
+            if bound[name] != kind:
+                raise self.error(f"variable {name} is a {bound[name]} on the left but a {kind} on the right",
+                                 _find_var(r.rhs, name) or r.pos)
+        for c in r.conds:
+            self.condition(c, bound)
+
+    def pattern(self, p: Pattern, bound: dict[str, str], side: str) -> None:
+        if isinstance(p, PVar):
+            self.bind(bound, p.name, "tensor", p.pos)
+            return
+        if isinstance(p, PLit):
+            if isinstance(p.value, bool):
+                raise self.error("a bool literal cannot stand for a tensor", p.pos)
+            return
+        if p.op_is_var:
+            self.bind(bound, p.op, "op", p.pos)
+            arity = len(p.args)
+            fits = [s for s in OPS.values() if s.arity == arity and all(a.name in s.attrs for a in p.attrs)]
+            if not fits:
+                raise self.error(f"no op takes {arity} argument(s) with attributes "
+                                 f"{', '.join(a.name for a in p.attrs) or '(none)'}", p.pos)
+        elif p.op in PLACEMENTS:
+            if len(p.args) != 1 or p.attrs:
+                raise self.error(f"placement {p.op} takes exactly one argument", p.pos)
+        else:
+            spec = OPS.get(p.op)
+            if spec is None:
+                close = difflib.get_close_matches(p.op, list(OPS) + list(PLACEMENTS), n=1)
+                raise self.error(f"unknown op '{p.op}'", p.pos, f"did you mean '{close[0]}'?" if close else "")
+            if len(p.args) != spec.arity:
+                raise self.error(f"{p.op} takes {spec.arity} argument(s), got {len(p.args)}", p.pos)
+            for a in p.attrs:
+                if a.name not in spec.attrs:
+                    allowed = ", ".join(spec.attrs) or "none"
+                    raise self.error(f"{p.op} has no attribute '{a.name}' (its attributes: {allowed})", a.pos)
+            self.rule_attrs(p, spec)
+        for a in p.attrs:
+            if isinstance(a.value, PVar):
+                self.bind(bound, a.value.name, "attribute", a.value.pos)
+        for arg in p.args:
+            self.pattern(arg, bound, side)
+
+    def rule_attrs(self, p: PCall, spec) -> None:
+        """Attributes whose default depends on the operand's rank must be spelled out in rules."""
+        for name, kind in (("axes", "reduce"), ("perm", "layout")):
+            if name in spec.attrs and p.attr(name) is None:
+                raise self.error(f"{p.op} in a rule must name its {name} ({name}=?v or {name}=[...])", p.pos)
+        for name, aspec in spec.attrs.items():
+            a = p.attr(name)
+            if a is None or isinstance(a.value, PVar):
+                if a is None and aspec.required:
+                    raise self.error(f"{p.op} needs the attribute '{name}='", p.pos)
+                continue
+            v = a.value
+            want = {"axes": tuple, "perm": tuple, "shape": tuple, "bool": bool, "dtype": DTypeName}[aspec.kind]
+            if not isinstance(v, want) or (want is not bool and isinstance(v, bool)):
+                raise self.error(f"{p.op}: attribute '{name}' has the wrong kind of value", a.pos)
+            if aspec.kind == "axes" and (any(x < 0 for x in v) or len(set(v)) != len(v)):
+                raise self.error("axes in a rule must be distinct and non-negative", a.pos)
+
+    def bind(self, bound: dict[str, str], name: str, kind: str, pos: Pos) -> None:
+        if name in bound and bound[name] != kind:
+            raise self.error(f"variable {name} is used both as a {bound[name]} and as a {kind}", pos)
+        bound[name] = kind
+
+    def condition(self, c: Cond, bound: dict[str, str]) -> None:
+        if c.name in PREDICATES:
+            if len(c.args) != PREDICATES[c.name]:
+                raise self.error(f"{c.name} takes {PREDICATES[c.name]} argument(s)", c.pos)
+            for a in c.args:
+                if a.name != "var":
+                    raise self.error(f"{c.name} takes variables", a.pos)
+                kind = self.var(a, bound)
+                if kind == "op" and c.name not in OP_CLASS_PREDICATES:
+                    raise self.error(f"{c.name} tests a tensor, but {a.args[0]} is an op variable", a.pos)
+                if kind == "attribute":
+                    raise self.error(f"{c.name} tests a tensor, but {a.args[0]} is an attribute", a.pos)
+            return
+        if c.name in ("==", "!=", "<", "<=", ">", ">="):
+            for a in c.args:
+                self.term(a, bound)
+            return
+        close = difflib.get_close_matches(c.name, list(PREDICATES) + list(PROPERTIES), n=1)
+        raise self.error(f"unknown condition '{c.name}'", c.pos, f"did you mean '{close[0]}'?" if close else "")
+
+    def var(self, a: CFun, bound: dict[str, str]) -> str:
+        name = a.args[0]
+        if name not in bound:
+            raise self.error(f"condition uses {name}, which the left side does not bind", a.pos)
+        return bound[name]
+
+    def term(self, t: CFun, bound: dict[str, str]) -> None:
+        if t.name == "lit":
+            return
+        if t.name == "var":
+            if self.var(t, bound) != "attribute":
+                raise self.error(f"compare a property of {t.args[0]} (rank, dim, size, dtype, shape), not the tensor",
+                                 t.pos)
+            return
+        if t.name not in PROPERTIES:
+            close = difflib.get_close_matches(t.name, list(PROPERTIES), n=1)
+            raise self.error(f"unknown property '{t.name}'", t.pos, f"did you mean '{close[0]}'?" if close else "")
+        if len(t.args) != PROPERTIES[t.name]:
+            raise self.error(f"{t.name} takes {PROPERTIES[t.name]} argument(s)", t.pos)
+        first = t.args[0]
+        if first.name != "var":
+            raise self.error(f"{t.name} takes a variable first", first.pos)
+        kind = self.var(first, bound)
+        want = "attribute" if t.name == "len" else "tensor"
+        if kind != want:
+            raise self.error(f"{t.name} takes a {want} variable, but {first.args[0]} is a {kind}", first.pos)
+        if t.name == "dim" and (t.args[1].name != "lit" or not isinstance(t.args[1].args[0], int)):
+            raise self.error("dim takes an integer axis: dim(?x, 0)", t.args[1].pos)
+
+
+def _find_var(p: Pattern, name: str) -> Pos | None:
+    if isinstance(p, PVar):
+        return p.pos if p.name == name else None
+    if isinstance(p, PCall):
+        if p.op == name:
+            return p.pos
+        for a in p.attrs:
+            if isinstance(a.value, PVar) and a.value.name == name:
+                return a.value.pos
+        for arg in p.args:
+            found = _find_var(arg, name)
+            if found:
+                return found
+    return None

@@ -1,0 +1,157 @@
+"""Saturation: load a program and rule files into egglog and run them within limits.
+
+The run schedule, in one place: each iteration runs the `analysis` ruleset to
+saturation, then one step of every rule file's ruleset under egglog's back-off
+scheduler (a rule whose matches in that step exceed `match_limit` is banned for
+the step, so AC-style rules cannot grow the e-graph by millions of nodes at
+once), then analysis again. Between iterations the node, iteration and time
+limits are checked, since egglog itself has no wall-clock limit.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from egglog import bindings as eb
+
+from .egraph import PRELUDE, graph_to_egglog
+from .errors import StitchError
+from .graph import Graph
+from .rulecompile import base_rule_name, compile_rule_file
+from .rules import RuleFile
+
+T_CONSTRUCTORS = (
+    "Input", "Const", "Un", "Bin", "Where", "Red", "MatMul", "Transpose", "Reshape", "Bcast", "Cast",
+    "Global", "Shared", "Local", "Inline",
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    iterations: int = 12
+    nodes: int = 20_000
+    seconds: float = 1.0
+    match_limit: int = 2_000
+
+
+@dataclass
+class RunReport:
+    iterations: int = 0
+    enodes: int = 0
+    eclasses: int = 0
+    matches: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    stop_reason: str = "saturated"  # saturated | iteration limit | node limit | time limit
+    rulesets: list[str] = field(default_factory=list)
+    banned: bool = False
+
+    def render(self) -> str:
+        lines = [
+            f"stopped: {self.stop_reason} after {self.iterations} iteration(s) in {self.seconds * 1e3:.1f} ms",
+            f"e-graph: {self.enodes} e-nodes, {self.eclasses} e-classes",
+            f"rulesets: {', '.join(self.rulesets) or '(none)'}",
+            "matches per rule:",
+        ]
+        width = max((len(k) for k in self.matches), default=0)
+        for name, n in sorted(self.matches.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  {name:<{width}}  {n}")
+        if not self.matches:
+            lines.append("  (no rule matched)")
+        return "\n".join(lines)
+
+
+class EGraphRun:
+    """A program's e-graph with the rule files loaded; saturate it with `run`."""
+
+    def __init__(self, graph: Graph, rule_files: list[RuleFile]):
+        self.graph = graph
+        self.rule_files = rule_files
+        self.egraph = eb.EGraph()
+        self._exec(PRELUDE, "the e-graph prelude")
+        self.egglog_rule_names: list[str] = []
+        self._steps: dict[int, list] = {}
+        for rf in rule_files:
+            text = compile_rule_file(rf)
+            self.egglog_rule_names += re.findall(r':name "((?:[^"\\]|\\.)*)"', text)
+            self._exec(text, f"rule file {rf.filename}")
+        text, self.roots = graph_to_egglog(graph)
+        self._exec(text, "the program")
+
+    def _exec(self, text: str, what: str):
+        try:
+            return self.egraph.run_program(*self.egraph.parse_program(text))
+        except eb.EggSmolError as err:
+            raise StitchError(f"egglog rejected {what}: {err}") from None
+
+    def _step(self, names: list[str], match_limit: int):
+        if match_limit not in self._steps:
+            runs = " ".join(f"(run-with bo {n})" for n in names)
+            self._steps[match_limit] = self.egraph.parse_program(
+                f"(run-schedule (let-scheduler bo (back-off :match-limit {match_limit} :ban-length 1))"
+                f" (seq {runs}))"
+            )
+        return self._steps[match_limit]
+
+    def enode_count(self) -> int:
+        (out,) = self.egraph.run_program(eb.PrintSize(eb.PanicSpan(), None))
+        sizes = dict(out.sizes)
+        return sum(sizes.get(c, 0) for c in T_CONSTRUCTORS)
+
+    def eclass_count(self) -> int:
+        frozen = self.egraph.freeze()
+        return len({row.output for c in T_CONSTRUCTORS if c in frozen.functions for row in frozen.functions[c].rows})
+
+    def run(self, limits: Limits = Limits()) -> RunReport:
+        report = RunReport(rulesets=[rf.name for rf in self.rule_files])
+        start = time.perf_counter()
+        analysis = self.egraph.parse_program("(run-schedule (saturate (run analysis)))")
+        self.egraph.run_program(*analysis)
+        names = [rf.name for rf in self.rule_files if rf.rules]
+        match_limit = limits.match_limit
+        report.stop_reason = "saturated"
+        while names:
+            if report.iterations >= limits.iterations:
+                report.stop_reason = "iteration limit"
+                break
+            before = self.enode_count()
+            (out,) = self.egraph.run_program(*self._step(names, match_limit))
+            self.egraph.run_program(*analysis)
+            report.iterations += 1
+            seen = out.report.num_matches_per_rule
+            for name, n in seen.items():
+                base = base_rule_name(name)
+                report.matches[base] = report.matches.get(base, 0) + n
+            banned = any(
+                r.num_matches > match_limit
+                for it in out.report.iterations
+                for reports in it.rule_set_report.rule_reports.values()
+                for r in reports
+            )
+            nodes = self.enode_count()
+            if not banned and not out.report.updated:
+                report.stop_reason = "saturated"
+                break
+            if banned and nodes == before:
+                # Every rule that still matches was over the limit: back off by
+                # letting twice as many matches through next time.
+                match_limit *= 2
+            if nodes > limits.nodes:
+                report.stop_reason = "node limit"
+                break
+            if time.perf_counter() - start > limits.seconds:
+                report.stop_reason = "time limit"
+                break
+        report.seconds = time.perf_counter() - start
+        report.enodes = self.enode_count()
+        report.eclasses = self.eclass_count()
+        for rf in self.rule_files:
+            for r in rf.rules:
+                report.matches.setdefault(r.name, 0)
+        return report
+
+    def serialize(self):
+        """The e-graph in egraph-serialize form (JSON text and DOT available on the result)."""
+        roots = [eb.Var(eb.PanicSpan(), r) for r in self.roots]
+        return self.egraph.serialize(roots)
