@@ -169,7 +169,7 @@ PRELUDE = r"""
 (rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (= (vec-length a) 1) (= (vec-length b) 1))
       ((set (shape t) (vec-empty))) :ruleset analysis)
 (rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (= (vec-length a) 1) (>= (vec-length b) 2))
-      ((set (shape t) (vec-remove (vec-pop b) (- (vec-length b) 2)))) :ruleset analysis)
+      ((set (shape t) (vec-remove b (- (vec-length b) 2)))) :ruleset analysis)
 (rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (>= (vec-length a) 2) (= (vec-length b) 1))
       ((set (shape t) (vec-pop a))) :ruleset analysis)
 

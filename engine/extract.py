@@ -56,7 +56,7 @@ def choice_to_func(data: EGraphData, choice: Choice, graph: Graph, name: str | N
         if n.op == "param":
             e = Var(n.attr("name"))
         elif n.op == "const":
-            e = Const(n.attr("value"))
+            e = Const(typed_literal(n.attr("value"), n.attr("dtype")))
         else:
             args = tuple(expr(k) for k in n.children)
             attrs = tuple(Attr(k, DTypeName(v) if k == "dtype" else v) for k, v in n.attrs)
@@ -69,6 +69,15 @@ def choice_to_func(data: EGraphData, choice: Choice, graph: Graph, name: str | N
     returns = tuple(expr(r) for r in data.roots)
     params = tuple(Param(pn, graph.nodes[pid].type) for pn, pid in zip(graph.param_names, graph.params))
     return Func(name or graph.name, params, tuple(graph.output_types), tuple(body), returns)
+
+
+def typed_literal(value: float, dtype: str):
+    """A constant as the e-graph stores it (an f64) back as a literal of its dtype."""
+    if dtype == "bool":
+        return bool(value)
+    if dtype in ("i32", "i64"):
+        return int(value)
+    return float(value)
 
 
 def choice_to_graph(data: EGraphData, choice: Choice, graph: Graph) -> Graph:

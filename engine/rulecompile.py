@@ -124,7 +124,7 @@ class _Ctx:
     fresh: itertools.count = field(default_factory=itertools.count)
     bound: dict[str, str] = field(default_factory=dict)  # cache of (kind, var) -> egglog var
     wild_attrs: dict[tuple[str, str], str] = field(default_factory=dict)
-    lit_dtypes: dict[int, str] = field(default_factory=dict)
+    edge_vars: set[str] = field(default_factory=set)
 
     def error(self, message: str, pos) -> StitchError:
         return StitchError(f"rule '{self.rule.name}': {message}", pos, self.source)
@@ -151,6 +151,9 @@ class _Ctx:
 
     def _term(self, p, operand: bool, side: str, dtype_from=None) -> str:
         if isinstance(p, PVar):
+            if side == "rhs" and p.name in self.edge_vars:
+                raise self.error(f"{p.name} stands for an edge on the left; use it only as an operand of a call "
+                                 "that names a placement", p.pos)
             t = self.var(p.name)
         elif isinstance(p, PLit):
             t = self._literal(p, side, dtype_from)
@@ -217,8 +220,18 @@ class _Ctx:
         fields = []
         if fam in NAMED_FAMILIES:
             fields.append(self.var(p.op) if p.op_is_var else quote(p.op))
+        # In a call that names a placement for an operand, its other bare
+        # variables stand for edges: they match whatever placement is there.
+        places = any(isinstance(a, PCall) and a.op in PLACEMENT_CTORS for a in p.args)
         args = []
         for i, a in enumerate(p.args):
+            if places and isinstance(a, PVar):
+                if side == "lhs":
+                    self.edge_vars.add(a.name)
+                elif a.name not in self.edge_vars:
+                    raise self.error(f"{a.name} is a value on the left but stands for an edge here", a.pos)
+                args.append(self.var(a.name))
+                continue
             siblings = [b for j, b in enumerate(p.args) if j != i and not isinstance(b, PLit)]
             args.append(self._term(a, True, side, dtype_from=_first(siblings) if isinstance(a, PLit) else None))
         fields.extend(args)

@@ -301,6 +301,12 @@ class _Validator:
                 f"the left side cannot be a bare placement '{r.lhs.op}(...)': rewrite the consumer that reads it",
                 r.lhs.pos,
             )
+        if isinstance(r.rhs, PCall) and r.rhs.op in PLACEMENTS:
+            raise self.error(
+                f"the right side cannot be a bare placement '{r.rhs.op}(...)': a value and its placement "
+                "must stay distinct e-classes",
+                r.rhs.pos,
+            )
         bound: dict[str, str] = {}
         self.pattern(r.lhs, bound, side="left")
         rhs_vars: dict[str, str] = {}
@@ -333,6 +339,9 @@ class _Validator:
         elif p.op in PLACEMENTS:
             if len(p.args) != 1 or p.attrs:
                 raise self.error(f"placement {p.op} takes exactly one argument", p.pos)
+            inner = p.args[0]
+            if isinstance(inner, PCall) and inner.op in PLACEMENTS:
+                raise self.error("a placement cannot wrap another placement", inner.pos)
         else:
             spec = OPS.get(p.op)
             if spec is None:

@@ -85,6 +85,20 @@ class EGraphRun:
         except eb.EggSmolError as err:
             raise StitchError(f"egglog rejected {what}: {err}") from None
 
+    def _run(self, commands):
+        """Run parsed commands; an egglog failure during saturation becomes a user error."""
+        try:
+            return self.egraph.run_program(*commands)
+        except BaseException as err:  # egglog panics raise pyo3's PanicException, a BaseException
+            if isinstance(err, (KeyboardInterrupt, SystemExit)):
+                raise
+            detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise StitchError(
+                f"saturation failed inside egglog: {detail}",
+                hint="a rule probably builds an ill-typed term or equates tensors of different shapes; "
+                "run `stitch rules check` on your rule files",
+            ) from None
+
     def _step(self, names: list[str], match_limit: int):
         if match_limit not in self._steps:
             runs = " ".join(f"(run-with bo {n})" for n in names)
@@ -107,7 +121,7 @@ class EGraphRun:
         report = RunReport(rulesets=[rf.name for rf in self.rule_files])
         start = time.perf_counter()
         analysis = self.egraph.parse_program("(run-schedule (saturate (run analysis)))")
-        self.egraph.run_program(*analysis)
+        self._run(analysis)
         names = [rf.name for rf in self.rule_files if rf.rules]
         match_limit = limits.match_limit
         report.stop_reason = "saturated"
@@ -116,8 +130,8 @@ class EGraphRun:
                 report.stop_reason = "iteration limit"
                 break
             before = self.enode_count()
-            (out,) = self.egraph.run_program(*self._step(names, match_limit))
-            self.egraph.run_program(*analysis)
+            (out,) = self._run(self._step(names, match_limit))
+            self._run(analysis)
             report.iterations += 1
             seen = out.report.num_matches_per_rule
             for name, n in seen.items():

@@ -1,0 +1,209 @@
+"""The e-graph stage: program -> e-graph, analyses, saturation, limits, extraction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stitch.engine.check import check_func
+from stitch.engine.cli import main
+from stitch.engine.egraph_data import EGraphData
+from stitch.engine.extract import choice_to_graph, extract_tree
+from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.pipeline import load_rule_files, saturate_program
+from stitch.engine.rules import builtin_rule_files, parse_rules
+from stitch.engine.saturate import EGraphRun, Limits
+from stitch.engine.testing import graphs
+
+from pathlib import Path
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
+ALL_DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
+
+
+def graph_of(text: str):
+    return check_func(parse_program(text).funcs[0])
+
+
+def serialized(run: EGraphRun) -> EGraphData:
+    return EGraphData.from_json(run.serialize().to_json())
+
+
+def class_of_node(run: EGraphRun, node_id: int) -> str:
+    sort, value = run.egraph.eval_expr(run.egraph.parse_program(f"(let $probe{node_id} $n{node_id})")[0].expr)
+    return value
+
+
+@settings(max_examples=30)
+@given(graphs(dtypes=ALL_DTYPES, max_ops=8))
+def test_analysis_types_equal_checker_types(graph):
+    """The e-graph's shape and dtype analyses agree with the checker on every node."""
+    run = EGraphRun(graph, [])
+    run.run()
+    for n in graph.nodes:
+        (out,) = run.egraph.run_program(*run.egraph.parse_program(f"(extract (shape $n{n.id}))"))
+        dims = [int(tok) for tok in str(out).replace("(vec-of", "").replace("(vec-empty", "").strip(" ()\n").split()]
+        assert tuple(dims) == n.type.shape, (n, str(out))
+        (out,) = run.egraph.run_program(*run.egraph.parse_program(f"(extract (dtype $n{n.id}))"))
+        assert str(out).strip() == f'"{n.type.dtype}"', (n, str(out))
+
+
+def assert_same_outputs(g1, g2, inputs, rtol=2e-3, atol=1e-4):
+    for a, b in zip(evaluate(g1, inputs), evaluate(g2, inputs)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if a.dtype.kind == "f":
+            finite = np.isfinite(a)
+            np.testing.assert_allclose(b[finite].astype(np.float64), a[finite].astype(np.float64), rtol=rtol,
+                                       atol=atol * max(1.0, float(np.abs(a[finite]).max(initial=0))))
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=25)
+@given(graphs(dtypes=("f32", "f64", "i32"), max_ops=8), st.integers(0, 2**16))
+def test_saturate_then_extract_preserves_meaning(graph, seed):
+    """Built-in rules + the trivial extractor give a program equal to the reference."""
+    run, report = saturate_program(graph, builtin_rule_files())
+    data = serialized(run)
+    extracted = choice_to_graph(data, extract_tree(data), graph)
+    assert extracted.output_types == graph.output_types
+    assert_same_outputs(graph, extracted, random_inputs(graph, seed))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_saturate_within_a_second(path):
+    graph = next(iter(__import__("stitch.engine.check", fromlist=["x"]).check_program(parse_file(path)).values()))
+    run, report = saturate_program(graph, builtin_rule_files())
+    assert report.stop_reason == "saturated", report.render()
+    assert report.seconds < 1.0
+    assert report.enodes > len(graph.nodes)  # the rules added alternatives
+    data = serialized(run)
+    assert data.enode_count == report.enodes
+
+
+def sum_program(n: int) -> str:
+    params = ", ".join(f"x{i}: f32[4]" for i in range(n))
+    expr = "x0"
+    for i in range(1, n):
+        expr = f"add({expr}, x{i})"
+    return f"func s({params}) -> f32[4] {{ return {expr} }}"
+
+
+AC_RULES = """
+rule add-comm:   add(?a, ?b) => add(?b, ?a)
+rule add-assoc:  add(?a, add(?b, ?c)) => add(add(?a, ?b), ?c)
+rule add-assoc2: add(add(?a, ?b), ?c) => add(?a, add(?b, ?c))
+"""
+
+
+def test_ac_on_a_30_term_sum_stops_at_the_node_limit():
+    graph = graph_of(sum_program(30))
+    run = EGraphRun(graph, [parse_rules(AC_RULES, "ac.rules")])
+    report = run.run(Limits(iterations=100, nodes=5_000, seconds=30.0, match_limit=500))
+    assert report.stop_reason == "node limit"
+    assert report.enodes > 5_000
+    assert report.matches["add-comm"] > 0 and report.matches["add-assoc"] > 0
+    text = report.render()
+    assert "node limit" in text and "add-assoc2" in text
+
+
+def test_ac_stops_at_the_iteration_and_time_limits():
+    graph = graph_of(sum_program(30))
+    report = EGraphRun(graph, [parse_rules(AC_RULES, "ac.rules")]).run(Limits(iterations=3, nodes=10**7))
+    assert (report.stop_reason, report.iterations) == ("iteration limit", 3)
+    report = EGraphRun(graph, [parse_rules(AC_RULES, "ac.rules")]).run(
+        Limits(iterations=1000, nodes=10**7, seconds=0.05)
+    )
+    assert report.stop_reason == "time limit"
+
+
+def test_back_off_keeps_each_step_bounded():
+    """With a small match limit, one step cannot add more than rules x limit matches."""
+    graph = graph_of(sum_program(30))
+    run = EGraphRun(graph, [parse_rules(AC_RULES, "ac.rules")])
+    report = run.run(Limits(iterations=4, nodes=10**7, seconds=30.0, match_limit=50))
+    assert report.enodes < 2_000
+
+
+def test_saturation_reaches_a_fixpoint_and_says_so():
+    graph = graph_of("func f(x: f32[4]) -> f32[4] { return mul(neg(neg(x)), 1.0) }")
+    run, report = saturate_program(graph, load_rule_files([], builtin=True))
+    assert report.stop_reason == "saturated"
+    assert report.matches["neg-neg"] >= 1 and report.matches["mul-one"] >= 1
+    data = serialized(run)
+    choice = extract_tree(data)
+    root = data.roots[0]
+    assert choice[root].op == "param"  # mul(neg(neg(x)), 1) == x
+
+
+def test_placements_stay_distinct_from_values():
+    """inline(p) and global(p) are separate e-classes; the consumer's class holds both forms."""
+    graph = graph_of("func f(x: f32[4]) -> f32[4] { return exp(neg(x)) }")
+    run, _ = saturate_program(graph, load_rule_files([], builtin=True))
+    data = serialized(run)
+    root = data.classes[data.roots[0]]
+    placements = sorted(data.classes[n.children[0]][0].op for n in root)
+    assert placements == ["global", "inline"]
+    for cid, nodes in data.classes.items():
+        kinds = {n.is_placement for n in nodes}
+        assert len(kinds) == 1, f"e-class {cid} mixes a placement with a value"
+
+
+def test_op_variable_rule_expands_per_family():
+    rf = parse_rules("rule f: ?f(global(?p)) => ?f(inline(?p)) where elementwise(?p)", "u.rules")
+    graph = graph_of("func f(x: f32[4], y: f32[4]) -> f32[4] { return tanh(exp(add(x, y))) }")
+    run, report = saturate_program(graph, [rf])
+    assert report.matches["f"] >= 2
+    data = serialized(run)
+    inlined = sorted(data.classes[n.children[0]][0].op for ns in data.classes.values() for n in ns if n.op == "inline")
+    assert inlined == ["add", "exp"]  # tanh(exp) and exp(add); add reads params, which are not elementwise
+
+
+def test_conditions_filter_matches():
+    rf = parse_rules(
+        """
+rule big:    exp(?x) => exp(?x) where rank(?x) >= 2, dim(?x, -1) == 8, size(?x) == 32
+rule small:  exp(?x) => exp(?x) where rank(?x) < 2
+rule isf64:  exp(?x) => exp(?x) where dtype(?x) == f64
+rule shp:    exp(?x) => exp(?x) where shape(?x) == [4, 8]
+""",
+        "c.rules",
+    )
+    graph = graph_of("func f(x: f32[4, 8]) -> f32[4, 8] { return exp(x) }")
+    _, report = saturate_program(graph, [rf])
+    assert report.matches["big"] >= 1 and report.matches["shp"] >= 1
+    assert report.matches["small"] == 0 and report.matches["isf64"] == 0
+
+
+def test_compile_cli_prints_the_report_and_writes_dot(tmp_path, capsys):
+    dot = tmp_path / "g.dot"
+    assert main(["compile", str(EXAMPLES[0].parent / "layernorm.ir"), "--dot", str(dot)]) == 0
+    out = capsys.readouterr().out
+    assert "stopped: saturated" in out and "e-nodes" in out and "inline-binary-l" in out
+    assert dot.read_text().startswith("digraph")
+
+
+def test_compile_cli_user_rules_only(tmp_path, capsys):
+    rules = tmp_path / "mine.rules"
+    rules.write_text("rule twice-neg: neg(neg(?x)) => ?x\n")
+    assert main(["compile", str(EXAMPLES[0].parent / "mlp.ir"), "--no-builtin-rules", "--rules", str(rules)]) == 0
+    out = capsys.readouterr().out
+    assert "rulesets: mine" in out and "twice-neg" in out and "fusion" not in out
+
+
+def test_compile_cli_bad_rule_file_points_into_it(tmp_path, capsys):
+    rules = tmp_path / "bad.rules"
+    rules.write_text("# comment\nrule r: add(?x, ?y) => mul(?x, ?z)\n")
+    assert main(["compile", str(EXAMPLES[0].parent / "mlp.ir"), "--rules", str(rules)]) == 1
+    err = capsys.readouterr().err
+    assert f"{rules}:2:32" in err and "?z" in err and "Traceback" not in err
+
+
+def test_right_side_cannot_be_a_bare_placement():
+    from stitch.engine.errors import StitchError
+
+    with pytest.raises(StitchError, match="bare placement"):
+        parse_rules("rule bad: exp(?x) => global(exp(?x))", "p.rules")
