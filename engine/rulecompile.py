@@ -67,13 +67,13 @@ def compile_rule(rule: Rule, ruleset: str, source: str = "") -> list[str]:
             continue
         ctx = _Ctx(rule, families, source)
         root = ctx.lhs(rule.lhs, operand=False)
-        ctx.query.insert(0, f"(= __root {root})")
+        ctx.query.insert(0, f"(= ?__root {root})")
         for cond in rule.conds:
             ctx.condition(cond)
         rhs = ctx.rhs(rule.rhs, operand=False, root=True)
         name = egglog_rule_name(rule.name, families)
         query = " ".join(ctx.query)
-        out.append(f"(rule ({query})\n      ((union __root {rhs}))\n      :ruleset {ruleset} :name {quote(name)})")
+        out.append(f"(rule ({query})\n      ((union ?__root {rhs}))\n      :ruleset {ruleset} :name {quote(name)})")
     return out
 
 
@@ -130,11 +130,11 @@ class _Ctx:
         return StitchError(f"rule '{self.rule.name}': {message}", pos, self.source)
 
     def new(self, prefix: str) -> str:
-        return f"__{prefix}{next(self.fresh)}"
+        return f"?__{prefix}{next(self.fresh)}"
 
     @staticmethod
     def var(name: str) -> str:
-        return "v_" + name.lstrip("?")
+        return name  # egglog pattern variables are spelled `?x` too
 
     # -- patterns ------------------------------------------------------------
 
@@ -169,7 +169,7 @@ class _Ctx:
             return f"(Const {f64(p.value)} {self.new('d')})"
         dt = self._dtype_of(dtype_from) if dtype_from is not None else None
         if dt is None:
-            dt = self._dtype_expr_var("__root")
+            dt = self._dtype_expr_var("?__root")
         return f"(Const {f64(p.value)} {dt})"
 
     def _dtype_expr_var(self, term_var: str) -> str:

@@ -1,0 +1,207 @@
+"""The cost model: a Schedule priced on a Target, reading only the target's numbers.
+
+Per kernel:
+
+    cycles = launch_cycles + transfer (+ or max, with overlap_dma) compute
+    transfer = (bytes read + bytes written) / global_bandwidth
+    compute = vector work / (vector_lanes * cores used) + matrix work
+
+- Tile space: the kernel parallelizes over the root's output axes along which
+  every reduction and matmul inside it varies (AStitch's rule: a tile holds the
+  reduced axes whole, so no reduction is split or recomputed across tiles).
+- Tile size: grown along those axes, innermost first, while the tile's on-chip
+  footprint (global inputs read more than once, which are staged; shared and
+  local values; the output tile; each aligned) fits `onchip_bytes` and at least 2 x cores tiles remain. A kernel
+  whose smallest tile does not fit is infeasible.
+- Bytes: every global input is read once per tile slice it needs: an input that
+  does not vary along a tiled axis is read again for each tile along that axis
+  (matmul operands, broadcast operands of a kernel that cannot hold them). The
+  output is written once. Lowering reads and writes exactly these bytes.
+- Work: each instance computes its slice per tile; inline values are recomputed
+  per use, so recomputation is priced.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..targets.target import Target
+from .ir import dtype_bytes
+from .schedule import Instance, Kernel, Label, Schedule
+
+INFEASIBLE = math.inf
+
+
+@dataclass
+class KernelCost:
+    parallel: list[str]  # tiled root axes ("p0", ...)
+    tile: dict[str, int]  # tile extent of each parallel axis
+    tiles: int
+    footprint: int  # on-chip bytes of one tile
+    bytes_read: int
+    bytes_written: int
+    vector_cycles: float
+    matrix_cycles: float
+    transfer_cycles: float
+    cycles: float
+    problem: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.problem
+
+
+@dataclass
+class ScheduleCost:
+    kernels: list[KernelCost]
+    cycles: float
+    global_bytes: int
+    compulsory_bytes: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.problems
+
+
+def align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def parallel_axes(kernel: Kernel) -> list[str]:
+    root = kernel.root_instance
+    axes = [lab for lab in root.labels if lab is not None]
+    for inst in kernel.instances:
+        if inst.node.op in ("sum", "mean", "max", "min", "matmul"):
+            have = set(inst.labels)
+            axes = [a for a in axes if a in have]
+    return [a for a in axes if kernel.extents[a] > 1]
+
+
+def slice_elems(labels: tuple[Label, ...], kernel: Kernel, tile: dict[str, int]) -> int:
+    n = 1
+    for lab in labels:
+        if lab is not None:
+            n *= tile.get(lab, kernel.extents[lab])
+    return n
+
+
+def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int) -> int:
+    total = 0
+    for cid, labels in kernel.inputs.items():
+        if kernel.input_uses.get(cid, 0) < 2:
+            continue  # read once: streamed, not staged
+        total += align(slice_elems(labels, kernel, tile) * dtype_bytes(types[cid].dtype), alignment)
+    for inst in kernel.instances:
+        if inst.placement != "inline":
+            total += align(slice_elems(inst.labels, kernel, tile) * dtype_bytes(types[inst.cid].dtype), alignment)
+    return total
+
+
+def choose_tile(kernel: Kernel, parallel: list[str], types, target: Target) -> tuple[dict[str, int], int]:
+    """Grow the tile innermost-axis first while it fits and leaves enough tiles for every core."""
+    tile = {a: 1 for a in parallel}
+    fp = footprint(kernel, tile, types, target.alignment)
+    if fp > target.onchip_bytes:
+        return tile, fp
+    want_tiles = 2 * target.cores
+    for axis in reversed(parallel):
+        while tile[axis] < kernel.extents[axis]:
+            trial = dict(tile, **{axis: min(tile[axis] * 2, kernel.extents[axis])})
+            fp_trial = footprint(kernel, trial, types, target.alignment)
+            if fp_trial > target.onchip_bytes or count_tiles(kernel, trial) < want_tiles:
+                break
+            tile, fp = trial, fp_trial
+    return tile, fp
+
+
+def count_tiles(kernel: Kernel, tile: dict[str, int]) -> int:
+    n = 1
+    for a, t in tile.items():
+        n *= -(-kernel.extents[a] // t)
+    return n
+
+
+def instance_work(inst: Instance, kernel: Kernel, tile: dict[str, int], types, target: Target) -> tuple[float, float]:
+    """(vector element-cycles, matrix cycles) of one tile of this instance."""
+    node = inst.node
+    out = slice_elems(inst.labels, kernel, tile)
+    op = node.op
+    if op in ("param", "const"):
+        return 0.0, 0.0
+    if op in ("sum", "mean", "max", "min"):
+        in_shape = types[node.children[0]].shape
+        factor = math.prod(in_shape[a] for a in node.attr("axes"))
+        return out * factor * target.cycles_per_element(op), 0.0
+    if op == "matmul":
+        k = types[node.children[0]].shape[-1]
+        if target.matrix is not None:
+            m = target.matrix
+            rows = _tile_extent(inst.labels, -2, kernel, tile) if len(inst.labels) >= 2 else 1
+            cols = _tile_extent(inst.labels, -1, kernel, tile) if inst.labels else 1
+            batch = out // max(rows * cols, 1)
+            tiles = batch * -(-rows // m.tile_m) * -(-cols // m.tile_n) * -(-k // m.tile_k)
+            return 0.0, tiles * m.cycles_per_tile
+        return out * k / max(target.fma_per_lane, 1e-9), 0.0
+    return out * target.cycles_per_element(op), 0.0
+
+
+def _tile_extent(labels, index, kernel, tile) -> int:
+    lab = labels[index]
+    return 1 if lab is None else tile.get(lab, kernel.extents[lab])
+
+
+def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
+    parallel = parallel_axes(kernel)
+    tile, fp = choose_tile(kernel, parallel, types, target)
+    tiles = count_tiles(kernel, tile)
+    problem = kernel.problem
+    if not problem and fp > target.onchip_bytes:
+        problem = (f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}")
+    reads = 0
+    for cid, labels in kernel.inputs.items():
+        reread = 1
+        have = set(labels)
+        for a in parallel:
+            if a not in have:
+                reread *= -(-kernel.extents[a] // tile[a])
+        reads += types[cid].nbytes * reread
+    written = types[kernel.root].nbytes
+    vec = mat = 0.0
+    for inst in kernel.instances:
+        v, m = instance_work(inst, kernel, tile, types, target)
+        vec += v * tiles
+        mat += m * tiles
+    cores = max(1, min(target.cores, tiles))
+    vector_cycles = vec / (target.vector_lanes * cores)
+    matrix_cycles = mat / cores
+    transfer = (reads + written) / target.global_bandwidth
+    compute = vector_cycles + matrix_cycles
+    body = max(transfer, compute) if target.overlap_dma else transfer + compute
+    cycles = INFEASIBLE if problem else target.launch_cycles + body
+    return KernelCost(parallel, tile, tiles, fp, reads, written, vector_cycles, matrix_cycles, transfer, cycles,
+                      problem)
+
+
+def schedule_cost(schedule: Schedule, target: Target, cache: dict | None = None) -> ScheduleCost:
+    kcs = []
+    for k in schedule.kernels:
+        kcs.append(kernel_cost(k, schedule.types, target))
+    problems = [f"kernel {k.root_instance.node.op}: {kc.problem}" for k, kc in zip(schedule.kernels, kcs) if kc.problem]
+    cycles = sum(kc.cycles for kc in kcs)
+    global_bytes = sum(kc.bytes_read + kc.bytes_written for kc in kcs)
+    return ScheduleCost(kcs, cycles, global_bytes, compulsory_bytes(schedule), problems)
+
+
+def compulsory_bytes(schedule: Schedule) -> int:
+    """Bytes every schedule must move: the parameters it reads and the outputs it writes."""
+    types = schedule.types
+    read = set()
+    for k in schedule.kernels:
+        read.update(c for c in k.inputs if c in schedule.params)
+    for o in schedule.outputs:
+        if o in schedule.params:
+            read.add(o)
+    written = {o for o in schedule.outputs if o not in schedule.params}
+    return sum(types[c].nbytes for c in read) + sum(types[c].nbytes for c in written)
