@@ -59,7 +59,7 @@ def reduce_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) 
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | str:
     if not a or not b:
-        return "matmul needs operands of rank >= 1"
+        return "operands must have rank >= 1"
     a2 = (1,) + a if len(a) == 1 else a
     b2 = b + (1,) if len(b) == 1 else b
     if a2[-1] != b2[-2]:
@@ -147,7 +147,7 @@ class _Checker:
         if dtype == "bool" and not isinstance(v, bool):
             raise self.error(f"literal {v} used where a bool is expected", e.pos)
         if dtype != "bool" and isinstance(v, bool):
-            raise self.error(f"literal {'true' if v else 'false'} used where a {dtype} is expected", e.pos)
+            raise self.error(f"literal {'true' if v else 'false'} is a bool, but the operands are {dtype}", e.pos)
         if dtype in ("i32", "i64") and isinstance(v, float):
             if not v.is_integer():
                 raise self.error(f"literal {v} is not an integer, but the operands are {dtype}", e.pos)
@@ -228,7 +228,7 @@ class _Checker:
         if group == "matmul":
             out = matmul_shape(types[0].shape, types[1].shape)
             if isinstance(out, str):
-                raise self.error(f"matmul: {out}: {types[0]} @ {types[1]}", e.pos)
+                raise self.error(f"matmul {types[0]} @ {types[1]}: {out}", e.pos)
             return (), TensorType(types[0].dtype, out)
         if group == "reduce":
             return self.reduce(e, types[0])
@@ -258,7 +258,7 @@ class _Checker:
         axes = tuple(range(t.rank)) if axes is None else axes
         norm = normalize_axes(axes, t.rank)
         if isinstance(norm, str):
-            raise self.error(f"{e.op}: {norm} {t}", e.attr("axes").pos)
+            raise self.error(f"{e.op}: {norm} (the operand is {t})", e.attr("axes").pos)
         out = TensorType(t.dtype, reduce_shape(t.shape, norm, keepdims))
         return (("axes", norm), ("keepdims", keepdims)), out
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import StitchError
+from .ir import Pos
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args) or 0
     except StitchError as err:
         print(err.render(), file=sys.stderr)
+        return 1
+    except MemoryError:  # e.g. `eval` of a program whose tensors do not fit
+        print("error: out of memory", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -61,17 +65,42 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     e.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
     e.set_defaults(run=cmd_eval)
+
+    from .pipeline import add_compile_arguments, compile_command
+
+    k = sub.add_parser("compile", help="saturate a program with the rules and print a stage (--emit)")
+    add_compile_arguments(k)
+    k.set_defaults(run=compile_command)
+
+    r = sub.add_parser("rules", help="work with rule files").add_subparsers(metavar="COMMAND")
+    rc = r.add_parser("check", help="test every rule of a .rules file for soundness on random instances")
+    rc.add_argument("files", nargs="+", metavar="FILE.rules")
+    rc.add_argument("--examples", type=_positive_int, default=100, metavar="N",
+                    help="instances to try per rule (default 100)")
+    rc.set_defaults(run=cmd_rules_check)
     return p
 
 
-def load_graph(path: str, entry: str | None):
-    from .check import check_program
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'")
+    return int(text)
+
+
+def load_program(path: str):
     from .parse import parse_file
 
     program = parse_file(path)
     if not program.funcs:
-        raise StitchError(f"{path}: the file defines no func")
-    graphs = check_program(program)
+        hint = "a program is one or more `func NAME(PARAMS) -> TYPE { ... }`"
+        raise StitchError("the file defines no func", Pos(path, 1, 1), program.source, hint)
+    return program
+
+
+def load_graph(path: str, entry: str | None):
+    from .check import check_program
+
+    graphs = check_program(load_program(path))
     if entry is None:
         return next(iter(graphs.values()))
     if entry not in graphs:
@@ -91,20 +120,17 @@ def load_inputs(path: str) -> dict[str, np.ndarray]:
 
 def cmd_check(args) -> int:
     from .check import check_program
-    from .parse import parse_file
 
-    program = parse_file(args.file)
-    for graph in check_program(program).values():
+    for graph in check_program(load_program(args.file)).values():
         print(graph.signature())
     return 0
 
 
 def cmd_fmt(args) -> int:
     from .check import check_program
-    from .parse import parse_file
     from .printer import print_program
 
-    program = parse_file(args.file)
+    program = load_program(args.file)
     check_program(program)
     sys.stdout.write(print_program(program))
     return 0
@@ -114,6 +140,7 @@ def cmd_eval(args) -> int:
     from .interp import evaluate, random_inputs
 
     graph = load_graph(args.file, args.entry)
+    check_addressable(graph, args.file)
     inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
     outputs = evaluate(graph, inputs)
     if args.output:
@@ -124,6 +151,30 @@ def cmd_eval(args) -> int:
     else:
         print(summarize(outputs))
     return 0
+
+
+def cmd_rules_check(args) -> int:
+    """Exit 1 if any rule is unsound (each is printed with its shrunk counterexample)."""
+    from .rules import load_rules
+    from .soundness import check_rule_file, report
+
+    unsound = False
+    for path in args.files:
+        rf = load_rules(path)
+        verdicts = check_rule_file(rf, args.examples)
+        print(report(rf, verdicts, args.examples), flush=True)
+        unsound |= any(v.status == "unsound" for v in verdicts)
+    return 1 if unsound else 0
+
+
+def check_addressable(graph, path: str) -> None:
+    """Refuse tensors numpy cannot even describe (a smaller one that does not fit is MemoryError)."""
+    from .parse import read_source
+
+    for node in graph.nodes:
+        if node.type.nbytes >= 2**63:
+            message = f"{node.type} is too large to evaluate ({node.type.nbytes} bytes)"
+            raise StitchError(message, node.pos, read_source(path))
 
 
 def summarize(outputs: list[np.ndarray]) -> str:

@@ -7,16 +7,21 @@ Per kernel:
     compute = vector work / (vector_lanes * cores used) + matrix work
 
 - Tile space: the kernel parallelizes over the root's output axes along which
-  every reduction and matmul inside it varies (AStitch's rule: a tile holds the
+  every reduction and matmul inside it varies (and which a reshape inside it
+  keeps as a common prefix) (AStitch's rule: a tile holds the
   reduced axes whole, so no reduction is split or recomputed across tiles).
 - Tile size: grown along those axes, innermost first, while the tile's on-chip
   footprint (global inputs read more than once, which are staged; shared and
-  local values; the output tile; each aligned) fits `onchip_bytes` and at least 2 x cores tiles remain. A kernel
+  local values; the accumulator of a reduction or matmul output; each aligned;
+  an input read once and an elementwise output stream through) fits `onchip_bytes` and at least 2 x cores tiles remain. A kernel
   whose smallest tile does not fit is infeasible.
-- Bytes: every global input is read once per tile slice it needs: an input that
-  does not vary along a tiled axis is read again for each tile along that axis
-  (matmul operands, broadcast operands of a kernel that cannot hold them). The
-  output is written once. Lowering reads and writes exactly these bytes.
+- Bytes: an input that does not vary along every tiled axis and takes at most
+  an eighth of the on-chip buffer (a bias, a norm's weight) is held whole for
+  the kernel and read once. Otherwise tiles are visited in order (outermost
+  tiled axis first) and an input's slice stays on chip until an axis it varies
+  along moves on, so a matmul's right operand is read again for each tile of
+  rows (`rereads`). The output is written once. Lowering
+  reads and writes exactly these bytes.
 - Work: each instance computes its slice per tile; inline values are recomputed
   per use, so recomputation is priced.
 """
@@ -76,6 +81,9 @@ def parallel_axes(kernel: Kernel) -> list[str]:
         if inst.node.op in ("sum", "mean", "max", "min", "matmul"):
             have = set(inst.labels)
             axes = [a for a in axes if a in have]
+        elif inst.node.op == "reshape":
+            have = set(inst.operand_labels[0])
+            axes = [a for a in axes if a in have]
     return [a for a in axes if kernel.extents[a] > 1]
 
 
@@ -87,29 +95,40 @@ def slice_elems(labels: tuple[Label, ...], kernel: Kernel, tile: dict[str, int])
     return n
 
 
-def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int) -> int:
-    total = 0
+def resident_inputs(kernel: Kernel, parallel: list[str], types, target: Target) -> set[str]:
+    """Small inputs that do not vary along every tiled axis: held on chip for the whole kernel, read once."""
+    out = set()
     for cid, labels in kernel.inputs.items():
-        if kernel.input_uses.get(cid, 0) < 2:
-            continue  # read once: streamed, not staged
+        if any(a not in labels for a in parallel) and types[cid].nbytes <= target.onchip_bytes // 8:
+            out.add(cid)
+    return out
+
+
+def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resident: set[str] = frozenset()) -> int:
+    total = sum(align(types[cid].nbytes, alignment) for cid in resident)
+    for cid, labels in kernel.inputs.items():
+        if kernel.input_uses.get(cid, 0) < 2 or cid in resident:
+            continue  # read once: streamed, not staged; or held whole
         total += align(slice_elems(labels, kernel, tile) * dtype_bytes(types[cid].dtype), alignment)
     for inst in kernel.instances:
-        if inst.placement != "inline":
+        streamed = inst.placement == "root" and inst.node.op not in ("sum", "mean", "max", "min", "matmul")
+        if inst.placement != "inline" and not streamed:
             total += align(slice_elems(inst.labels, kernel, tile) * dtype_bytes(types[inst.cid].dtype), alignment)
     return total
 
 
-def choose_tile(kernel: Kernel, parallel: list[str], types, target: Target) -> tuple[dict[str, int], int]:
+def choose_tile(kernel: Kernel, parallel: list[str], types, target: Target,
+                resident: set[str] = frozenset()) -> tuple[dict[str, int], int]:
     """Grow the tile innermost-axis first while it fits and leaves enough tiles for every core."""
     tile = {a: 1 for a in parallel}
-    fp = footprint(kernel, tile, types, target.alignment)
+    fp = footprint(kernel, tile, types, target.alignment, resident)
     if fp > target.onchip_bytes:
         return tile, fp
     want_tiles = 2 * target.cores
     for axis in reversed(parallel):
         while tile[axis] < kernel.extents[axis]:
             trial = dict(tile, **{axis: min(tile[axis] * 2, kernel.extents[axis])})
-            fp_trial = footprint(kernel, trial, types, target.alignment)
+            fp_trial = footprint(kernel, trial, types, target.alignment, resident)
             if fp_trial > target.onchip_bytes or count_tiles(kernel, trial) < want_tiles:
                 break
             tile, fp = trial, fp_trial
@@ -120,6 +139,19 @@ def count_tiles(kernel: Kernel, tile: dict[str, int]) -> int:
     n = 1
     for a, t in tile.items():
         n *= -(-kernel.extents[a] // t)
+    return n
+
+
+def rereads(labels: tuple[Label, ...], parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> int:
+    """How many times an input is read: tiles are visited in `parallel` order (outermost first) and an
+    input's slice stays on chip until an axis it varies along moves on, so only tiled axes it does not
+    vary along, outside the innermost one it does, make it read again."""
+    have = set(labels)
+    inner = max((i for i, a in enumerate(parallel) if a in have), default=0)
+    n = 1
+    for a in parallel[:inner]:
+        if a not in have:
+            n *= -(-kernel.extents[a] // tile[a])
     return n
 
 
@@ -154,19 +186,16 @@ def _tile_extent(labels, index, kernel, tile) -> int:
 
 def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
     parallel = parallel_axes(kernel)
-    tile, fp = choose_tile(kernel, parallel, types, target)
+    resident = resident_inputs(kernel, parallel, types, target)
+    tile, fp = choose_tile(kernel, parallel, types, target, resident)
     tiles = count_tiles(kernel, tile)
     problem = kernel.problem
     if not problem and fp > target.onchip_bytes:
         problem = (f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}")
-    reads = 0
-    for cid, labels in kernel.inputs.items():
-        reread = 1
-        have = set(labels)
-        for a in parallel:
-            if a not in have:
-                reread *= -(-kernel.extents[a] // tile[a])
-        reads += types[cid].nbytes * reread
+    reads = sum(
+        types[cid].nbytes * (1 if cid in resident else rereads(labels, parallel, kernel, tile))
+        for cid, labels in kernel.inputs.items()
+    )
     written = types[kernel.root].nbytes
     vec = mat = 0.0
     for inst in kernel.instances:
@@ -184,10 +213,9 @@ def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
                       problem)
 
 
-def schedule_cost(schedule: Schedule, target: Target, cache: dict | None = None) -> ScheduleCost:
-    kcs = []
-    for k in schedule.kernels:
-        kcs.append(kernel_cost(k, schedule.types, target))
+def schedule_cost(schedule: Schedule, target: Target, kernel_costs: list[KernelCost] | None = None) -> ScheduleCost:
+    """Price every kernel (or take the prices given, one per kernel) and add them up."""
+    kcs = kernel_costs if kernel_costs is not None else [kernel_cost(k, schedule.types, target) for k in schedule.kernels]
     problems = [f"kernel {k.root_instance.node.op}: {kc.problem}" for k, kc in zip(schedule.kernels, kcs) if kc.problem]
     cycles = sum(kc.cycles for kc in kcs)
     global_bytes = sum(kc.bytes_read + kc.bytes_written for kc in kcs)

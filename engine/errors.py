@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from .ir import NOPOS, Pos
 
 
@@ -19,7 +21,12 @@ class StitchError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        head = f"{self.pos}: error: {self.message}" if self.pos.line else f"error: {self.message}"
+        if self.pos.line:
+            head = f"{self.pos}: error: {self.message}"
+        elif self.pos.file != NOPOS.file:  # about a whole file: it cannot be read, say
+            head = f"{self.pos.file}: error: {self.message}"
+        else:
+            head = f"error: {self.message}"
         lines = [head]
         snippet = caret_context(self.source, self.pos)
         if snippet:
@@ -33,12 +40,32 @@ class StitchError(Exception):
 
 
 def caret_context(source: str, pos: Pos) -> str:
-    """The source line at `pos` and a caret under its column."""
+    """The source line at `pos` and a caret under its column.
+
+    Lines are counted as the parser counts them (only "\\n" ends one), control
+    characters are shown as '?', wide characters get two caret columns, and a
+    long line is cut to a window around the column.
+    """
     if not source or pos.line <= 0:
         return ""
-    text_lines = source.splitlines()
+    text_lines = source.split("\n")
     if pos.line > len(text_lines):
         return ""
-    line = text_lines[pos.line - 1].expandtabs(1)
+    line = text_lines[pos.line - 1].removesuffix("\r")
+    col = min(max(pos.col, 1), len(line) + 1)
+    start, end = max(0, col - 1 - CONTEXT_WIDTH // 2), col - 1 + CONTEXT_WIDTH // 2
+    shown = ("..." if start else "") + _printable(line[start:end]) + ("..." if end < len(line) else "")
+    pad = (3 if start else 0) + _width(line[start : col - 1])
     gutter = f"{pos.line:>4} | "
-    return f"{gutter}{line}\n{' ' * len(gutter)}{' ' * max(pos.col - 1, 0)}^"
+    return f"{gutter}{shown}\n{' ' * (len(gutter) + pad)}^"
+
+
+CONTEXT_WIDTH = 160
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else " " if c == "\t" else "?" for c in text)
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)

@@ -8,19 +8,15 @@ the same `Choice` type.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from .check import check_func
 from .egraph_data import EGraphData, ENode
 from .graph import Graph
 from .ir import Assign, Attr, Call, Const, DTypeName, Func, Param, Var
-
-if TYPE_CHECKING:
-    from .cost import ScheduleCost
-    from .schedule import Schedule
 
 Choice = dict[str, ENode]  # e-class id -> the chosen e-node
 
@@ -30,19 +26,38 @@ def node_count_cost(node: ENode) -> float:
 
 
 def extract_tree(data: EGraphData, cost: Callable[[ENode], float] = node_count_cost) -> Choice:
-    """The cheapest tree-cost e-node of every e-class (Bellman-Ford over the e-graph)."""
-    best: dict[str, float] = {cid: math.inf for cid in data.classes}
+    """The cheapest tree-cost e-node of every e-class (Knuth's generalization of Dijkstra).
+
+    A node's cost is its own plus its children's, so a class's cost is final
+    once it is the smallest on the heap; each node is priced once, when the
+    last of its children is final. Classes on a cycle only (no finite cost)
+    get no entry.
+    """
+    parents: dict[str, list[tuple[str, int]]] = {}
+    waiting: dict[tuple[str, int], int] = {}
+    heap: list[tuple[float, int, str, int]] = []
+    tie = itertools.count()
+    for cid, nodes in data.classes.items():
+        for i, n in enumerate(nodes):
+            kids = set(n.children)
+            waiting[(cid, i)] = len(kids)
+            for k in kids:
+                parents.setdefault(k, []).append((cid, i))
+            if not kids:
+                heapq.heappush(heap, (cost(n), next(tie), cid, i))
+    best: dict[str, float] = {}
     choice: Choice = {}
-    changed = True
-    while changed:
-        changed = False
-        for cid, nodes in data.classes.items():
-            for n in nodes:
-                c = cost(n) + sum(best[k] for k in n.children)
-                if c < best[cid]:
-                    best[cid] = c
-                    choice[cid] = n
-                    changed = True
+    while heap:
+        c, _, cid, i = heapq.heappop(heap)
+        if cid in best:
+            continue
+        best[cid] = c
+        choice[cid] = data.classes[cid][i]
+        for pcid, j in parents.get(cid, ()):
+            waiting[(pcid, j)] -= 1
+            if waiting[(pcid, j)] == 0 and pcid not in best:
+                n = data.classes[pcid][j]
+                heapq.heappush(heap, (cost(n) + sum(best[k] for k in n.children), next(tie), pcid, j))
     return choice
 
 
@@ -126,69 +141,22 @@ MOST_FUSED = prefer({"global": 100.0, "shared": 1.0, "local": 2.0, "inline": 0.0
 FORWARDED = prefer({"global": 100.0, "shared": 1.0, "local": 0.0, "inline": 0.5})
 
 
-@dataclass
-class Extracted:
-    choice: Choice
-    schedule: "Schedule"
-    cost: "ScheduleCost"
-    evaluated: int  # schedules priced during the search
-    exhaustive: bool
+def work_cost(data: EGraphData, target) -> Callable[[ENode], float]:
+    """Additive cost of the unfused program: each op's elements times its cycles per element."""
+    class_of = {id(n): cid for cid, nodes in data.classes.items() for n in nodes}
+
+    def cost(node: ENode) -> float:
+        if node.is_placement:
+            return 0.0 if node.op == "global" else math.inf
+        if node.op in ("param", "const"):
+            return 0.0
+        return (1.0 + data.types[class_of[id(node)]].size) * target.cycles_per_element(node.op)
+
+    return cost
 
 
-def extract_schedule(data: EGraphData, target, exhaustive_limit: int = 4096, max_passes: int = 4) -> Extracted:
-    from .cost import schedule_cost
-    from .schedule import build_schedule
+def extract_schedule(data: EGraphData, target, exhaustive_limit: int = 20_000):
+    """The cheapest schedule of the saturated e-graph for `target` (see search.py)."""
+    from .search import search
 
-    counter = [0]
-
-    def price(choice: Choice):
-        counter[0] += 1
-        schedule = build_schedule(data, choice)
-        return schedule_cost(schedule, target), schedule
-
-    def key(c) -> tuple:
-        return (0 if c.feasible else 1, c.cycles, len(c.problems))
-
-    seeds = [extract_tree(data, w) for w in (ALL_GLOBAL, MOST_FUSED, FORWARDED, node_count_cost)]
-    classes = reachable_classes(data)
-    options = [(cid, data.classes[cid]) for cid in classes if len(data.classes[cid]) > 1]
-    space = 1
-    for _, nodes in options:
-        space *= len(nodes)
-        if space > exhaustive_limit:
-            break
-    best_choice = None
-    best = None
-    if space <= exhaustive_limit:
-        base = dict(seeds[0])
-        for combo in itertools.product(*(nodes for _, nodes in options)):
-            trial = dict(base)
-            trial.update(zip((cid for cid, _ in options), combo))
-            cost, schedule = price(trial)
-            if best is None or key(cost) < key(best[0]):
-                best, best_choice = (cost, schedule), trial
-        return Extracted(best_choice, best[1], best[0], counter[0], True)
-    for seed in seeds:
-        cost, schedule = price(seed)
-        if best is None or key(cost) < key(best[0]):
-            best, best_choice = (cost, schedule), dict(seed)
-    for _ in range(max_passes):
-        improved = False
-        live = set(reachable_classes(data, best_choice))
-        for cid, nodes in options:
-            if cid not in live:
-                continue
-            current = best_choice[cid]
-            for alt in nodes:
-                if alt is current:
-                    continue
-                trial = dict(best_choice)
-                trial[cid] = alt
-                cost, schedule = price(trial)
-                if key(cost) < key(best[0]):
-                    best, best_choice, current = (cost, schedule), trial, alt
-                    improved = True
-                    live = set(reachable_classes(data, best_choice))
-        if not improved:
-            break
-    return Extracted(best_choice, best[1], best[0], counter[0], False)
+    return search(data, target, extract_tree(data, work_cost(data, target)), exhaustive_limit)

@@ -50,7 +50,8 @@ def _unary(op: str, x: np.ndarray) -> np.ndarray:
     if op == "relu":
         return np.maximum(x, dt.type(0))
     if op == "erf":
-        return _erf(x.astype(np.float64)).astype(dt)
+        # frompyfunc gives a bare Python float for a 0-d input, so wrap before casting.
+        return np.asarray(_erf(x.astype(np.float64)), dtype=np.float64).astype(dt)
     raise AssertionError(op)
 
 
@@ -111,7 +112,8 @@ def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
             for i in set(n.inputs):
                 if last[i] == n.id:
                     del env[i]
-    return [np.ascontiguousarray(env[o]) for o in graph.outputs]
+    # Not ascontiguousarray: it turns a 0-d result into shape (1,).
+    return [np.asarray(env[o], order="C") for o in graph.outputs]
 
 
 def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -7,17 +7,27 @@ StitchErrors with file:line:col, the line and a caret.
 
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.parsers.lalr_interactive_parser import InteractiveParser
 
 from .errors import StitchError
 from .ir import DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Pos, Program, TensorType, Var
 
 GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammar"
+
+# Limits that keep every later stage (all of them recursive over expressions,
+# all of them sizing arrays from shapes) away from RecursionError and overflow.
+MAX_NESTING = 100  # calls nested inside one another in one expression
+MAX_DIM = 2**31 - 1  # one dimension of a tensor type
+MAX_INT_DIGITS = 300  # an integer literal; more would not even fit in an f64
+MAX_FILE_BYTES = 16 * 2**20
+RESERVED = ("func", "return", "true", "false")
 
 
 @cache
@@ -27,23 +37,62 @@ def ir_parser() -> Lark:
 
 def parse_program(text: str, filename: str = "<string>") -> Program:
     """Parse a whole `.ir` file. Raises StitchError on malformed input."""
+    parser = ir_parser()
     try:
-        tree = ir_parser().parse(text)
+        tree = parser.parse(text)
     except UnexpectedInput as err:
-        raise syntax_error(err, text, filename, ir_parser()) from None
-    funcs = _ToIR(filename, text).transform(tree)
+        raise syntax_error(err, text, filename, parser, ir_mistakes()) from None
+    _check_nesting(tree, text, filename)
+    try:
+        funcs = _ToIR(filename, text).transform(tree)
+    except VisitError as err:  # lark wraps what the transformer raises
+        if isinstance(err.orig_exc, StitchError):
+            raise err.orig_exc from None
+        raise
     program = Program(tuple(funcs), source=text, filename=filename)
     _check_unique_funcs(program)
     return program
 
 
 def parse_file(path: str | Path) -> Program:
-    path = Path(path)
+    return parse_program(read_source(path), str(path))
+
+
+def read_source(path: str | Path) -> str:
+    """The UTF-8 text of a source file (a leading byte-order mark dropped)."""
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise StitchError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
-    return parse_program(text, str(path))
+        with open(path, "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise StitchError(f"cannot read the file: {err.strerror or err}", Pos(str(path), 0, 0)) from None
+    except ValueError as err:  # e.g. a NUL byte in the path
+        raise StitchError(f"cannot read the file: {err}", Pos(repr(str(path)), 0, 0)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise StitchError(f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB", Pos(str(path), 0, 0))
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        line_start = data.rfind(b"\n", 0, err.start) + 1
+        col = len(data[line_start : err.start].decode("utf-8", "replace")) + 1
+        text = data.decode("utf-8", "replace")
+        message = f"byte 0x{data[err.start]:02x} is not valid UTF-8; source files must be UTF-8 text"
+        raise StitchError(message, Pos(str(path), line, col), text) from None
+
+
+def _check_nesting(tree: Tree, text: str, filename: str) -> None:
+    """Reject calls nested deeper than MAX_NESTING (walked without recursion)."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.data == "call":
+            depth += 1
+            if depth > MAX_NESTING:
+                pos = Pos(filename, node.meta.line, node.meta.column)
+                hint = "name some of the inner values with `name = ...` statements"
+                raise StitchError(f"calls are nested more than {MAX_NESTING} deep", pos, text, hint)
+        stack.extend((child, depth) for child in node.children if isinstance(child, Tree))
 
 
 def _check_unique_funcs(program: Program) -> None:
@@ -79,6 +128,29 @@ class _ToIR(Transformer):
         col = getattr(item, "column", None)
         return Pos(self.filename, line or 0, col or 0)
 
+    def _error(self, message: str, tok: Token, hint: str = "") -> StitchError:
+        return StitchError(message, self._pos(tok), self.source, hint)
+
+    def _name(self, tok: Token, what: str) -> str:
+        if str(tok) in RESERVED:
+            raise self._error(f"'{tok}' is a reserved word and cannot name a {what}", tok)
+        return str(tok)
+
+    def _int(self, tok: Token) -> int:
+        if len(tok.lstrip("+-")) > MAX_INT_DIGITS:
+            raise self._error(f"integer literal {tok[:12]}... is too large ({len(tok.lstrip('+-'))} digits)", tok)
+        return int(tok)
+
+    def _number(self, tok: Token) -> int | float:
+        text = str(tok)
+        if not any(c in text for c in ".eE"):
+            return self._int(tok)
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            shown = text if len(text) <= 20 else text[:12] + "..."
+            raise self._error(f"number {shown} is too large for any float type", tok)
+        return value
+
     def start(self, funcs):
         return list(funcs)
 
@@ -90,7 +162,7 @@ class _ToIR(Transformer):
         body = tuple(i for i in items if isinstance(i, Assign))
         ret = items[-1]
         return Func(
-            str(name),
+            self._name(name, "func"),
             params,
             results.types,
             body,
@@ -102,7 +174,7 @@ class _ToIR(Transformer):
 
     def param(self, items):
         name, typ = items
-        return Param(str(name), typ, self._pos(name))
+        return Param(self._name(name, "parameter"), typ, self._pos(name))
 
     @v_args(meta=True)
     def one_result(self, meta, items):
@@ -115,20 +187,25 @@ class _ToIR(Transformer):
     def type(self, items):
         name, *dims = items
         if str(name) not in DTYPES:
-            raise StitchError(
-                f"unknown dtype '{name}'; expected one of {', '.join(DTYPES)}", self._pos(name), self.source
-            )
+            close = difflib.get_close_matches(str(name), DTYPES, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else ""
+            raise self._error(f"unknown dtype '{name}'; expected one of {', '.join(DTYPES)}", name, hint)
+        shape = []
         for tok in dims:
-            if int(tok) <= 0:
-                raise StitchError(f"dimension {tok} must be a positive integer", self._pos(tok), self.source)
-        return TensorType(str(name), tuple(int(t) for t in dims))
+            d = self._int(tok)
+            if d <= 0:
+                raise self._error(f"dimension {tok} must be a positive integer", tok)
+            if d > MAX_DIM:
+                raise self._error(f"dimension {tok} is too large (at most {MAX_DIM})", tok)
+            shape.append(d)
+        return TensorType(str(name), tuple(shape))
 
     def dim(self, items):
         return items[0]
 
     def assign(self, items):
         name, expr = items
-        return Assign(str(name), expr, self._pos(name))
+        return Assign(self._name(name, "value"), expr, self._pos(name))
 
     def ret(self, items):
         return _Return(tuple(items[1:]), self._pos(items[0]))
@@ -139,7 +216,7 @@ class _ToIR(Transformer):
 
     def number(self, items):
         (tok,) = items
-        return Const(_number(tok), self._pos(tok))
+        return Const(self._number(tok), self._pos(tok))
 
     def true(self, items):
         return Const(True, self._pos(items[0]))
@@ -168,7 +245,7 @@ class _ToIR(Transformer):
         return Attr(str(name), value, self._pos(name))
 
     def attr_number(self, items):
-        return _number(items[0])
+        return self._number(items[0])
 
     def attr_true(self, items):
         return True
@@ -180,22 +257,116 @@ class _ToIR(Transformer):
         return DTypeName(str(items[0]))
 
     def attr_list(self, items):
-        return tuple(int(t) for t in items)
+        return tuple(self._int(t) for t in items)
 
 
 def _expr_pos(e) -> Pos:
     return e.pos
 
 
-def _number(tok: Token) -> int | float:
-    text = str(tok)
-    if any(c in text for c in ".eE") or text.lstrip("+-").lower() in ("inf", "nan"):
-        return float(text)
-    return int(text)
-
-
 # ---------------------------------------------------------------------------
 # Syntax errors
+
+
+class Mistake(NamedTuple):
+    """A common mistake: what to say, and a few bad inputs that show it."""
+
+    message: str
+    hint: str
+    examples: tuple[str, ...]
+
+
+# Common mistakes in `.ir` text. An error is recognised by what the parser would
+# have accepted where it stopped, what it found instead and whether that came
+# first on its line: unlike lark's `match_examples`, whose LR state also counts
+# the stack depth, this key does not depend on how deeply the mistake is nested
+# or how many parameters the func has.
+_HEAD = "func f(x: f32[2]) -> f32[2] {\n"
+IR_MISTAKES = [
+    Mistake(
+        "missing ')'",
+        "",  # syntax_error names the '(' left open
+        (
+            _HEAD + "  return g(x\n}\n",
+            _HEAD + "  return g(x, 1\n}\n",
+            _HEAD + "  return g(x, axes=[0]\n}\n",
+            _HEAD + "  a = g(x\n  return a\n}\n",
+            _HEAD + "  a = g(x, 1\n  return a\n}\n",
+            _HEAD + "  a = g(x\n  b = a\n  return b\n}\n",
+            _HEAD + "  a = g(h(x)\n  b = a\n  return b\n}\n",
+            _HEAD + "  return g(x",
+            _HEAD + "  return g(g(x)",
+            "func f(x: f32[2] -> f32[2] {\n  return x\n}\n",
+            "func f(x: f32[2] {\n  return x\n}\n",
+        ),
+    ),
+    Mistake(
+        "the func body ends without a 'return'",
+        "end the body with `return VALUE, ...`",
+        (
+            _HEAD + "}\n",
+            _HEAD + "  a = x\n}\n",
+            _HEAD + "  a = g(x)\n}\n",
+            _HEAD + "  a = 1\n}\n",
+            _HEAD + "  a = x\n",
+            _HEAD + "  a = g(x)\n",
+        ),
+    ),
+    Mistake(
+        "missing '}' at the end of the func",
+        "",
+        (
+            _HEAD + "  return x\n",
+            _HEAD + "  return g(x)\n",
+            _HEAD + "  return 1\n",
+            _HEAD + "  return x\nfunc g() -> f32[] {\n  return 1.0\n}\n",
+            _HEAD + "  return g(x)\nfunc g() -> f32[] {\n  return 1.0\n}\n",
+            _HEAD + "  return 1\nfunc g() -> f32[] {\n  return 1.0\n}\n",
+        ),
+    ),
+    Mistake(
+        "'return' must be the last statement of a func",
+        "move this statement before the 'return'",
+        (
+            _HEAD + "  return x\n  a = x\n}\n",
+            _HEAD + "  return g(x)\n  a = x\n}\n",
+            _HEAD + "  return 1\n  a = x\n}\n",
+            _HEAD + "  return x\n  return x\n}\n",
+            _HEAD + "  return g(x)\n  return x\n}\n",
+            _HEAD + "  return 1\n  return x\n}\n",
+        ),
+    ),
+    Mistake(
+        "missing '->' before the result type",
+        "write `func NAME(PARAMS) -> TYPE {`",
+        (
+            "func f(x: f32[2]) f32[2] {\n  return x\n}\n",
+            "func f(x: f32[2]) - f32[2] {\n  return x\n}\n",
+            "func f(x: f32[2]) => f32[2] {\n  return x\n}\n",
+            "func f(x: f32[2]) : f32[2] {\n  return x\n}\n",
+            "func f(x: f32[2]) {\n  return x\n}\n",
+        ),
+    ),
+]
+
+
+@cache
+def ir_mistakes() -> dict[tuple, Mistake]:
+    return mistake_table(ir_parser(), IR_MISTAKES)
+
+
+def mistake_table(parser: Lark, mistakes: list[Mistake]) -> dict[tuple, Mistake]:
+    """Key each mistake by how its examples stop `parser`; the first mistake wins a key."""
+    table: dict[tuple, Mistake] = {}
+    for mistake in mistakes:
+        for example in mistake.examples:
+            try:
+                parser.parse(example)
+            except UnexpectedInput as err:
+                table.setdefault(_stop(err, example).key, mistake)
+            else:
+                raise AssertionError(f"an example of {mistake.message!r} parses: {example!r}")
+    return table
 
 
 _TERMINAL_NAMES = {
@@ -208,6 +379,116 @@ _TERMINAL_NAMES = {
     "$END": "end of file",
 }
 
+_EXPRESSION = {"NAME", "SIGNED_NUMBER", "TRUE", "FALSE"}
+
+
+class _Stop(NamedTuple):
+    """Where and why the parser stopped, in terms that do not depend on depth."""
+
+    line: int
+    col: int
+    offset: int
+    found: str  # how to show what was found
+    key: tuple  # (acceptable terminals, kind of what was found, first on its line)
+    expected: frozenset[str]
+
+
+def syntax_error(
+    err: UnexpectedInput, text: str, filename: str, parser: Lark, mistakes: dict[tuple, Mistake] | None = None
+) -> StitchError:
+    """A StitchError for lark's `err`: a known mistake (see `mistake_table`) or what was expected."""
+    stop = _stop(err, text)
+    mistake = (mistakes or {}).get(stop.key)
+    hint = ""
+    if mistake is not None:
+        message, hint = f"syntax error: {mistake.message} (found {stop.found})", mistake.hint
+    elif stop.found == "')'" and not _unclosed_paren(text, stop.offset):
+        message = "syntax error: unmatched ')'"
+    else:
+        message = f"syntax error: unexpected {stop.found}"
+        if stop.expected:
+            message += f"; expected {_describe_expected(stop.expected, parser)}"
+    if mistake is not None and mistake.message.startswith("missing ')'"):
+        opened = _unclosed_paren(text, stop.offset)
+        if opened:
+            hint = f"the '(' at line {opened[0]}, column {opened[1]} is not closed"
+    return StitchError(message, Pos(filename, stop.line, stop.col), text, hint)
+
+
+def _stop(err: UnexpectedInput, text: str) -> _Stop:
+    acceptable = _acceptable(err)
+    if isinstance(err, UnexpectedToken):
+        tok = err.token
+        if tok.type == "$END":
+            # Just after the last token, however much blank space or comment follows it.
+            line, col, offset = tok.end_line or 1, tok.end_column or 1, tok.end_pos or 0
+            found, kind = "end of file", "$END"
+        else:
+            line, col, offset = tok.line, tok.column, tok.start_pos
+            found, kind = _describe_token(tok), "FUNC" if tok == "func" else tok.type
+    elif isinstance(err, UnexpectedCharacters):
+        line, col, offset = err.line, err.column, err.pos_in_stream
+        found, kind = f"character {text[offset]!r}", "<char>"
+    else:  # pragma: no cover - LALR raises only the kinds above
+        line, col, offset = getattr(err, "line", 1), getattr(err, "column", 1), len(text)
+        found, kind = "end of file", "$END"
+    first_on_line = not text[offset - col + 1 : offset].strip() if col > 1 else True
+    return _Stop(line, col, offset, found, (acceptable, kind, first_on_line), acceptable)
+
+
+def _acceptable(err: UnexpectedInput) -> frozenset[str]:
+    """The terminals that would have let the parse go on, as precisely as lark can tell."""
+    accepts = getattr(err, "accepts", None)
+    if not accepts and getattr(err, "state", None) is not None:
+        try:
+            accepts = InteractiveParser(None, err.state, err.state.lexer).accepts()
+        except Exception:  # only a nicer message is lost
+            accepts = None
+    return frozenset(accepts or getattr(err, "expected", None) or getattr(err, "allowed", None) or ())
+
+
+def _unclosed_paren(text: str, end: int) -> tuple[int, int] | None:
+    """(line, column) of the innermost '(' still open at `end`, skipping comments."""
+    opened: list[tuple[int, int]] = []
+    line, line_start, k = 1, 0, 0
+    while k < end:
+        c = text[k]
+        if c == "#":
+            k = text.find("\n", k)
+            if k < 0:
+                break
+            continue
+        if c == "\n":
+            line, line_start = line + 1, k + 1
+        elif c == "(":
+            opened.append((line, k - line_start + 1))
+        elif c == ")" and opened:
+            opened.pop()
+        k += 1
+    return opened[-1] if opened else None
+
+
+def _describe_token(tok: Token) -> str:
+    if tok.type == "NAME":
+        return f"name '{tok}'"
+    if tok.type in ("SIGNED_NUMBER", "SIGNED_INT"):
+        return f"number {tok}"
+    return f"'{tok}'"
+
+
+def _describe_expected(terminals: frozenset[str], parser: Lark) -> str:
+    names = set(terminals)
+    described = []
+    if {"NAME", "SIGNED_NUMBER"} <= names:
+        described.append("an expression")
+        names -= _EXPRESSION
+    described += sorted(describe_terminal(t, parser) for t in names)
+    if len(described) > 8:
+        described = described[:8] + ["..."]
+    if len(described) <= 2:
+        return " or ".join(described)
+    return ", ".join(described[:-1]) + " or " + described[-1]
+
 
 def describe_terminal(name: str, parser: Lark) -> str:
     if name in _TERMINAL_NAMES:
@@ -219,31 +500,3 @@ def describe_terminal(name: str, parser: Lark) -> str:
     if pattern.type == "str":
         return f"'{pattern.value}'"
     return name.lower()
-
-
-def syntax_error(err: UnexpectedInput, text: str, filename: str, parser: Lark) -> StitchError:
-    line = getattr(err, "line", 0) or 0
-    col = getattr(err, "column", 0) or 0
-    if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
-        lines = text.splitlines() or [""]
-        line, col = len(lines), len(lines[-1]) + 1
-        found = "end of file"
-    elif isinstance(err, UnexpectedToken):
-        found = f"'{err.token}'"
-    elif isinstance(err, UnexpectedCharacters):
-        found = f"character {text[err.pos_in_stream]!r}"
-    else:  # pragma: no cover - lark raises only the kinds above
-        found = "input"
-    expected = sorted({describe_terminal(t, parser) for t in (getattr(err, "expected", None) or getattr(err, "allowed", None) or ())})
-    message = f"syntax error: unexpected {found}"
-    if expected:
-        if len(expected) > 8:
-            expected = expected[:8] + ["..."]
-        message += f"; expected {_one_of(expected)}"
-    return StitchError(message, Pos(filename, line, col), text)
-
-
-def _one_of(items: list[str]) -> str:
-    if len(items) == 1:
-        return items[0]
-    return "one of " + ", ".join(items)

@@ -7,14 +7,21 @@ Each function here is one stage boundary; `compile_command` is `stitch compile`.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import StitchError
 from .graph import Graph
 from .rules import RuleFile, builtin_rule_files, load_rules
 from .saturate import EGraphRun, Limits, RunReport
+
+if TYPE_CHECKING:
+    from ..targets.target import Target
+    from .egraph_data import EGraphData
+    from .extract import Extracted
 
 
 def load_rule_files(paths: list[str], builtin: bool = True) -> list[RuleFile]:
@@ -40,9 +47,68 @@ def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = 
 
 
 @dataclass
-class EmitOptions:
-    emit: str
-    dot: str | None = None
+class Compiled:
+    """A program through saturation and extraction: the Schedule lowering takes."""
+
+    graph: Graph
+    target: "Target"
+    run: EGraphRun
+    report: RunReport
+    data: "EGraphData"
+    extracted: "Extracted"
+    fusion_blocked: list[str]
+    seconds: float
+
+    @property
+    def schedule(self):
+        return self.extracted.schedule
+
+    @property
+    def cost(self):
+        return self.extracted.cost
+
+    def to_json(self) -> dict:
+        from .schedule_print import schedule_json
+
+        out = schedule_json(self.schedule, self.cost)
+        out.update(
+            {
+                "func": self.graph.name,
+                "target": self.target.name,
+                "egraph_nodes": self.report.enodes,
+                "egraph_classes": self.report.eclasses,
+                "iterations": self.report.iterations,
+                "stop_reason": self.report.stop_reason,
+                "estimated_seconds": None if not self.cost.feasible else self.target.seconds(self.cost.cycles),
+                "fusion_blocked": self.fusion_blocked,
+                "compile_seconds": self.seconds,
+            }
+        )
+        return out
+
+
+def compile_graph(graph: Graph, rule_files: list[RuleFile], target, limits: Limits = Limits()) -> Compiled:
+    """Saturate, then extract the cheapest schedule for `target`."""
+    import time
+
+    from .cost import schedule_cost
+    from .egraph_data import EGraphData
+    from .extract import MOST_FUSED, extract_schedule, extract_tree
+    from .schedule import build_schedule
+
+    start = time.perf_counter()
+    run, report = saturate_program(graph, rule_files, limits)
+    data = EGraphData.from_json(run.serialize().to_json())
+    extracted = extract_schedule(data, target)
+    # Say why the most-fused alternative was not taken, when it was refused.
+    fused = schedule_cost(build_schedule(data, extract_tree(data, MOST_FUSED)), target)
+    blocked = fused.problems if len(fused.kernels) < len(extracted.cost.kernels) else []
+    if not extracted.cost.feasible:
+        raise StitchError(
+            f"no schedule of '{graph.name}' fits target '{target.name}': " + "; ".join(extracted.cost.problems),
+            hint="raise onchip_bytes in the target description, or split the program",
+        )
+    return Compiled(graph, target, run, report, data, extracted, blocked, time.perf_counter() - start)
 
 
 def add_compile_arguments(p) -> None:
@@ -50,7 +116,10 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--entry", help="the func to compile (default: the first)")
     p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
     p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
-    p.add_argument("--emit", choices=["ir", "egraph"], default="egraph", help="what to print (default: egraph)")
+    p.add_argument("--emit", choices=["ir", "egraph", "schedule"], default="schedule",
+                   help="what to print (default: schedule)")
+    p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the compile figures")
     p.add_argument("--dot", metavar="OUT.dot", help="with --emit egraph: also write the e-graph as Graphviz DOT")
     p.add_argument("--iter-limit", type=int, default=Limits.iterations, help="saturation iterations")
     p.add_argument("--node-limit", type=int, default=Limits.nodes, help="e-node limit")
@@ -79,11 +148,32 @@ def compile_command(args) -> int:
         raise StitchError(f"--time-limit must be positive, got {args.time_limit}")
     limits = Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit)
     rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules)
-    run, report = saturate_program(graph, rule_files, limits)
-    print(report.render())
+    if args.emit == "egraph" and not args.json:
+        run, report = saturate_program(graph, rule_files, limits)
+        print(report.render())
+        if args.dot:
+            write_text(args.dot, run.serialize().to_dot())
+        return 0
+    from ..targets.target import load_target
+    from .schedule_print import print_schedule
+
+    target = load_target(args.target)
+    compiled = compile_graph(graph, rule_files, target, limits)
     if args.dot:
-        try:
-            Path(args.dot).write_text(run.serialize().to_dot())
-        except OSError as err:
-            raise StitchError(f"{args.dot}: cannot write ({err.strerror})") from None
+        write_text(args.dot, compiled.run.serialize().to_dot())
+    if args.json:
+        print(json.dumps(compiled.to_json(), indent=2))
+    elif args.emit == "egraph":
+        print(compiled.report.render())
+    else:
+        print(print_schedule(graph.name, target.name, compiled.schedule, compiled.cost, target.clock_ghz), end="")
+        for reason in compiled.fusion_blocked:
+            print(f"note: more kernels than the most-fused schedule because {reason}")
     return 0
+
+
+def write_text(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as err:
+        raise StitchError(f"{path}: cannot write ({err.strerror})") from None

@@ -298,6 +298,8 @@ class _Ctx:
             v = t.args[0]
             if isinstance(v, DTypeName):
                 return quote(v.name)
+            if isinstance(v, bool):
+                return "true" if v else "false"
             if isinstance(v, tuple):
                 return ivec(v)
             if isinstance(v, float):

@@ -254,6 +254,12 @@ class _ToRules(Transformer):
     def cnumber(self, items):
         return CFun("lit", (_number(items[0]),), self._pos(items[0]))
 
+    def ctrue(self, items):
+        return CFun("lit", (True,), self._pos(items[0]))
+
+    def cfalse(self, items):
+        return CFun("lit", (False,), self._pos(items[0]))
+
     def cname(self, items):
         return CFun("lit", (DTypeName(str(items[0])),), self._pos(items[0]))
 

@@ -10,8 +10,9 @@ the placements on their operand edges form the schedule:
 - an *instance* is one value computed inside a kernel, with its axis map: for
   each of its dimensions, the kernel axis it runs along (`p0, p1, ...` are the
   root's output axes, `r...` are axes reduced inside the kernel, None is a
-  broadcast size-1 dimension). `inline` edges make one instance per use;
-  `shared` and `local` edges one per kernel.
+  broadcast size-1 dimension). An `inline` value gets one instance per
+  distinct indexing it is read with (recomputed, e.g. once inside a reduction
+  and once outside it); `shared` and `local` values one per kernel.
 
 The cost model (`cost.py`) prices kernels; lowering turns them into loops.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .egraph_data import EGraphData, ENode
 from .ir import TensorType
+from .ops import is_elementwise
 
 Label = str | None  # "p0".. a root axis, "r3".. a reduced axis, None a broadcast dim
 
@@ -34,6 +36,7 @@ class Instance:
     placement: str  # how the kernel holds it: "root", "shared", "local" or "inline"
     key: int  # a number unique within the kernel
     operands: tuple[tuple[str, object], ...] = ()  # per operand: ("global", cid) | ("const", value) | (placement, key)
+    operand_labels: tuple[tuple[Label, ...], ...] = ()  # the axis map each operand is read with
 
 
 @dataclass
@@ -61,6 +64,10 @@ class Schedule:
         return next((k for k in self.kernels if k.root == cid), None)
 
 
+class CyclicChoice(Exception):
+    """The choice makes a value depend on itself (an e-graph cycle): it denotes no program."""
+
+
 def values_of(data: EGraphData, choice: dict[str, ENode], cid: str) -> tuple[str, ENode]:
     """The value e-class behind a (possibly placement) e-class, and its chosen e-node."""
     node = choice[cid]
@@ -81,16 +88,21 @@ def operand_edges(data: EGraphData, choice: dict[str, ENode], node: ENode) -> li
     return edges
 
 
-def build_schedule(data: EGraphData, choice: dict[str, ENode]) -> Schedule:
+def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Schedule:
     """Kernels of a choice, in an order where producers come before consumers."""
     roots: list[str] = []
     seen: set[str] = set()
     order: list[str] = []  # value classes, post-order (producers first)
 
+    active: set[str] = set()
+
     def walk(cid: str) -> None:
         if cid in seen:
+            if cid in active:
+                raise CyclicChoice(cid)
             return
         seen.add(cid)
+        active.add(cid)
         node = choice[cid]
         for placement, value in operand_edges(data, choice, node):
             walk(value)
@@ -98,6 +110,7 @@ def build_schedule(data: EGraphData, choice: dict[str, ENode]) -> Schedule:
             if placement == "global" and vnode.op not in ("param", "const") and value not in roots:
                 roots.append(value)
         order.append(cid)
+        active.discard(cid)
 
     outputs = []
     for r in data.roots:
@@ -110,7 +123,8 @@ def build_schedule(data: EGraphData, choice: dict[str, ENode]) -> Schedule:
     position = {cid: i for i, cid in enumerate(order)}
     roots.sort(key=position.__getitem__)
     params = {cid: choice[cid].attr("name") for cid in order if choice[cid].op == "param"}
-    kernels = [form_kernel(data, choice, r) for r in roots]
+    form = form or (lambda r: form_kernel(data, choice, r))
+    kernels = [form(r) for r in roots]
     return Schedule(kernels, outputs, data.types, params)
 
 
@@ -131,16 +145,20 @@ def form_kernel(data: EGraphData, choice: dict[str, ENode], root: str) -> Kernel
         extents[label] = extent
         return label
 
+    computed: dict[tuple[str, tuple[Label, ...]], int] = {}  # inline values with the same indexing: computed once
+
     def visit(cid: str, labels: tuple[Label, ...], placement: str) -> int:
         if placement in ("shared", "local") and cid in held:
             inst = held[cid]
             if inst.labels != labels:
                 problems.append(f"{placement} value {choice[cid].op} is read with two different indexings")
             return inst.key
+        if placement == "inline" and (cid, labels) in computed:
+            return computed[(cid, labels)]
         node = choice[cid]
         operands = []
-        for (edge, value), child_labels in zip(operand_edges(data, choice, node),
-                                               operand_labels(node, labels, types, cid, fresh_reduced, problems)):
+        read_labels = operand_labels(node, labels, types, cid, fresh_reduced, problems)
+        for (edge, value), child_labels in zip(operand_edges(data, choice, node), read_labels):
             vnode = choice[value]
             if vnode.op == "const":
                 operands.append(("const", vnode.attr("value")))
@@ -161,10 +179,12 @@ def form_kernel(data: EGraphData, choice: dict[str, ENode], root: str) -> Kernel
                     problems.append(f"local value {vnode.op} is broadcast by its consumer {node.op}; use shared")
                 operands.append((edge, visit(value, child_labels, edge)))
         key = len(instances)
-        inst = Instance(cid, node, labels, placement, key, tuple(operands))
+        inst = Instance(cid, node, labels, placement, key, tuple(operands), tuple(read_labels))
         instances.append(inst)
         if placement in ("shared", "local"):
             held[cid] = inst
+        elif placement == "inline":
+            computed[(cid, labels)] = key
         return key
 
     visit(root, tuple(f"p{i}" for i in range(len(shape))), "root")
@@ -176,8 +196,6 @@ def _wider(a: Label, b: Label) -> Label:
 
 
 def vnode_elementwise(node: ENode) -> bool:
-    from .ops import is_elementwise
-
     return is_elementwise(node.op)
 
 
@@ -223,11 +241,14 @@ def operand_labels(node: ENode, out: tuple[Label, ...], types, cid: str, fresh, 
             labels[p] = out[i]
         return [tuple(labels)]
     if op == "reshape":
+        # Dimensions of a common prefix keep their axes; the rest are re-indexed
+        # through the flat index inside the tile (see parallel_axes).
         (in_shape,) = shapes
-        if tuple(in_shape) == tuple(out_shape):
-            return [out]
-        problems.append("reshape inside a kernel")
-        return [tuple(fresh(d) for d in in_shape)]
+        labels = []
+        for i, d in enumerate(in_shape):
+            same = i < len(out_shape) and all(in_shape[j] == out_shape[j] for j in range(i + 1))
+            labels.append(out[i] if same else fresh(d))
+        return [tuple(labels)]
     # elementwise, where, cast, broadcast_to: numpy broadcasting, trailing axes aligned
     result = []
     for s in shapes:

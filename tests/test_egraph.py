@@ -180,7 +180,7 @@ rule shp:    exp(?x) => exp(?x) where shape(?x) == [4, 8]
 
 def test_compile_cli_prints_the_report_and_writes_dot(tmp_path, capsys):
     dot = tmp_path / "g.dot"
-    assert main(["compile", str(EXAMPLES[0].parent / "layernorm.ir"), "--dot", str(dot)]) == 0
+    assert main(["compile", str(EXAMPLES[0].parent / "layernorm.ir"), "--emit", "egraph", "--dot", str(dot)]) == 0
     out = capsys.readouterr().out
     assert "stopped: saturated" in out and "e-nodes" in out and "inline-binary-l" in out
     assert dot.read_text().startswith("digraph")
@@ -189,7 +189,8 @@ def test_compile_cli_prints_the_report_and_writes_dot(tmp_path, capsys):
 def test_compile_cli_user_rules_only(tmp_path, capsys):
     rules = tmp_path / "mine.rules"
     rules.write_text("rule twice-neg: neg(neg(?x)) => ?x\n")
-    assert main(["compile", str(EXAMPLES[0].parent / "mlp.ir"), "--no-builtin-rules", "--rules", str(rules)]) == 0
+    assert main(["compile", str(EXAMPLES[0].parent / "mlp.ir"), "--emit", "egraph", "--no-builtin-rules",
+                 "--rules", str(rules)]) == 0
     out = capsys.readouterr().out
     assert "rulesets: mine" in out and "twice-neg" in out and "fusion" not in out
 

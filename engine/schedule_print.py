@@ -1,0 +1,102 @@
+"""The text and JSON forms of a priced schedule (`--emit schedule`, `--json`)."""
+
+from __future__ import annotations
+
+from .cost import KernelCost, ScheduleCost
+from .printer import print_attr_value, print_scalar
+from .schedule import Instance, Kernel, Schedule
+
+
+def global_names(schedule: Schedule) -> dict[str, str]:
+    """A name for every value in global memory: parameters, outputs, intermediates."""
+    names = dict(schedule.params)
+    for i, cid in enumerate(schedule.outputs):
+        names.setdefault(cid, f"out{i}")
+    for k in schedule.kernels:
+        names.setdefault(k.root, f"t{len(names)}")
+    return names
+
+
+def print_schedule(name: str, target_name: str, schedule: Schedule, cost: ScheduleCost, clock_ghz: float) -> str:
+    names = global_names(schedule)
+    us = cost.cycles / (clock_ghz * 1e3)
+    head = (
+        f"schedule {name} on {target_name}: {len(schedule.kernels)} kernel(s), "
+        f"global bytes {cost.global_bytes} (compulsory {cost.compulsory_bytes}), "
+        f"estimated {cost.cycles:.4g} cycles ({us:.4g} us)"
+    )
+    lines = [head]
+    for i, (k, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
+        lines.append("")
+        lines.extend(print_kernel(i, k, kc, names, schedule))
+    if cost.problems:
+        lines.append("")
+        lines.extend(f"infeasible: {p}" for p in cost.problems)
+    return "\n".join(lines) + "\n"
+
+
+def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], schedule: Schedule) -> list[str]:
+    space = ", ".join(f"{a}={k.extents[a]}" for a in kc.parallel) or "one tile"
+    tile = ", ".join(str(kc.tile[a]) for a in kc.parallel)
+    lines = [
+        f"kernel k{index} -> {names[k.root]}: {schedule.types[k.root]}",
+        f"  tiles over [{space}]" + (f" by [{tile}]" if kc.parallel else "") + f": {kc.tiles} tile(s), "
+        f"on-chip {kc.footprint} B per tile",
+        f"  reads {kc.bytes_read} B, writes {kc.bytes_written} B, {kc.cycles:.4g} cycles",
+    ]
+    if kc.problem:
+        lines.append(f"  infeasible: {kc.problem}")
+    for cid in k.inputs:
+        lines.append(f"  in  {names.get(cid, cid)}: {schedule.types[cid]}  [{_labels(k.inputs[cid])}]")
+    for inst in k.instances:
+        lines.append("  " + print_instance(inst, names))
+    return lines
+
+
+def print_instance(inst: Instance, names: dict[str, str]) -> str:
+    args = []
+    for kind, ref in inst.operands:
+        if kind == "const":
+            args.append(print_scalar(ref))
+        elif kind == "global":
+            args.append(f"global {names.get(ref, ref)}")
+        else:
+            args.append(f"{kind} %{ref}")
+    attrs = [f"{k}={print_attr_value(v)}" for k, v in inst.node.attrs if inst.node.op not in ("param", "const")]
+    call = f"{inst.node.op}({', '.join(args + attrs)})"
+    return f"%{inst.key} = {call:<44} [{_labels(inst.labels)}]  {inst.placement}"
+
+
+def _labels(labels) -> str:
+    return ", ".join("_" if lab is None else lab for lab in labels)
+
+
+def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:
+    names = global_names(schedule)
+    kernels = []
+    for i, (k, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
+        kernels.append(
+            {
+                "name": f"k{i}",
+                "writes": names[k.root],
+                "ops": [inst.node.op for inst in k.instances],
+                "placements": {f"%{inst.key}": inst.placement for inst in k.instances},
+                "reads": [names.get(c, c) for c in k.inputs],
+                "parallel_axes": [k.extents[a] for a in kc.parallel],
+                "tile": [kc.tile[a] for a in kc.parallel],
+                "tiles": kc.tiles,
+                "onchip_bytes": kc.footprint,
+                "bytes_read": kc.bytes_read,
+                "bytes_written": kc.bytes_written,
+                "cycles": None if kc.problem else kc.cycles,
+                "problem": kc.problem or None,
+            }
+        )
+    return {
+        "kernels": kernels,
+        "kernel_count": len(kernels),
+        "global_bytes": cost.global_bytes,
+        "compulsory_bytes": cost.compulsory_bytes,
+        "cycles": None if cost.problems else cost.cycles,
+        "feasible": cost.feasible,
+    }

@@ -1,0 +1,374 @@
+"""Hypothesis strategies: random well-typed programs and inputs for them.
+
+Programs are drawn goal-first. To build an expression of type T, pick an op
+that can produce T, choose operand types that make it produce exactly T, and
+recurse until a leaf: a name already bound to T (so values are shared and the
+func is a DAG, not a tree) or a new parameter. Scalar literals appear where
+another operand fixes their dtype. Every op of `ops.OPS` can be drawn, and the
+result type-checks by construction; `tests/test_check.py` holds us to that.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import hypothesis.extra.numpy as hnp
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from .check import broadcast_shapes, check_func
+from .graph import Graph
+from .interp import np_dtype
+from .ir import DTYPES, FLOAT_DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Program, TensorType, Var
+from .ops import ANY, FLOAT, NUMERIC, OPS
+
+ALL_DTYPES = DTYPES
+# The first dtype is the usual one (about 70% of freshly drawn types).
+DEFAULT_DTYPES = ("f32", "i32", "bool")
+
+# How often each op group is drawn, relative to the others: mostly elementwise
+# work between the structural ops, as in real programs.
+_GROUP_WEIGHTS = {"unary": 2, "binary": 3, "compare": 1, "select": 1, "reduce": 2, "matmul": 1, "layout": 2}
+_LAYOUT_OPS = ("transpose", "reshape", "broadcast_to", "cast")
+# A new op group, or a new layout op, needs a maker below before it can be drawn.
+assert {spec.group for spec in OPS.values()} == set(_GROUP_WEIGHTS)
+assert {name for name, spec in OPS.items() if spec.group == "layout"} == set(_LAYOUT_OPS)
+
+# Literals: the usual suspects, long reprs, exponents, and a spread of values.
+_NICE_FLOATS = (1.0, 2.0, 0.5, -1.0, 0.0, 0.125, 1e-5, 1e-6, 1e16, 0.044715, 0.7978845608028654, -3.25)
+
+
+# -- settings profiles ---------------------------------------------------------
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, suppress_health_check=_SLOW_OK)
+
+
+def load_profile() -> str:
+    """Select `ci` when the environment says CI=true, else `dev`; return its name.
+
+    The one place that reads the environment: tests' conftest calls it.
+    """
+    name = "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
+    settings.load_profile(name)
+    return name
+
+
+# -- programs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limits:
+    dtypes: tuple[str, ...]
+    max_ops: int  # calls per func
+    max_rank: int
+    max_dim: int
+    max_assigns: int
+    max_results: int
+
+
+@st.composite
+def programs(
+    draw,
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES,
+    max_ops: int = 8,
+    max_rank: int = 3,
+    max_dim: int = 6,
+    max_assigns: int = 4,
+    max_results: int = 3,
+    max_funcs: int = 1,
+) -> Program:
+    """Random well-typed programs (NOPOS positions) of 1..max_funcs funcs."""
+    assert dtypes and all(d in DTYPES for d in dtypes), dtypes
+    limits = Limits(tuple(dtypes), max_ops, max_rank, max_dim, max_assigns, max_results)
+    n = draw(st.integers(1, max_funcs))
+    return Program(tuple(_FuncBuilder(draw, limits).build(f"f{i}") for i in range(n)))
+
+
+def graphs(**limits) -> st.SearchStrategy[Graph]:
+    """Checked graphs of the first func of `programs(**limits)`."""
+    return programs(**limits).map(lambda p: check_func(p.funcs[0]))
+
+
+def inputs_for(graph: Graph, low: float = 0.5, high: float = 2.0) -> st.SearchStrategy[dict]:
+    """Arrays for every parameter: floats in [low, high], small ints, bools."""
+    return st.fixed_dictionaries(
+        {
+            name: hnp.arrays(np_dtype(t.dtype), t.shape, elements=_elements(t.dtype, low, high))
+            for name, t in zip(graph.param_names, graph.param_types)
+        }
+    )
+
+
+@st.composite
+def program_and_inputs(draw, **limits) -> tuple[Program, dict]:
+    """A program and inputs for its first func."""
+    program = draw(programs(**limits))
+    return program, draw(inputs_for(check_func(program.funcs[0])))
+
+
+def _elements(dtype: str, low: float, high: float) -> st.SearchStrategy:
+    if dtype in FLOAT_DTYPES:
+        width = {"f16": 16, "f32": 32, "f64": 64}[dtype]
+        return st.floats(low, high, width=width)
+    if dtype == "bool":
+        return st.booleans()
+    return st.integers(-8, 8)
+
+
+class _FuncBuilder:
+    """Draws one func: its parameters appear as leaves need them."""
+
+    def __init__(self, draw, limits: Limits):
+        self.draw = draw
+        self.limits = limits
+        self.params: list[Param] = []
+        self.env: list[tuple[str, TensorType]] = []  # every bound name, params included
+        self.budget = 0  # ops left for the statement being drawn
+        self.makers = {
+            "unary": self.unary,
+            "binary": self.binary,
+            "compare": self.compare,
+            "select": self.where,
+            "reduce": self.reduce,
+            "matmul": self.matmul,
+            "layout": self.layout,
+        }
+
+    def build(self, name: str) -> Func:
+        body = []
+        n_assigns = self.int(0, self.limits.max_assigns)
+        # Each statement gets a share of the op budget, so later ones can still
+        # compute (and read the earlier ones) instead of being bare names.
+        left = self.limits.max_ops
+        share = -(-left // (n_assigns + 1))
+        for k in range(n_assigns):
+            self.budget = min(share, left)
+            t = self.pick([t for _, t in self.env]) if self.env and not self.chance(30) else self.fresh_type()
+            body.append(Assign(f"t{k}", self.expr(t, call=True)))
+            self.env.append((f"t{k}", t))
+            left -= min(share, left) - self.budget
+        self.budget = left
+        results, returns = [], []
+        for _ in range(self.int(1, self.limits.max_results)):
+            if body and not self.chance(40):
+                a = self.pick(body)
+                t = dict(self.env)[a.name]
+                e = Var(a.name)
+            else:
+                t = self.fresh_type()
+                e = self.expr(t, call=True)
+            results.append(t)
+            returns.append(e)
+        return Func(name, tuple(self.params), tuple(results), tuple(body), tuple(returns))
+
+    # -- drawing helpers -------------------------------------------------------
+
+    def int(self, lo: int, hi: int) -> int:
+        return self.draw(st.integers(lo, hi))
+
+    def chance(self, percent: int) -> bool:
+        # Shrinks to False: phrase each question so that "no" is the plainer program.
+        return self.draw(st.integers(0, 99)) >= 100 - percent
+
+    def pick(self, items):
+        return self.draw(st.sampled_from(items))
+
+    def dim(self) -> int:
+        return self.int(1, self.limits.max_dim)
+
+    def dtype(self) -> str:
+        ds = self.limits.dtypes
+        return ds[0] if self.chance(70) else self.pick(ds)
+
+    def fresh_type(self) -> TensorType:
+        shape = tuple(self.dim() for _ in range(self.int(0, self.limits.max_rank)))
+        return TensorType(self.dtype(), shape)
+
+    def literal(self, dtype: str) -> Const:
+        if dtype == "bool":
+            return Const(self.draw(st.booleans()))
+        if dtype in FLOAT_DTYPES:
+            if self.chance(15):  # an integer literal in a float context
+                return Const(self.int(-4, 4))
+            return Const(self.draw(st.sampled_from(_NICE_FLOATS) | st.floats(-100, 100, allow_subnormal=False)))
+        if self.chance(10):  # an integral float literal in an integer context
+            return Const(float(self.int(-4, 4)))
+        bits = 31 if dtype == "i32" else 63
+        return Const(self.draw(st.integers(-100, 100) | st.sampled_from((-(2**bits), 2**bits - 1))))
+
+    def broadcast_parts(self, shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
+        """n shapes (size-1 dims, missing leading dims) that broadcast to exactly `shape`."""
+        parts = [list(self.sub_shape(shape)) for _ in range(n)]
+        full = self.int(0, n - 1)  # the result's rank comes from this one
+        parts[full] = [1] * (len(shape) - len(parts[full])) + parts[full]
+        for i in range(1, len(shape) + 1):
+            if all(len(p) < i or p[-i] != shape[-i] for p in parts):
+                parts[full][-i] = shape[-i]
+        return [tuple(p) for p in parts]
+
+    def sub_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """A shape that broadcasts to `shape`: some leading dims dropped, some dims 1."""
+        rank = len(shape) if self.chance(60) else self.int(0, len(shape))
+        return tuple(1 if self.chance(25) else d for d in shape[len(shape) - rank :])
+
+    # -- expressions -----------------------------------------------------------
+
+    def expr(self, t: TensorType, call: bool = False):
+        """An expression of type t; a call if `call` and the op budget allows."""
+        bound = [name for name, u in self.env if u == t]
+        if self.budget > 0 and (call or (not (bound and self.chance(50)) and self.chance(80))):
+            groups = [g for g, weight in _GROUP_WEIGHTS.items() for _ in range(weight) if self.can_make(g, t)]
+            if groups:
+                self.budget -= 1
+                return self.makers[self.pick(groups)](t)
+        if bound and not self.chance(15):
+            return self.bound_name(bound)
+        name = f"x{len(self.params)}"
+        self.params.append(Param(name, t))
+        self.env.append((name, t))
+        return Var(name)
+
+    def can_make(self, group: str, t: TensorType) -> bool:
+        if group in ("select", "layout"):
+            return True
+        if group == "compare":
+            return t.dtype == "bool"
+        if group == "matmul" and not (t.rank + 1 <= self.limits.max_rank or t.rank >= 2):
+            return False
+        return bool(ops_for(group, t.dtype))
+
+    def operands(self, t: TensorType, n: int, dtype: str) -> list:
+        """n operands of `dtype` broadcasting to t's shape.
+
+        Maybe one of them is a literal or a name already bound to a shape that
+        broadcasts into t; then another operand carries t's full shape.
+        """
+        shapes = self.broadcast_parts(t.shape, n)
+        args: list = [None] * n
+        if n > 1 and self.chance(45):
+            special = self.int(0, n - 1)
+            shapes[(special + 1 + self.int(0, n - 2)) % n] = t.shape
+            fits = [name for name, u in self.env if u.dtype == dtype and broadcast_shapes(u.shape, t.shape) == t.shape]
+            args[special] = self.bound_name(fits) if fits and self.chance(60) else self.literal(dtype)
+        return [a if a is not None else self.expr(TensorType(dtype, s)) for a, s in zip(args, shapes)]
+
+    def bound_name(self, names: list[str]) -> Var:
+        # Prefer the func's own intermediates over parameters: that makes it a DAG.
+        assigned = [name for name in names if not name.startswith("x")]
+        return Var(self.pick(assigned if assigned and not self.chance(30) else names))
+
+    def unary(self, t: TensorType) -> Call:
+        return Call(self.pick(ops_for("unary", t.dtype)), (self.expr(t),))
+
+    def binary(self, t: TensorType) -> Call:
+        return Call(self.pick(ops_for("binary", t.dtype)), tuple(self.operands(t, 2, t.dtype)))
+
+    def compare(self, t: TensorType) -> Call:
+        # The operands' dtype is free: any allowed one (bool too) that the op takes.
+        dtypes = list(dict.fromkeys(self.limits.dtypes + ("bool",)))
+        op = self.pick([op for op in OPS if any(op in ops_for("compare", d) for d in dtypes)])
+        dtype = self.pick([d for d in dtypes if op in ops_for("compare", d)])
+        return Call(op, tuple(self.operands(t, 2, dtype)))
+
+    def where(self, t: TensorType) -> Call:
+        # A literal condition is fine; but one of the two values must be a tensor.
+        cond, a, b = self.broadcast_parts(t.shape, 3)
+        c = self.literal("bool") if not cond and self.chance(20) else self.expr(TensorType("bool", cond))
+        if self.chance(25):
+            values = [self.expr(t), self.literal(t.dtype)]
+            if self.chance(50):
+                values.reverse()
+        else:
+            values = [self.expr(TensorType(t.dtype, a)), self.expr(TensorType(t.dtype, b))]
+        return Call("where", (c, *values))
+
+    def reduce(self, t: TensorType) -> Call:
+        op = self.pick(ops_for("reduce", t.dtype))
+        # keepdims=true can only have reduced where t has a 1; keepdims=false
+        # reduced the dims it no longer has. Reducing nothing (axes=[]) is legal.
+        ones = [i for i, d in enumerate(t.shape) if d == 1]
+        room = self.limits.max_rank - t.rank
+        keepdims = bool(ones) and (room <= 0 or self.chance(50))
+        shape = list(t.shape)
+        if keepdims:
+            axes = [i for i in ones if not self.chance(20)]
+            for i in axes:
+                shape[i] = self.dim()
+        else:
+            lo = 0 if self.chance(10) else min(1, room)
+            for _ in range(self.int(lo, max(room, 0))):
+                shape.insert(self.int(0, len(shape)), -1)  # placeholder, sized below
+            axes = [i for i, d in enumerate(shape) if d == -1]
+            shape = [self.dim() if d == -1 else d for d in shape]
+        attrs = []
+        all_axes = len(axes) == len(shape)
+        if not (all_axes and self.chance(50)):  # omitted axes mean all of them
+            shown = [a - len(shape) if self.chance(30) else a for a in axes]
+            attrs.append(Attr("axes", tuple(self.draw(st.permutations(shown)))))
+        if keepdims or self.chance(30):
+            attrs.append(Attr("keepdims", keepdims))
+        return Call(op, (self.expr(TensorType(t.dtype, tuple(shape))),), tuple(attrs))
+
+    def matmul(self, t: TensorType) -> Call:
+        k, d = self.dim(), t.dtype
+        forms = []
+        if t.rank == 0:
+            forms.append(((k,), (k,)))
+        if 1 <= t.rank and t.rank + 1 <= self.limits.max_rank:
+            forms.append(((k,), t.shape[:-1] + (k, t.shape[-1])))  # vector @ matrices
+            forms.append((t.shape + (k,), (k,)))  # matrices @ vector
+        if t.rank >= 2:
+            ba, bb = self.broadcast_parts(t.shape[:-2], 2)
+            forms.append((ba + (t.shape[-2], k), bb + (k, t.shape[-1])))
+        a, b = self.pick(forms)
+        return Call("matmul", (self.expr(TensorType(d, a)), self.expr(TensorType(d, b))))
+
+    def layout(self, t: TensorType) -> Call:
+        op = self.pick(_LAYOUT_OPS)
+        if op == "transpose":
+            if self.chance(30):
+                perm = tuple(reversed(range(t.rank)))
+                attrs = ()
+            else:
+                perm = tuple(self.draw(st.permutations(range(t.rank))))
+                attrs = (Attr("perm", perm),)
+            source = [0] * t.rank
+            for i, p in enumerate(perm):
+                source[p] = t.shape[i]
+            return Call(op, (self.expr(TensorType(t.dtype, tuple(source))),), attrs)
+        if op == "reshape":
+            target = list(t.shape)
+            if target and self.chance(40):
+                target[self.int(0, len(target) - 1)] = -1
+            source = self.factorize(t.size)
+            return Call(op, (self.expr(TensorType(t.dtype, source)),), (Attr("shape", tuple(target)),))
+        if op == "broadcast_to":
+            source = self.sub_shape(t.shape)
+            return Call(op, (self.expr(TensorType(t.dtype, source)),), (Attr("shape", t.shape),))
+        source_dtype = self.pick(self.limits.dtypes)
+        return Call(op, (self.expr(TensorType(source_dtype, t.shape)),), (Attr("dtype", DTypeName(t.dtype)),))
+
+    def factorize(self, size: int) -> tuple[int, ...]:
+        """A random shape with `size` elements and rank <= max_rank."""
+        rank = self.int(0 if size == 1 else 1, max(self.limits.max_rank, 1))
+        dims = []
+        for _ in range(rank - 1):
+            d = self.pick([q for q in range(1, size + 1) if size % q == 0])
+            dims.append(d)
+            size //= d
+        if rank:
+            dims.append(size)
+        return tuple(self.draw(st.permutations(dims)))
+
+
+def ops_for(group: str, dtype: str) -> list[str]:
+    """The ops of a group that take operands of `dtype`, in table order."""
+    return [name for name, spec in OPS.items() if spec.group == group and accepts(spec.dtypes, dtype)]
+
+
+def accepts(dtypes: str, dtype: str) -> bool:
+    """Whether an ops.py dtype class (FLOAT, NUMERIC, ANY) admits `dtype`."""
+    return {FLOAT: dtype in FLOAT_DTYPES, NUMERIC: dtype != "bool", ANY: True}[dtypes]

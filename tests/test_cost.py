@@ -1,0 +1,272 @@
+"""Targets, the cost model and schedule extraction."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import assume, given, settings
+
+from stitch.engine.check import check_func, check_program
+from stitch.engine.cli import main
+from stitch.engine.cost import schedule_cost
+from stitch.engine.egraph_data import EGraphData
+from stitch.engine.errors import StitchError
+from stitch.engine.extract import ALL_GLOBAL, extract_schedule, extract_tree, reachable_classes
+from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
+from stitch.engine.rules import builtin_rule_files
+from stitch.engine.schedule import CyclicChoice, build_schedule
+from stitch.engine.testing import graphs
+from stitch.targets.target import load_target, parse_target
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CPU = load_target("cpu")
+ACCEL = load_target("accel")
+
+
+def example(name: str):
+    return next(iter(check_program(parse_file(EXAMPLES / f"{name}.ir")).values()))
+
+
+def compiled(name: str, target):
+    return compile_graph(example(name), builtin_rule_files(), target)
+
+
+@pytest.mark.parametrize("target", [CPU, ACCEL], ids=["cpu", "accel"])
+def test_seed_layernorm_is_one_kernel_moving_only_compulsory_bytes(target):
+    c = compiled("layernorm", target)
+    assert len(c.schedule.kernels) == 1
+    assert c.cost.global_bytes == c.cost.compulsory_bytes == (32 * 32 * 32 * 2 + 32 * 32 * 2) * 4
+
+
+@pytest.mark.parametrize("target", [CPU, ACCEL], ids=["cpu", "accel"])
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm_lastaxis", "layernorm_large"])
+def test_norms_and_softmax_are_one_kernel(name, target):
+    c = compiled(name, target)
+    assert len(c.schedule.kernels) == 1, c.to_json()
+    assert c.cost.global_bytes <= 1.2 * c.cost.compulsory_bytes
+
+
+@pytest.mark.parametrize("target", [CPU, ACCEL], ids=["cpu", "accel"])
+def test_seed_mlp_keeps_the_matmul_tile_out_of_global(target):
+    c = compiled("mlp", target)
+    (kernel,) = c.schedule.kernels
+    ops = {inst.node.op: inst.placement for inst in kernel.instances}
+    assert ops["matmul"] in ("local", "shared")
+    assert kernel.root_instance.node.op == "relu"
+    assert set(c.schedule.params[cid] for cid in kernel.inputs) == {"x", "w", "bias"}
+
+
+def tiny_target(onchip: int) -> object:
+    text = (EXAMPLES.parent / "targets" / "cpu.toml").read_text()
+    return parse_target(text.replace("onchip_bytes = 524288", f"onchip_bytes = {onchip}"), "tiny.toml")
+
+
+def test_small_capacity_falls_back_to_more_kernels_and_says_why():
+    tiny = tiny_target(128)
+    c = compile_graph(example("layernorm"), builtin_rule_files(), tiny)
+    assert len(c.schedule.kernels) > 1
+    assert c.cost.feasible
+    out = c.to_json()
+    assert out["fusion_blocked"] and "bytes on chip" in out["fusion_blocked"][0]
+    assert all(k["onchip_bytes"] <= 128 for k in out["kernels"])
+
+
+def test_capacity_below_any_kernel_is_a_clear_error():
+    with pytest.raises(StitchError, match="no schedule .* fits target"):
+        compile_graph(example("layernorm"), builtin_rule_files(), tiny_target(16))
+
+
+def unfused(graph):
+    run, _ = saturate_program(graph, [])
+    data = EGraphData.from_json(run.serialize().to_json())
+    return build_schedule(data, extract_tree(data, ALL_GLOBAL))
+
+
+@settings(max_examples=40)
+@given(graphs(dtypes=("f32", "f64", "i32", "bool"), max_ops=8))
+def test_unfused_global_bytes_are_each_ops_inputs_and_outputs(graph):
+    assume(not any(n.op == "matmul" for n in graph.nodes))  # matmul operands are re-read per tile
+    schedule = unfused(graph)
+    cost = schedule_cost(schedule, CPU)
+    expected = 0
+    live, stack = set(), list(graph.outputs)
+    while stack:  # only what the outputs need enters the e-graph
+        i = stack.pop()
+        if i not in live:
+            live.add(i)
+            stack.extend(graph.nodes[i].inputs)
+    computed = {n.id for n in graph.nodes if n.op not in ("param", "const") and n.id in live}
+    seen = set()
+    for n in graph.nodes:
+        if n.id not in computed:
+            continue
+        key = (n.op, n.inputs, n.attrs)  # the e-graph computes a repeated expression once
+        if key in seen:
+            continue
+        seen.add(key)
+        inputs = {i for i in n.inputs if graph.nodes[i].op != "const"}
+        expected += sum(graph.nodes[i].type.nbytes for i in inputs) + n.type.nbytes
+    assume(len(seen) == len(computed))  # no duplicated subexpressions: the count is per op
+    assert cost.global_bytes == expected
+    assert len(schedule.kernels) == len(computed)
+
+
+def brute_force(data: EGraphData, target) -> float:
+    """The optimum over every choice of e-nodes in the reachable e-classes (no narrowing)."""
+    classes = reachable_classes(data)
+    options = [data.classes[c] for c in classes]
+    best = math.inf
+    for combo in itertools.product(*options):
+        choice = dict(zip(classes, combo))
+        try:
+            schedule = build_schedule(data, choice)
+        except (CyclicChoice, KeyError):
+            continue
+        cost = schedule_cost(schedule, target)
+        if cost.feasible:
+            best = min(best, cost.cycles)
+    return best
+
+
+@settings(max_examples=15)
+@given(graphs(dtypes=("f32",), max_ops=10, max_rank=2, max_dim=8))
+def test_extraction_equals_the_brute_force_optimum(graph):
+    run, _ = saturate_program(graph, load_rule_files([], builtin=True))
+    data = EGraphData.from_json(run.serialize().to_json())
+    space = math.prod(len(data.classes[c]) for c in reachable_classes(data))
+    assume(space <= 3000)
+    for target in (CPU, ACCEL):
+        result = extract_schedule(data, target)
+        assert result.exhaustive
+        optimum = brute_force(data, target)
+        assert result.cost.cycles == pytest.approx(optimum, rel=1e-9)
+
+
+def test_extraction_reports_the_chosen_schedule_cost():
+    c = compiled("softmax", CPU)
+    again = schedule_cost(build_schedule(c.data, c.extracted.choice), CPU)
+    assert again.cycles == c.cost.cycles and again.global_bytes == c.cost.global_bytes
+
+
+def test_greedy_finds_the_exhaustive_optimum_on_the_examples():
+    for name in ("layernorm", "softmax", "rmsnorm", "layernorm_lastaxis", "bias_gelu", "mlp"):
+        g = example(name)
+        run, _ = saturate_program(g, builtin_rule_files())
+        data = EGraphData.from_json(run.serialize().to_json())
+        exact = extract_schedule(data, CPU)
+        greedy = extract_schedule(data, CPU, exhaustive_limit=0)
+        assert exact.exhaustive and not greedy.exhaustive
+        assert greedy.cost.cycles == pytest.approx(exact.cost.cycles), name
+
+
+# -- targets ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, message, line",
+    [
+        ("name = \"t\"\nkind = \"gpu\"\n", "lacks 'clock_ghz'", 1),
+        ("name = \n", "malformed target description", 1),
+        ("foo = 1\n", "unknown key 'foo'", 1),
+        (
+            "name=\"t\"\nkind=\"cpu\"\nclock_ghz=1\ncores=1\nonchip_bytes=-5\nglobal_bandwidth=1\n"
+            "launch_cycles=1\nvector_lanes=4\n",
+            "'onchip_bytes' must be positive",
+            5,
+        ),
+        (
+            "name=\"t\"\nkind=\"cpu\"\nclock_ghz=\"fast\"\ncores=1\nonchip_bytes=5\nglobal_bandwidth=1\n"
+            "launch_cycles=1\nvector_lanes=4\n",
+            "'clock_ghz' must be a number",
+            3,
+        ),
+        (
+            "name=\"t\"\nkind=\"accel\"\nclock_ghz=1\ncores=1\nonchip_bytes=5\nglobal_bandwidth=1\n"
+            "launch_cycles=1\nvector_lanes=4\n",
+            "needs a [matrix] table",
+            1,
+        ),
+        (
+            "name=\"t\"\nkind=\"cpu\"\nclock_ghz=1\ncores=1\nonchip_bytes=5\nglobal_bandwidth=1\n"
+            "launch_cycles=1\nvector_lanes=4\n[op_cycles]\nexpp = 3\n",
+            "unknown op 'expp'",
+            10,
+        ),
+    ],
+)
+def test_bad_target_files_are_clear_errors(text, message, line):
+    with pytest.raises(StitchError) as err:
+        parse_target(text, "t.toml")
+    assert message in str(err.value)
+    assert f"t.toml:{line}:" in str(err.value)
+
+
+def test_builtin_targets_load():
+    assert CPU.kind == "cpu" and ACCEL.matrix is not None and ACCEL.overlap_dma
+
+
+# -- the CLI --------------------------------------------------------------------
+
+
+def test_compile_json_has_the_contract_fields(capsys):
+    assert main(["compile", str(EXAMPLES / "layernorm.ir"), "--target", "accel", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("kernels", "global_bytes", "compulsory_bytes", "egraph_nodes", "stop_reason", "compile_seconds"):
+        assert key in out
+    assert len(out["kernels"]) == 1 and out["global_bytes"] == out["compulsory_bytes"]
+    assert out["stop_reason"] == "saturated" and out["target"] == "accel"
+
+
+def test_compile_emit_schedule_prints_kernels_and_placements(capsys):
+    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--emit", "schedule"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("schedule mlp on cpu: 1 kernel(s)")
+    assert "matmul(global x, global w)" in out and "local %0" in out
+
+
+def test_compile_with_a_user_target_file(tmp_path, capsys):
+    t = tmp_path / "mine.toml"
+    t.write_text((EXAMPLES.parent / "targets" / "accel.toml").read_text().replace('name = "accel"', 'name = "mine"'))
+    assert main(["compile", str(EXAMPLES / "softmax.ir"), "--target", str(t), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == "mine"
+
+
+def test_compile_with_a_bad_target_file_names_it(tmp_path, capsys):
+    t = tmp_path / "bad.toml"
+    t.write_text("name = \"x\"\nkind = \"cpu\"\nbogus = 3\n")
+    assert main(["compile", str(EXAMPLES / "softmax.ir"), "--target", str(t)]) == 1
+    err = capsys.readouterr().err
+    assert f"{t}:3:1" in err and "bogus" in err
+
+
+def test_compile_with_an_unknown_target_name(capsys):
+    assert main(["compile", str(EXAMPLES / "softmax.ir"), "--target", "gpu"]) == 1
+    assert "unknown target 'gpu'" in capsys.readouterr().err
+
+
+def test_tree_extraction_matches_a_fixpoint_reference():
+    g = example("layernorm")
+    run, _ = saturate_program(g, builtin_rule_files())
+    data = EGraphData.from_json(run.serialize().to_json())
+    choice = extract_tree(data)
+    best = {cid: math.inf for cid in data.classes}
+    changed = True
+    while changed:  # Bellman-Ford: the obviously-correct, slow way
+        changed = False
+        for cid, nodes in data.classes.items():
+            for n in nodes:
+                c = (0.0 if n.is_placement else 1.0) + sum(best[k] for k in n.children)
+                if c < best[cid]:
+                    best[cid], changed = c, True
+
+    def tree_cost(cid):
+        n = choice[cid]
+        return (0.0 if n.is_placement else 1.0) + sum(tree_cost(k) for k in n.children)
+
+    for root in data.roots:
+        assert tree_cost(root) == best[root]
