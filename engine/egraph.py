@@ -69,6 +69,7 @@ PRELUDE = r"""
 (function shape (T) IVec :no-merge)
 (function dtype (T) String :no-merge)
 (function numel (T) i64 :no-merge)
+(relation has-space (T IVec))
 (relation compare-op (String))
 (relation float-dtype (String))
 (relation is-elementwise (T))
@@ -179,6 +180,25 @@ PRELUDE = r"""
 (rule ((= p (prod-acc s i)) (< i (vec-length s))) ((set (prod-acc s (+ i 1)) (* p (vec-get s i))))
       :ruleset analysis)
 (rule ((= s (shape t)) (= p (prod-acc s (vec-length s)))) ((set (numel t) p)) :ruleset analysis)
+
+; iteration space: what a kernel loops over to compute the value; a property of
+; e-nodes, not values (x and sum(x)*1 are one value), so a relation
+(rule ((= t (Red op x ax k)) (= s (shape x))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (MatMul x y)) (= s (shape t)) (= a (shape x)))
+      ((has-space t (vec-push s (vec-get a (- (vec-length a) 1))))) :ruleset analysis)
+(rule ((= t (Un op a)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Bin op a b)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Where c a b)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Transpose a p)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Reshape a p)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Bcast a p)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Cast a d)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Input n)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Const v d)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Global a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Shared a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Local a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Inline a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
 
 ; op classes of a value (an e-class holding such a node)
 (rule ((= t (Un op a))) ((is-elementwise t) (is-unary t)) :ruleset analysis)

@@ -312,6 +312,10 @@ class _Ctx:
             return f"(vec-length {self._shape(v)})"
         if t.name == "shape":
             return self._shape(v)
+        if t.name == "space":
+            sp = self.new("sp")
+            self.query.append(f"(has-space {v} {sp})")
+            return sp
         if t.name == "dtype":
             return self._dtype_expr_var(v)
         if t.name == "len":

@@ -125,6 +125,7 @@ PROPERTIES = {
     "size": 1,  # number of elements
     "dtype": 1,  # compared with a dtype name: dtype(?x) == f32
     "shape": 1,  # compared with shape(?y) or a list
+    "space": 1,  # an iteration space of the value: a reduction's input shape, a matmul's [..., m, n, k], else its shape
     "len": 1,  # len(?ax): the length of a list attribute
 }
 OP_CLASS_PREDICATES = ("elementwise", "unary", "binary", "reduction", "matmul", "layout")
@@ -294,6 +295,7 @@ class _Validator:
     def __init__(self, rule: Rule, source: str):
         self.rule = rule
         self.source = source
+        self.attr_kinds: dict[str, str | None] = {}
 
     def error(self, message: str, pos: Pos, hint: str = "") -> StitchError:
         return StitchError(f"rule '{self.rule.name}': {message}", pos, self.source, hint)
@@ -363,6 +365,10 @@ class _Validator:
         for a in p.attrs:
             if isinstance(a.value, PVar):
                 self.bind(bound, a.value.name, "attribute", a.value.pos)
+                kind = self._attr_kind(p, a.name)
+                first = self.attr_kinds.setdefault(a.value.name, kind)
+                if kind and first and first != kind:
+                    raise self.error(f"variable {a.value.name} is used both as {first} and as {kind}", a.value.pos)
         for arg in p.args:
             self.pattern(arg, bound, side)
 
@@ -383,6 +389,14 @@ class _Validator:
                 raise self.error(f"{p.op}: attribute '{name}' has the wrong kind of value", a.pos)
             if aspec.kind == "axes" and (any(x < 0 for x in v) or len(set(v)) != len(v)):
                 raise self.error("axes in a rule must be distinct and non-negative", a.pos)
+
+    @staticmethod
+    def _attr_kind(p: PCall, name: str) -> str | None:
+        """What an attribute holds (axes, a bool, a perm, a shape, a dtype), whatever op it is on."""
+        if p.op_is_var or p.op in PLACEMENTS:
+            kinds = {s.attrs[name].kind for s in OPS.values() if name in s.attrs}
+            return next(iter(kinds)) if len(kinds) == 1 else None
+        return OPS[p.op].attrs[name].kind
 
     def bind(self, bound: dict[str, str], name: str, kind: str, pos: Pos) -> None:
         if name in bound and bound[name] != kind:
@@ -417,10 +431,12 @@ class _Validator:
 
     def term(self, t: CFun, bound: dict[str, str]) -> None:
         if t.name == "lit":
+            if isinstance(t.args[0], float):
+                raise self.error("conditions compare integers; write the number without a decimal point", t.pos)
             return
         if t.name == "var":
             if self.var(t, bound) != "attribute":
-                raise self.error(f"compare a property of {t.args[0]} (rank, dim, size, dtype, shape), not the tensor",
+                raise self.error(f"compare a property of {t.args[0]} (rank, dim, size, dtype, shape, space), not the tensor",
                                  t.pos)
             return
         if t.name not in PROPERTIES:

@@ -604,7 +604,9 @@ def _term(t: CFun, inst: _Instance):
     if t.name == "dim":
         k = t.args[1].args[0]
         return typ.shape[k] if -typ.rank <= k < typ.rank else None
-    return {"rank": typ.rank, "size": typ.size, "dtype": DTypeName(typ.dtype), "shape": typ.shape}[t.name]
+    # A variable is a parameter of the instance; a parameter's iteration space is its shape.
+    return {"rank": typ.rank, "size": typ.size, "dtype": DTypeName(typ.dtype), "shape": typ.shape,
+            "space": typ.shape}[t.name]
 
 
 def _draw_inputs(draw, params: tuple[Param, ...], positive: bool) -> dict[str, np.ndarray]:

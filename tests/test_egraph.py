@@ -169,13 +169,27 @@ rule big:    exp(?x) => exp(?x) where rank(?x) >= 2, dim(?x, -1) == 8, size(?x) 
 rule small:  exp(?x) => exp(?x) where rank(?x) < 2
 rule isf64:  exp(?x) => exp(?x) where dtype(?x) == f64
 rule shp:    exp(?x) => exp(?x) where shape(?x) == [4, 8]
+rule space:  sum(?x, axes=?ax) => sum(?x, axes=?ax) where space(?x) == [4, 8], len(?ax) == 1
+rule space2: exp(?x) => exp(?x) where space(?x) == [4]
 """,
         "c.rules",
     )
-    graph = graph_of("func f(x: f32[4, 8]) -> f32[4, 8] { return exp(x) }")
+    graph = graph_of("func f(x: f32[4, 8]) -> (f32[4, 8], f32[4]) { return exp(x), sum(exp(x), axes=[1]) }")
     _, report = saturate_program(graph, [rf])
-    assert report.matches["big"] >= 1 and report.matches["shp"] >= 1
-    assert report.matches["small"] == 0 and report.matches["isf64"] == 0
+    assert report.matches["big"] >= 1 and report.matches["shp"] >= 1 and report.matches["space"] >= 1
+    assert report.matches["small"] == 0 and report.matches["isf64"] == 0 and report.matches["space2"] == 0
+
+
+def test_iteration_space_of_reductions_and_matmuls():
+    graph = graph_of("func f(x: f32[4, 8], w: f32[8, 3]) -> (f32[4], f32[4, 3]) "
+                     "{ return sum(x, axes=[1]), matmul(x, w) }")
+    run = EGraphRun(graph, [])
+    run.run()
+    s, m = graph.outputs
+    for check in (f"(has-space $n{s} (vec-of 4 8))", f"(has-space $n{m} (vec-of 4 3 8))"):
+        run.egraph.run_program(*run.egraph.parse_program(f"(check {check})"))
+    with pytest.raises(Exception):
+        run.egraph.run_program(*run.egraph.parse_program(f"(check (has-space $n{s} (vec-of 4)))"))
 
 
 def test_compile_cli_prints_the_report_and_writes_dot(tmp_path, capsys):

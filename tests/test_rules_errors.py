@@ -1,0 +1,74 @@
+"""Malformed `.rules` files: each error names the rule file, line and column, through the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitch.engine.cli import main
+
+EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "mlp.ir")
+
+# (rules text, expected line:col, message fragment)
+BAD_RULES = [
+    ("rule a mul(?x, 1.0) => ?x\n", "1:8", "syntax error"),
+    ("rule a: mul(?x, 1.0) ?x\n", "1:22", "syntax error"),
+    ("rule a: mul(?x 1.0) => ?x\n", "1:16", "syntax error"),
+    ("rule a: mul(?x, 1.0) => ?x where\n", "1:33", "syntax error"),
+    ("# c\nrule a: foo(?x) => ?x\n", "2:9", "unknown op 'foo'"),
+    ("rule a: mull(?x, 1.0) => ?x\n", "1:9", "did you mean 'mul'"),
+    ("rule a: mul(?x) => ?x\n", "1:9", "mul takes 2 argument(s), got 1"),
+    ("rule a: exp(?x, ?y) => ?x\n", "1:9", "exp takes 1 argument(s), got 2"),
+    ("rule a: sum(?x, axis=?a) => ?x\n", "1:17", "sum has no attribute 'axis'"),
+    ("rule a: sum(?x) => ?x\n", "1:9", "must name its axes"),
+    ("rule a: transpose(?x) => ?x\n", "1:9", "must name its perm"),
+    ("rule a: add(?x, ?y) => mul(?x, ?z)\n", "1:32", "?z on the right side is not bound"),
+    ("rule a: exp(?x) => ?x where rnk(?x) == 1\n", "1:29", "unknown property 'rnk'"),
+    ("rule a: exp(?x) => ?x where elementwse(?x)\n", "1:29", "unknown condition 'elementwse'"),
+    ("rule a: exp(?x) => ?x where scalar(?y)\n", "1:36", "which the left side does not bind"),
+    ("rule a: exp(?x) => ?x\nrule a: log(?x) => ?x\n", "2:1", "rule 'a' is defined twice"),
+    ("rule a: ?x => exp(?x)\n", "1:9", "the left side must be an op call"),
+    ("rule a: global(?x) => ?x\n", "1:9", "cannot be a bare placement"),
+    ("rule a: exp(?x) => global(exp(?x))\n", "1:20", "right side cannot be a bare placement"),
+    ("rule a: exp(global(inline(?x))) => exp(?x)\n", "1:20", "cannot wrap another placement"),
+    ("rule a: sum(?x, axes=[-1]) => ?x\n", "1:17", "distinct and non-negative"),
+    ("rule a: sum(?x, axes=?a, keepdims=?a) => ?x\n", "1:35", "used both"),
+    ("rule a: exp(?x) => ?x where rank(?x) == 1.5\n", "1:41", "compare integers"),
+    ("rule a: exp(?x) => ?x where dim(?x, ?x) == 1\n", "1:37", "dim takes an integer axis"),
+    ("rule a: ?f(?x, ?y, ?z, ?w) => ?x\n", "1:9", "no op takes 4 argument(s)"),
+    ("rule a: mul(?x, 1.0) => ?x @\n", "1:28", "syntax error"),
+]
+
+
+@pytest.mark.parametrize("text, where, message", BAD_RULES, ids=[f"row{i}" for i in range(len(BAD_RULES))])
+def test_bad_rule_file_reports_file_line_col(tmp_path, capsys, text, where, message):
+    path = tmp_path / "bad.rules"
+    path.write_text(text)
+    code = main(["compile", EXAMPLE, "--emit", "egraph", "--rules", str(path)])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"{path}:{where}:" in err, err
+    assert message in err, err
+    assert "^" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, where, message", BAD_RULES[:6], ids=[f"check{i}" for i in range(6)])
+def test_rules_check_reports_the_same_errors(tmp_path, capsys, text, where, message):
+    path = tmp_path / "bad.rules"
+    path.write_text(text)
+    assert main(["rules", "check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:{where}:" in err and message in err
+
+
+def test_unreadable_rule_file(tmp_path, capsys):
+    path = tmp_path / "latin1.rules"
+    path.write_bytes(b"rule a: exp(?x) => ?x # \xe9\n")
+    assert main(["compile", EXAMPLE, "--rules", str(path)]) == 1
+    assert str(path) in capsys.readouterr().err
+
+
+def test_missing_rule_file(capsys):
+    assert main(["compile", EXAMPLE, "--rules", "/nonexistent/x.rules"]) == 1
+    assert "/nonexistent/x.rules" in capsys.readouterr().err
