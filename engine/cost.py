@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..targets.target import Target
 from .ir import dtype_bytes
-from .schedule import Instance, Kernel, Label, Schedule
+from .schedule import Kernel, Label, Schedule
 
 INFEASIBLE = math.inf
 
@@ -77,13 +77,8 @@ def align(n: int, a: int) -> int:
 def parallel_axes(kernel: Kernel) -> list[str]:
     root = kernel.root_instance
     axes = [lab for lab in root.labels if lab is not None]
-    for inst in kernel.instances:
-        if inst.node.op in ("sum", "mean", "max", "min", "matmul"):
-            have = set(inst.labels)
-            axes = [a for a in axes if a in have]
-        elif inst.node.op == "reshape":
-            have = set(inst.operand_labels[0])
-            axes = [a for a in axes if a in have]
+    for allowed in kernel.restrict:
+        axes = [a for a in axes if a in allowed]
     return [a for a in axes if kernel.extents[a] > 1]
 
 
@@ -104,31 +99,44 @@ def resident_inputs(kernel: Kernel, parallel: list[str], types, target: Target) 
     return out
 
 
-def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resident: set[str] = frozenset()) -> int:
-    total = sum(align(types[cid].nbytes, alignment) for cid in resident)
-    for cid, labels in kernel.inputs.items():
-        if kernel.input_uses.get(cid, 0) < 2 or cid in resident:
-            continue  # read once: streamed, not staged; or held whole
-        total += align(slice_elems(labels, kernel, tile) * dtype_bytes(types[cid].dtype), alignment)
-    for inst in kernel.instances:
-        streamed = inst.placement == "root" and inst.node.op not in ("sum", "mean", "max", "min", "matmul")
-        if inst.placement != "inline" and not streamed:
-            total += align(slice_elems(inst.labels, kernel, tile) * dtype_bytes(types[inst.cid].dtype), alignment)
+def footprint_terms(kernel: Kernel, types, resident: set[str]) -> tuple[int, list[tuple[tuple, int]]]:
+    """The tile's on-chip buffers: (bytes held whatever the tile, [(axis map, bytes per element)])."""
+    fixed = sum(types[cid].nbytes for cid in resident)
+    terms = [
+        (labels, dtype_bytes(types[cid].dtype))
+        for cid, labels in kernel.inputs.items()
+        if kernel.input_uses.get(cid, 0) >= 2 and cid not in resident  # read once: streamed, not staged
+    ]
+    return fixed, terms + kernel.buffers
+
+
+def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resident: set[str] = frozenset(),
+              terms=None) -> int:
+    fixed, terms = terms or footprint_terms(kernel, types, resident)
+    total = align(fixed, alignment) if fixed else 0
+    extents = kernel.extents
+    for labels, nbytes in terms:
+        n = nbytes
+        for lab in labels:
+            if lab is not None:
+                n *= tile.get(lab) or extents[lab]
+        total += (n + alignment - 1) // alignment * alignment
     return total
 
 
 def choose_tile(kernel: Kernel, parallel: list[str], types, target: Target,
                 resident: set[str] = frozenset()) -> tuple[dict[str, int], int]:
     """Grow the tile innermost-axis first while it fits and leaves enough tiles for every core."""
+    terms = footprint_terms(kernel, types, resident)
     tile = {a: 1 for a in parallel}
-    fp = footprint(kernel, tile, types, target.alignment, resident)
+    fp = footprint(kernel, tile, types, target.alignment, resident, terms)
     if fp > target.onchip_bytes:
         return tile, fp
     want_tiles = 2 * target.cores
     for axis in reversed(parallel):
         while tile[axis] < kernel.extents[axis]:
             trial = dict(tile, **{axis: min(tile[axis] * 2, kernel.extents[axis])})
-            fp_trial = footprint(kernel, trial, types, target.alignment, resident)
+            fp_trial = footprint(kernel, trial, types, target.alignment, resident, terms)
             if fp_trial > target.onchip_bytes or count_tiles(kernel, trial) < want_tiles:
                 break
             tile, fp = trial, fp_trial
@@ -155,28 +163,24 @@ def rereads(labels: tuple[Label, ...], parallel: list[str], kernel: Kernel, tile
     return n
 
 
-def instance_work(inst: Instance, kernel: Kernel, tile: dict[str, int], types, target: Target) -> tuple[float, float]:
-    """(vector element-cycles, matrix cycles) of one tile of this instance."""
-    node = inst.node
-    out = slice_elems(inst.labels, kernel, tile)
-    op = node.op
-    if op in ("param", "const"):
-        return 0.0, 0.0
-    if op in ("sum", "mean", "max", "min"):
-        in_shape = types[node.children[0]].shape
-        factor = math.prod(in_shape[a] for a in node.attr("axes"))
-        return out * factor * target.cycles_per_element(op), 0.0
-    if op == "matmul":
-        k = types[node.children[0]].shape[-1]
-        if target.matrix is not None:
-            m = target.matrix
-            rows = _tile_extent(inst.labels, -2, kernel, tile) if len(inst.labels) >= 2 else 1
-            cols = _tile_extent(inst.labels, -1, kernel, tile) if inst.labels else 1
-            batch = out // max(rows * cols, 1)
-            tiles = batch * -(-rows // m.tile_m) * -(-cols // m.tile_n) * -(-k // m.tile_k)
-            return 0.0, tiles * m.cycles_per_tile
-        return out * k / max(target.fma_per_lane, 1e-9), 0.0
-    return out * target.cycles_per_element(op), 0.0
+def tile_work(kernel: Kernel, tile: dict[str, int], target: Target) -> tuple[float, float]:
+    """(vector element-cycles, matrix-unit cycles) of one tile."""
+    vector = 0.0
+    for labels, ops in kernel.work.items():
+        per_elem = sum(n * target.cycles_per_element(op) for op, n in ops.items())
+        vector += slice_elems(labels, kernel, tile) * per_elem
+    matrix = 0.0
+    for labels, k in kernel.matmuls:
+        out = slice_elems(labels, kernel, tile)
+        if target.matrix is None:
+            vector += out * k / target.fma_per_lane
+            continue
+        m = target.matrix
+        rows = _tile_extent(labels, -2, kernel, tile) if len(labels) >= 2 else 1
+        cols = _tile_extent(labels, -1, kernel, tile) if labels else 1
+        batch = out // max(rows * cols, 1)
+        matrix += batch * -(-rows // m.tile_m) * -(-cols // m.tile_n) * -(-k // m.tile_k) * m.cycles_per_tile
+    return vector, matrix
 
 
 def _tile_extent(labels, index, kernel, tile) -> int:
@@ -192,16 +196,14 @@ def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
     problem = kernel.problem
     if not problem and fp > target.onchip_bytes:
         problem = (f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}")
-    reads = sum(
-        types[cid].nbytes * (1 if cid in resident else rereads(labels, parallel, kernel, tile))
-        for cid, labels in kernel.inputs.items()
-    )
+    reads = 0
+    for cid, labels in kernel.inputs.items():
+        nbytes = types[cid].nbytes
+        reads += nbytes if cid in resident or not parallel else nbytes * rereads(labels, parallel, kernel, tile)
     written = types[kernel.root].nbytes
-    vec = mat = 0.0
-    for inst in kernel.instances:
-        v, m = instance_work(inst, kernel, tile, types, target)
-        vec += v * tiles
-        mat += m * tiles
+    vec, mat = tile_work(kernel, tile, target)
+    vec *= tiles
+    mat *= tiles
     cores = max(1, min(target.cores, tiles))
     vector_cycles = vec / (target.vector_lanes * cores)
     matrix_cycles = mat / cores

@@ -7,6 +7,7 @@ Source positions are kept on every node but excluded from equality, so
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Union
 
 DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
@@ -42,14 +43,14 @@ class TensorType:
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    @cached_property
     def size(self) -> int:
         n = 1
         for d in self.shape:
             n *= d
         return n
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.size * dtype_bytes(self.dtype)
 

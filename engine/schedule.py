@@ -19,10 +19,11 @@ The cost model (`cost.py`) prices kernels; lowering turns them into loops.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .egraph_data import EGraphData, ENode
-from .ir import TensorType
+from .ir import TensorType, dtype_bytes
 from .ops import is_elementwise
 
 Label = str | None  # "p0".. a root axis, "r3".. a reduced axis, None a broadcast dim
@@ -41,16 +42,56 @@ class Instance:
 
 @dataclass
 class Kernel:
+    """A kernel's instances plus the aggregates the cost model reads (kept up to date as it grows)."""
+
     root: str  # e-class of the value it writes to global memory
-    instances: list[Instance]  # in dependency order; the last one is the root
+    instances: list[Instance]  # the root is the first one created, key 0 of the walk's last return
     inputs: dict[str, tuple[Label, ...]]  # global values read (e-class -> axis map of the read)
     extents: dict[str, int]  # extent of every label
     input_uses: dict[str, int] = field(default_factory=dict)  # operand slots reading each global input
-    problem: str = ""  # why the kernel cannot be built as a tiled loop nest, if it cannot
+    problems: list[str] = field(default_factory=list)
+    root_key: int = -1
+    # where each global input is read: (consumer instance key, operand index, axis map)
+    reads_at: dict[str, list[tuple[int, int, tuple[Label, ...]]]] = field(default_factory=dict)
+    # aggregates: work[labels][op] = elements of `op` per element of a slice with these labels
+    work: dict[tuple[Label, ...], dict[str, float]] = field(default_factory=dict)
+    buffers: list[tuple[tuple[Label, ...], int]] = field(default_factory=list)  # (labels, bytes per element)
+    matmuls: list[tuple[tuple[Label, ...], int]] = field(default_factory=list)  # (output labels, k)
+    restrict: list[frozenset] = field(default_factory=list)  # label sets the tiled axes must lie in
+    held: dict[str, int] = field(default_factory=dict)  # shared/local value -> its instance key
+    computed: dict[tuple[str, tuple[Label, ...]], int] = field(default_factory=dict)  # inline (value, labels)
+    reduced: int = 0  # counter for fresh reduced-axis labels
+
+    @property
+    def problem(self) -> str:
+        return "; ".join(dict.fromkeys(self.problems))
 
     @property
     def root_instance(self) -> Instance:
-        return self.instances[-1]
+        return self.instances[self.root_key]
+
+    def copy(self) -> "Kernel":
+        return Kernel(
+            self.root, list(self.instances), dict(self.inputs), dict(self.extents), dict(self.input_uses),
+            list(self.problems), self.root_key, {k: list(v) for k, v in self.reads_at.items()},
+            {k: dict(v) for k, v in self.work.items()}, list(self.buffers), list(self.matmuls),
+            list(self.restrict), dict(self.held), dict(self.computed), self.reduced,
+        )
+
+    def ordered(self) -> list[Instance]:
+        """Instances with every operand before its reader (growing a kernel appends producers last)."""
+        done: dict[int, None] = {}
+
+        def visit(key: int) -> None:
+            if key in done:
+                return
+            for kind, ref in self.instances[key].operands:
+                if kind not in ("global", "const"):
+                    visit(ref)
+            done[key] = None
+
+        visit(self.root_key)
+        return [self.instances[k] for k in done]
 
 
 @dataclass
@@ -129,66 +170,134 @@ def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Sch
 
 
 def form_kernel(data: EGraphData, choice: dict[str, ENode], root: str) -> Kernel:
-    types = data.types
-    shape = types[root].shape
-    extents: dict[str, int] = {f"p{i}": d for i, d in enumerate(shape)}
-    instances: list[Instance] = []
-    inputs: dict[str, tuple[Label, ...]] = {}
-    input_uses: dict[str, int] = {}
-    held: dict[str, Instance] = {}  # shared/local instances, one per value
-    problems: list[str] = []
-    counter = [0]
+    shape = data.types[root].shape
+    kernel = Kernel(root, [], {}, {f"p{i}": d for i, d in enumerate(shape)})
+    kernel.root_key = _Builder(data, choice, kernel).visit(root, tuple(f"p{i}" for i in range(len(shape))), "root")
+    return kernel
 
-    def fresh_reduced(extent: int) -> str:
-        label = f"r{counter[0]}"
-        counter[0] += 1
-        extents[label] = extent
+
+def fuse_into(data: EGraphData, choice: dict[str, ENode], kernel: Kernel, producer: str,
+              consumers: set[str]) -> Kernel:
+    """`kernel` with `producer` computed inside it instead of read from global memory.
+
+    `choice` is the new choice: the consumers of `producer` in this kernel read
+    it through non-global edges, and nothing else changed. Only the producer's
+    part is walked, so growing a kernel costs what is added to it.
+    """
+    new = kernel.copy()
+    sites = [site for site in new.reads_at.pop(producer) if new.instances[site[0]].cid in consumers]
+    kept = [site for site in kernel.reads_at[producer] if site not in sites]
+    if kept:  # other consumers in this kernel still read it from global memory
+        new.reads_at[producer] = kept
+        new.input_uses[producer] = len(kept)
+    else:
+        del new.inputs[producer]
+        del new.input_uses[producer]
+    builder = _Builder(data, choice, new)
+    for key, index, labels in sites:
+        inst = new.instances[key]
+        node = choice[inst.cid]
+        edge, value = operand_edges(data, choice, node)[index]
+        assert value == producer and edge != "global", (edge, value)
+        consumer_labels = inst.labels
+        ref = builder.edge(node, edge, value, labels, consumer_labels)
+        operands = list(new.instances[key].operands)
+        operands[index] = ref
+        new.instances[key] = Instance(inst.cid, node, inst.labels, inst.placement, key, tuple(operands),
+                                      inst.operand_labels)
+    return new
+
+
+class _Builder:
+    """Walks a kernel's values from the root through non-global edges, accounting as it goes."""
+
+    def __init__(self, data: EGraphData, choice: dict[str, ENode], kernel: Kernel):
+        self.data = data
+        self.types = data.types
+        self.choice = choice
+        self.k = kernel
+
+    def fresh(self, extent: int) -> str:
+        label = f"r{self.k.reduced}"
+        self.k.reduced += 1
+        self.k.extents[label] = extent
         return label
 
-    computed: dict[tuple[str, tuple[Label, ...]], int] = {}  # inline values with the same indexing: computed once
-
-    def visit(cid: str, labels: tuple[Label, ...], placement: str) -> int:
-        if placement in ("shared", "local") and cid in held:
-            inst = held[cid]
+    def visit(self, cid: str, labels: tuple[Label, ...], placement: str) -> int:
+        k = self.k
+        if placement in ("shared", "local") and cid in k.held:
+            inst = k.instances[k.held[cid]]
             if inst.labels != labels:
-                problems.append(f"{placement} value {choice[cid].op} is read with two different indexings")
+                k.problems.append(f"{placement} value {self.choice[cid].op} is read with two different indexings")
             return inst.key
-        if placement == "inline" and (cid, labels) in computed:
-            return computed[(cid, labels)]
-        node = choice[cid]
+        if placement == "inline" and (cid, labels) in k.computed:
+            return k.computed[(cid, labels)]
+        node = self.choice[cid]
+        key = len(k.instances)
+        k.instances.append(None)  # reserve the key: operands may be read by key before this returns
+        read_labels = operand_labels(node, labels, self.types, cid, self.fresh, k.problems)
         operands = []
-        read_labels = operand_labels(node, labels, types, cid, fresh_reduced, problems)
-        for (edge, value), child_labels in zip(operand_edges(data, choice, node), read_labels):
-            vnode = choice[value]
+        for index, ((edge, value), child_labels) in enumerate(zip(operand_edges(self.data, self.choice, node),
+                                                                   read_labels)):
+            vnode = self.choice[value]
             if vnode.op == "const":
                 operands.append(("const", vnode.attr("value")))
             elif edge == "global" or vnode.op == "param":
-                prev = inputs.get(value)
-                if prev is not None and prev != child_labels:
-                    # read twice with different indexings: stage the union (the whole slice of both)
-                    child_labels = tuple(a if a == b else _wider(a, b) for a, b in zip(prev, child_labels))
-                inputs[value] = child_labels
-                input_uses[value] = input_uses.get(value, 0) + 1
+                self.read_global(value, child_labels, key, index)
                 operands.append(("global", value))
             else:
-                if edge == "inline" and not vnode_elementwise(vnode):
-                    problems.append(f"inline needs an elementwise producer, not {vnode.op}")
-                if edge == "local" and vnode_elementwise(node) and set(filter(None, child_labels)) < set(
-                    filter(None, labels)
-                ):
-                    problems.append(f"local value {vnode.op} is broadcast by its consumer {node.op}; use shared")
-                operands.append((edge, visit(value, child_labels, edge)))
-        key = len(instances)
+                operands.append(self.edge(node, edge, value, child_labels, labels))
         inst = Instance(cid, node, labels, placement, key, tuple(operands), tuple(read_labels))
-        instances.append(inst)
+        k.instances[key] = inst
         if placement in ("shared", "local"):
-            held[cid] = inst
+            k.held[cid] = key
         elif placement == "inline":
-            computed[(cid, labels)] = key
+            k.computed[(cid, labels)] = key
+        self.account(inst)
         return key
 
-    visit(root, tuple(f"p{i}" for i in range(len(shape))), "root")
-    return Kernel(root, instances, inputs, extents, input_uses, "; ".join(dict.fromkeys(problems)))
+    def edge(self, consumer: ENode, edge: str, value: str, labels, consumer_labels) -> tuple[str, int]:
+        vnode = self.choice[value]
+        if edge == "inline" and not vnode_elementwise(vnode):
+            self.k.problems.append(f"inline needs an elementwise producer, not {vnode.op}")
+        if edge == "local" and vnode_elementwise(consumer) and set(filter(None, labels)) < set(
+            filter(None, consumer_labels)
+        ):
+            self.k.problems.append(f"local value {vnode.op} is broadcast by its consumer {consumer.op}; use shared")
+        return (edge, self.visit(value, labels, edge))
+
+    def read_global(self, value: str, labels, key: int, index: int) -> None:
+        k = self.k
+        k.reads_at.setdefault(value, []).append((key, index, labels))
+        prev = k.inputs.get(value)
+        if prev is not None and prev != labels:
+            # read twice with different indexings: stage the union (the whole slice of both)
+            labels = tuple(a if a == b else _wider(a, b) for a, b in zip(prev, labels))
+        k.inputs[value] = labels
+        k.input_uses[value] = k.input_uses.get(value, 0) + 1
+
+    def account(self, inst: Instance) -> None:
+        """Add what this instance costs per element of its slice to the kernel's aggregates."""
+        k = self.k
+        op = inst.node.op
+        if op in ("param", "const"):
+            return
+        if op == "matmul":
+            k.matmuls.append((inst.labels, self.types[inst.node.children[0]].shape[-1]))
+            k.restrict.append(frozenset(inst.labels))
+        else:
+            factor = 1.0
+            if op in ("sum", "mean", "max", "min"):
+                in_shape = self.types[inst.node.children[0]].shape
+                factor = float(math.prod(in_shape[a] for a in inst.node.attr("axes")))
+                k.restrict.append(frozenset(inst.labels))
+            if op == "reshape":
+                k.restrict.append(frozenset(inst.operand_labels[0]))
+            ops = k.work.setdefault(inst.labels, {})
+            ops[op] = ops.get(op, 0.0) + factor
+        accumulates = op in ("sum", "mean", "max", "min", "matmul")
+        if inst.placement in ("shared", "local") or (inst.placement == "root" and accumulates):
+            k.buffers.append((inst.labels, dtype_bytes(self.types[inst.cid].dtype)))
 
 
 def _wider(a: Label, b: Label) -> Label:

@@ -48,12 +48,14 @@ def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], s
         lines.append(f"  infeasible: {kc.problem}")
     for cid in k.inputs:
         lines.append(f"  in  {names.get(cid, cid)}: {schedule.types[cid]}  [{_labels(k.inputs[cid])}]")
-    for inst in k.instances:
-        lines.append("  " + print_instance(inst, names))
+    ordered = k.ordered()
+    number = {inst.key: i for i, inst in enumerate(ordered)}
+    for inst in ordered:
+        lines.append("  " + print_instance(inst, names, number))
     return lines
 
 
-def print_instance(inst: Instance, names: dict[str, str]) -> str:
+def print_instance(inst: Instance, names: dict[str, str], number: dict[int, int]) -> str:
     args = []
     for kind, ref in inst.operands:
         if kind == "const":
@@ -61,10 +63,10 @@ def print_instance(inst: Instance, names: dict[str, str]) -> str:
         elif kind == "global":
             args.append(f"global {names.get(ref, ref)}")
         else:
-            args.append(f"{kind} %{ref}")
+            args.append(f"{kind} %{number[ref]}")
     attrs = [f"{k}={print_attr_value(v)}" for k, v in inst.node.attrs if inst.node.op not in ("param", "const")]
     call = f"{inst.node.op}({', '.join(args + attrs)})"
-    return f"%{inst.key} = {call:<44} [{_labels(inst.labels)}]  {inst.placement}"
+    return f"%{number[inst.key]} = {call:<44} [{_labels(inst.labels)}]  {inst.placement}"
 
 
 def _labels(labels) -> str:
@@ -79,8 +81,8 @@ def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:
             {
                 "name": f"k{i}",
                 "writes": names[k.root],
-                "ops": [inst.node.op for inst in k.instances],
-                "placements": {f"%{inst.key}": inst.placement for inst in k.instances},
+                "ops": [inst.node.op for inst in k.ordered()],
+                "placements": [inst.placement for inst in k.ordered()],
                 "reads": [names.get(c, c) for c in k.inputs],
                 "parallel_axes": [k.extents[a] for a in kc.parallel],
                 "tile": [kc.tile[a] for a in kc.parallel],

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
 from .egraph_data import EGraphData, ENode
 from .ops import is_elementwise
-from .schedule import CyclicChoice, Schedule, build_schedule, form_kernel
+from .schedule import CyclicChoice, Kernel, Schedule, build_schedule, form_kernel, fuse_into
 
 Choice = dict[str, ENode]
 
@@ -201,8 +201,12 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
                 improved = True
         if not improved:
             break
-    cost, schedule = space.price(state.choice)
-    return SearchResult(state.choice, schedule, cost, space.evaluated, False)
+    kernels = {root: kernel for root, (kernel, _) in state.kernels.items()}
+    schedule = build_schedule(space.data, state.choice, form=lambda r: kernels.get(r) or form_kernel(
+        space.data, state.choice, r))
+    costs = [state.kernels[k.root][1] if k.root in state.kernels else kernel_cost(k, space.data.types, space.target)
+             for k in schedule.kernels]
+    return SearchResult(state.choice, schedule, schedule_cost(schedule, space.target, costs), space.evaluated, False)
 
 
 class _Kernels:
@@ -217,13 +221,13 @@ class _Kernels:
         self.outputs = set(self.schedule.outputs)
         self.order = [k.root for k in self.schedule.kernels]
         self.readers: dict[str, list[str]] = {}  # value -> consumers reading it (any placement)
-        self.kernels: dict[str, tuple[frozenset, KernelCost]] = {}
+        self.kernels: dict[str, tuple[Kernel, KernelCost]] = {}
         self.member: dict[str, set[str]] = {}
         for cid in self._reachable():
             for child in choice[cid].children:
                 self.readers.setdefault(space.edge(child)[1], []).append(cid)
-        for root in self.order:
-            self._add(root)
+        for kernel in self.schedule.kernels:
+            self._add(kernel)
 
     def _reachable(self) -> list[str]:
         seen: dict[str, None] = {}
@@ -236,26 +240,17 @@ class _Kernels:
             stack.extend(self.space.edge(c)[1] for c in self.choice[cid].children)
         return list(seen)
 
-    def _closure(self, choice: Choice, root: str) -> frozenset:
-        seen = {root}
-        stack = [root]
-        while stack:
-            for child in choice[stack.pop()].children:
-                kind, value = self.space.edge(child)
-                if kind != "global" and value not in seen:
-                    seen.add(value)
-                    stack.append(value)
-        return frozenset(seen)
+    def _price(self, kernel: Kernel) -> KernelCost:
+        return kernel_cost(kernel, self.space.data.types, self.space.target)
 
-    def _add(self, root: str) -> None:
-        closure = self._closure(self.choice, root)
-        self.kernels[root] = (closure, self.space.price_kernel(self.choice, root)[1])
-        for cid in closure:
-            self.member.setdefault(cid, set()).add(root)
+    def _add(self, kernel: Kernel, cost: KernelCost | None = None) -> None:
+        self.kernels[kernel.root] = (kernel, cost or self._price(kernel))
+        for cid in {inst.cid for inst in kernel.instances}:
+            self.member.setdefault(cid, set()).add(kernel.root)
 
     def _drop(self, root: str) -> None:
-        closure, _ = self.kernels.pop(root)
-        for cid in closure:
+        kernel, _ = self.kernels.pop(root)
+        for cid in {inst.cid for inst in kernel.instances}:
             self.member[cid].discard(root)
 
     def _is_root(self, choice: Choice, value: str) -> bool:
@@ -270,7 +265,7 @@ class _Kernels:
     def try_fuse(self, producer: str, by_sig) -> bool:
         space = self.space
         trial = dict(self.choice)
-        changed = []
+        changed = set()
         for consumer in dict.fromkeys(self.readers.get(producer, ())):
             node = trial[consumer]
             op, attrs, edges = space.signature(node)
@@ -278,31 +273,43 @@ class _Kernels:
             if fused == edges:
                 continue
             alt = by_sig[consumer].get((op, attrs, fused))
-            if alt is not None:
+            if alt is not None and self._same_elsewhere(node, alt, producer):
                 trial[consumer] = alt
-                changed.append(consumer)
+                changed.add(consumer)
         if not changed:
             return False
         affected = set()
         for consumer in changed:
             affected |= self.member.get(consumer, set())
         stays = self._is_root(trial, producer)
-        old = sum(self.kernels[r][1].cycles for r in affected) + (0 if stays else self.kernels[producer][1].cycles)
-        new = 0.0
+        old = sum(self.kernels[r][1].cycles for r in affected | ({producer} if not stays else set()))
+        grown = {}
         for r in affected:
-            if r == producer and not stays:
+            if r == producer:
                 continue
-            new += space.price_kernel(trial, r)[1].cycles
+            kernel = fuse_into(space.data, trial, self.kernels[r][0], producer, changed)
+            grown[r] = (kernel, self._price(kernel))
+        new = sum(cost.cycles for _, cost in grown.values())
+        if stays and producer in affected:
+            new += self.kernels[producer][1].cycles
         space.evaluated += 1
         if not new < old:
             return False
         self.choice = trial
-        for r in affected | {producer}:
-            if r in self.kernels:
-                self._drop(r)
-        for r in affected:
-            if r != producer or stays:
-                self._add(r)
+        for r in grown:
+            self._drop(r)
+        if not stays and producer in self.kernels:
+            self._drop(producer)
+        for kernel, cost in grown.values():
+            self._add(kernel, cost)
+        return True
+
+    def _same_elsewhere(self, node: ENode, alt: ENode, producer: str) -> bool:
+        """The alternative changes only the edges that read `producer`."""
+        for a, b in zip(node.children, alt.children):
+            ea, eb = self.space.edge(a), self.space.edge(b)
+            if ea != eb and ea[1] != producer:
+                return False
         return True
 
 

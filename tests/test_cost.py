@@ -270,3 +270,33 @@ def test_tree_extraction_matches_a_fixpoint_reference():
 
     for root in data.roots:
         assert tree_cost(root) == best[root]
+
+
+@settings(max_examples=15)
+@given(graphs(dtypes=("f32",), max_ops=12, max_rank=3, max_dim=8))
+def test_greedy_kernels_price_like_freshly_formed_ones(graph):
+    """Kernels grown move by move (fuse_into) cost what forming them from scratch costs."""
+    from stitch.engine.schedule import form_kernel
+    from stitch.engine.cost import kernel_cost
+
+    run, _ = saturate_program(graph, load_rule_files([], builtin=True))
+    data = EGraphData.from_json(run.serialize().to_json())
+    result = extract_schedule(data, CPU, exhaustive_limit=0)
+    for kernel, kc in zip(result.schedule.kernels, result.cost.kernels):
+        fresh = kernel_cost(form_kernel(data, result.choice, kernel.root), data.types, CPU)
+        assert (fresh.cycles, fresh.bytes_read, fresh.footprint) == (kc.cycles, kc.bytes_read, kc.footprint)
+
+
+def test_large_programs_extract_with_the_greedy_search():
+    import sys
+
+    sys.path.insert(0, str(EXAMPLES.parent / "bench"))
+    from gen import random_program
+
+    graph = check_func(parse_program(random_program(150)).funcs[0])
+    run, _ = saturate_program(graph, builtin_rule_files())
+    data = EGraphData.from_json(run.serialize().to_json())
+    result = extract_schedule(data, CPU)
+    unfused = schedule_cost(build_schedule(data, extract_tree(data, ALL_GLOBAL)), CPU)
+    assert not result.exhaustive and result.cost.feasible
+    assert len(result.schedule.kernels) < len(unfused.kernels) and result.cost.cycles < unfused.cycles

@@ -1,0 +1,68 @@
+"""Compile-time benchmark: parse, saturate, extract for every example and generated programs.
+
+Prints a markdown table of median seconds per stage (several runs), and the
+extracted kernels against the unfused count. Run: python3 bench/compile_speed.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from gen import random_program  # noqa: E402
+
+from stitch.engine.check import check_func  # noqa: E402
+from stitch.engine.egraph_data import EGraphData  # noqa: E402
+from stitch.engine.extract import extract_schedule  # noqa: E402
+from stitch.engine.parse import parse_program  # noqa: E402
+from stitch.engine.rules import builtin_rule_files  # noqa: E402
+from stitch.engine.saturate import EGraphRun, Limits  # noqa: E402
+from stitch.targets.target import load_target  # noqa: E402
+
+
+def stages(text: str, target, limits: Limits) -> dict:
+    t0 = time.perf_counter()
+    graph = check_func(parse_program(text).funcs[0])
+    t1 = time.perf_counter()
+    run = EGraphRun(graph, builtin_rule_files())
+    report = run.run(limits)
+    t2 = time.perf_counter()
+    data = EGraphData.from_json(run.serialize().to_json())
+    t3 = time.perf_counter()
+    result = extract_schedule(data, target)
+    t4 = time.perf_counter()
+    ops = sum(1 for n in graph.nodes if n.op not in ("param", "const"))
+    return {"ops": ops, "parse": t1 - t0, "saturate": t2 - t1, "serialize": t3 - t2, "extract": t4 - t3,
+            "total": t4 - t0, "enodes": report.enodes, "kernels": len(result.schedule.kernels),
+            "exhaustive": result.exhaustive}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--target", default="cpu")
+    args = ap.parse_args()
+    target = load_target(args.target)
+    programs = [(p.stem, p.read_text()) for p in sorted((HERE.parent / "examples").glob("*.ir"))]
+    programs += [(f"random-{n}", random_program(n)) for n in (100, 500)]
+    print(f"compile stages on {target.name}, median of {args.runs} runs, seconds\n")
+    print("| program | ops | e-nodes | kernels | search | parse | saturate | serialize | extract | total |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, text in programs:
+        runs = [stages(text, target, Limits(seconds=10.0)) for _ in range(args.runs)]
+        med = {k: statistics.median(r[k] for r in runs) for k in ("parse", "saturate", "serialize", "extract",
+                                                                  "total")}
+        r = runs[0]
+        search = "exhaustive" if r["exhaustive"] else "greedy"
+        print(f"| {name} | {r['ops']} | {r['enodes']} | {r['kernels']} | {search} | {med['parse']:.3f} | "
+              f"{med['saturate']:.3f} | {med['serialize']:.3f} | {med['extract']:.3f} | {med['total']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
