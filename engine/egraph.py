@@ -20,6 +20,7 @@ The `analysis` ruleset fills what rule conditions test: `shape` (Vec i64),
 from __future__ import annotations
 
 from .graph import Graph, Node
+from .ir import DTypeName
 from .ops import BINARY, COMPARE, OPS, REDUCE, UNARY
 
 PLACEMENT_CTORS = {"global": "Global", "shared": "Shared", "local": "Local", "inline": "Inline"}
@@ -225,6 +226,17 @@ def f64(value) -> str:
     if text in ("inf", "-inf", "nan"):
         raise ValueError(f"constant {text} cannot enter the e-graph")
     return text
+
+
+def literal(value) -> str:
+    """An attribute or condition literal as egglog text."""
+    if isinstance(value, DTypeName):
+        return quote(value.name)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ivec(value)
+    return str(int(value))
 
 
 def quote(s: str) -> str:

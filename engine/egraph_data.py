@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS
+from .graph import lookup
 from .ir import TensorType
 
 PLACEMENT_OF = {ctor: name for name, ctor in PLACEMENT_CTORS.items()}
@@ -29,10 +30,7 @@ class ENode:
         return self.ctor in PLACEMENT_OF
 
     def attr(self, key: str, default=None):
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        return default
+        return lookup(self.attrs, key, default)
 
 
 @dataclass

@@ -23,10 +23,15 @@ class Node:
     pos: Pos = field(default=NOPOS, compare=False)
 
     def attr(self, key: str, default=None):
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        return default
+        return lookup(self.attrs, key, default)
+
+
+def lookup(pairs: tuple[tuple[str, object], ...], key: str, default=None):
+    """The value for `key` in a tuple of (key, value) pairs (attributes are kept as such tuples)."""
+    for k, v in pairs:
+        if k == key:
+            return v
+    return default
 
 
 @dataclass

@@ -115,8 +115,8 @@ class _Return(NamedTuple):
     pos: Pos
 
 
-class _ToIR(Transformer):
-    """One method per grammar alias, straight onto dataclasses."""
+class LiteralTransformer(Transformer):
+    """Positions, checked numbers and attribute values: shared by the program and rule transformers."""
 
     def __init__(self, filename: str, source: str):
         super().__init__()
@@ -130,11 +130,6 @@ class _ToIR(Transformer):
 
     def _error(self, message: str, tok: Token, hint: str = "") -> StitchError:
         return StitchError(message, self._pos(tok), self.source, hint)
-
-    def _name(self, tok: Token, what: str) -> str:
-        if str(tok) in RESERVED:
-            raise self._error(f"'{tok}' is a reserved word and cannot name a {what}", tok)
-        return str(tok)
 
     def _int(self, tok: Token) -> int:
         if len(tok.lstrip("+-")) > MAX_INT_DIGITS:
@@ -150,6 +145,30 @@ class _ToIR(Transformer):
             shown = text if len(text) <= 20 else text[:12] + "..."
             raise self._error(f"number {shown} is too large for any float type", tok)
         return value
+
+    def attr_number(self, items):
+        return self._number(items[0])
+
+    def attr_true(self, items):
+        return True
+
+    def attr_false(self, items):
+        return False
+
+    def attr_name(self, items):
+        return DTypeName(str(items[0]))
+
+    def attr_list(self, items):
+        return tuple(self._int(t) for t in items)
+
+
+class _ToIR(LiteralTransformer):
+    """One method per grammar alias, straight onto dataclasses."""
+
+    def _name(self, tok: Token, what: str) -> str:
+        if str(tok) in RESERVED:
+            raise self._error(f"'{tok}' is a reserved word and cannot name a {what}", tok)
+        return str(tok)
 
     def start(self, funcs):
         return list(funcs)
@@ -244,20 +263,6 @@ class _ToIR(Transformer):
         name, value = items
         return Attr(str(name), value, self._pos(name))
 
-    def attr_number(self, items):
-        return self._number(items[0])
-
-    def attr_true(self, items):
-        return True
-
-    def attr_false(self, items):
-        return False
-
-    def attr_name(self, items):
-        return DTypeName(str(items[0]))
-
-    def attr_list(self, items):
-        return tuple(self._int(t) for t in items)
 
 
 def _expr_pos(e) -> Pos:

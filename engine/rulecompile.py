@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, f64, ivec, quote
+from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, f64, literal, quote
 from .errors import StitchError
 from .ir import DTypeName
 from .ops import OPS
@@ -172,13 +172,17 @@ class _Ctx:
             dt = self._dtype_expr_var("?__root")
         return f"(Const {f64(p.value)} {dt})"
 
-    def _dtype_expr_var(self, term_var: str) -> str:
-        key = f"dtype:{term_var}"
+    def _lookup(self, function: str, term_var: str) -> str:
+        """A query variable bound to `(function term_var)`, bound once per rule."""
+        key = f"{function}:{term_var}"
         if key not in self.bound:
-            d = self.new("dt")
-            self.query.append(f"(= {d} (dtype {term_var}))")
-            self.bound[key] = d
+            v = self.new(function[:2])
+            self.query.append(f"(= {v} ({function} {term_var}))")
+            self.bound[key] = v
         return self.bound[key]
+
+    def _dtype_expr_var(self, term_var: str) -> str:
+        return self._lookup("dtype", term_var)
 
     def _dtype_of(self, p) -> str | None:
         """An egglog expression for the dtype of pattern `p`, from variables the left side binds."""
@@ -255,23 +259,14 @@ class _Ctx:
         v = a.value
         if isinstance(v, PVar):
             return self.var(v.name)
-        if isinstance(v, DTypeName):
-            return quote(v.name)
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, tuple):
-            return ivec(v)
+        if isinstance(v, (DTypeName, bool, tuple)):
+            return literal(v)
         raise self.error(f"attribute '{name}' cannot be {v!r}", a.pos)
 
     # -- conditions ----------------------------------------------------------
 
     def _shape(self, var: str) -> str:
-        key = f"shape:{var}"
-        if key not in self.bound:
-            s = self.new("s")
-            self.query.append(f"(= {s} (shape {var}))")
-            self.bound[key] = s
-        return self.bound[key]
+        return self._lookup("shape", var)
 
     def condition(self, c) -> None:
         if c.name in ("==", "!=", "<", "<=", ">", ">="):
@@ -296,15 +291,9 @@ class _Ctx:
     def cterm(self, t) -> str:
         if t.name == "lit":
             v = t.args[0]
-            if isinstance(v, DTypeName):
-                return quote(v.name)
-            if isinstance(v, bool):
-                return "true" if v else "false"
-            if isinstance(v, tuple):
-                return ivec(v)
             if isinstance(v, float):
                 raise self.error("conditions compare integers; write the number without a decimal point", t.pos)
-            return str(int(v))
+            return literal(v)
         if t.name == "var":
             return self.var(t.args[0])
         v = self.var(t.args[0].args[0])

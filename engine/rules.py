@@ -18,13 +18,13 @@ from functools import cache
 from pathlib import Path
 from typing import Union
 
-from lark import Lark, Transformer, v_args
+from lark import Lark, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
 from .errors import StitchError
 from .ir import NOPOS, DTypeName, Pos
 from .ops import OPS
-from .parse import GRAMMAR_DIR, syntax_error
+from .parse import GRAMMAR_DIR, LiteralTransformer, read_source, syntax_error
 
 PLACEMENTS = ("global", "shared", "local", "inline")
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
@@ -145,7 +145,7 @@ def parse_rules(text: str, filename: str = "<string>") -> RuleFile:
     except UnexpectedInput as err:
         raise syntax_error(err, text, filename, rules_parser()) from None
     try:
-        rules = _ToRules(filename).transform(tree)
+        rules = _ToRules(filename, text).transform(tree)
     except VisitError as err:  # lark wraps what the transformer raises
         if isinstance(err.orig_exc, StitchError):
             e = err.orig_exc
@@ -158,25 +158,14 @@ def parse_rules(text: str, filename: str = "<string>") -> RuleFile:
 
 
 def load_rules(path: str | Path) -> RuleFile:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise StitchError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
-    return parse_rules(text, str(path))
+    return parse_rules(read_source(path), str(path))
 
 
 def builtin_rule_files() -> list[RuleFile]:
     return [load_rules(p) for p in sorted(RULES_DIR.glob("*.rules"))]
 
 
-class _ToRules(Transformer):
-    def __init__(self, filename: str):
-        super().__init__()
-        self.filename = filename
-
-    def _pos(self, tok) -> Pos:
-        return Pos(self.filename, getattr(tok, "line", 0) or 0, getattr(tok, "column", 0) or 0)
+class _ToRules(LiteralTransformer):
 
     def start(self, rules):
         return list(rules)
@@ -190,7 +179,7 @@ class _ToRules(Transformer):
         return PVar(str(items[0]), self._pos(items[0]))
 
     def pnumber(self, items):
-        return PLit(_number(items[0]), self._pos(items[0]))
+        return PLit(self._number(items[0]), self._pos(items[0]))
 
     def ptrue(self, items):
         return PLit(True, self._pos(items[0]))
@@ -226,21 +215,6 @@ class _ToRules(Transformer):
     def attr_var(self, items):
         return PVar(str(items[0]), self._pos(items[0]))
 
-    def attr_number(self, items):
-        return _number(items[0])
-
-    def attr_true(self, items):
-        return True
-
-    def attr_false(self, items):
-        return False
-
-    def attr_name(self, items):
-        return DTypeName(str(items[0]))
-
-    def attr_list(self, items):
-        return tuple(int(t) for t in items)
-
     def cpred(self, items):
         name, *args = items
         return Cond(str(name), tuple(args), self._pos(name))
@@ -253,7 +227,7 @@ class _ToRules(Transformer):
         return CFun("var", (str(items[0]),), self._pos(items[0]))
 
     def cnumber(self, items):
-        return CFun("lit", (_number(items[0]),), self._pos(items[0]))
+        return CFun("lit", (self._number(items[0]),), self._pos(items[0]))
 
     def ctrue(self, items):
         return CFun("lit", (True,), self._pos(items[0]))
@@ -266,16 +240,11 @@ class _ToRules(Transformer):
 
     @v_args(meta=True)
     def clist(self, meta, items):
-        return CFun("lit", (tuple(int(t) for t in items),), Pos(self.filename, meta.line, meta.column))
+        return CFun("lit", (tuple(self._int(t) for t in items),), Pos(self.filename, meta.line, meta.column))
 
     def cfun(self, items):
         name, *args = items
         return CFun(str(name), tuple(args), self._pos(name))
-
-
-def _number(tok) -> int | float:
-    text = str(tok)
-    return float(text) if any(c in text for c in ".eE") else int(text)
 
 
 # ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..engine.errors import StitchError
 from ..engine.ir import Pos
+from ..engine.parse import read_source
 
 TARGET_DIR = Path(__file__).resolve().parent
 BUILTIN = ("cpu", "accel")
@@ -68,11 +69,7 @@ def load_target(spec: str) -> Target:
         path = Path(spec)
         if not path.suffix == ".toml" and not path.exists():
             raise StitchError(f"unknown target '{spec}': use {' or '.join(BUILTIN)}, or a path to a .toml file")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise StitchError(f"cannot read target {path}: {getattr(err, 'strerror', None) or err}") from None
-    return parse_target(text, str(path))
+    return parse_target(read_source(path), str(path))
 
 
 def parse_target(text: str, filename: str = "<target>") -> Target:
