@@ -10,7 +10,8 @@ Per kernel:
   every reduction and matmul inside it varies (and which a reshape inside it
   keeps as a common prefix) (AStitch's rule: a tile holds the
   reduced axes whole, so no reduction is split or recomputed across tiles).
-- Tile size: grown along those axes, innermost first, while the tile's on-chip
+- Tile size: a divisor of each tiled extent (tiles are whole), grown along those
+  axes, innermost first, while the tile's on-chip
   footprint (global inputs read more than once, which are staged; shared and
   local values; the accumulator of a reduction or matmul output; each aligned;
   an input read once and an elementwise output stream through) fits `onchip_bytes` and at least 2 x cores tiles remain. A kernel
@@ -99,20 +100,26 @@ def resident_inputs(kernel: Kernel, parallel: list[str], types, target: Target) 
     return out
 
 
-def footprint_terms(kernel: Kernel, types, resident: set[str]) -> tuple[int, list[tuple[tuple, int]]]:
+def staged(kernel: Kernel, cid: str, labels, parallel: list[str]) -> bool:
+    """A global input copied on chip: read more than once, or kept while tiles it does not vary along pass."""
+    return kernel.input_uses.get(cid, 0) >= 2 or any(a not in labels for a in parallel)
+
+
+def footprint_terms(kernel: Kernel, types, resident: set[str],
+                    parallel: list[str]) -> tuple[int, list[tuple[tuple, int]]]:
     """The tile's on-chip buffers: (bytes held whatever the tile, [(axis map, bytes per element)])."""
     fixed = sum(types[cid].nbytes for cid in resident)
     terms = [
         (labels, dtype_bytes(types[cid].dtype))
         for cid, labels in kernel.inputs.items()
-        if kernel.input_uses.get(cid, 0) >= 2 and cid not in resident  # read once: streamed, not staged
+        if cid not in resident and staged(kernel, cid, labels, parallel)  # others stream through
     ]
     return fixed, terms + kernel.buffers
 
 
 def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resident: set[str] = frozenset(),
               terms=None) -> int:
-    fixed, terms = terms or footprint_terms(kernel, types, resident)
+    fixed, terms = terms or footprint_terms(kernel, types, resident, list(tile))
     total = align(fixed, alignment) if fixed else 0
     extents = kernel.extents
     for labels, nbytes in terms:
@@ -127,20 +134,26 @@ def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resid
 def choose_tile(kernel: Kernel, parallel: list[str], types, target: Target,
                 resident: set[str] = frozenset()) -> tuple[dict[str, int], int]:
     """Grow the tile innermost-axis first while it fits and leaves enough tiles for every core."""
-    terms = footprint_terms(kernel, types, resident)
+    terms = footprint_terms(kernel, types, resident, parallel)
     tile = {a: 1 for a in parallel}
     fp = footprint(kernel, tile, types, target.alignment, resident, terms)
     if fp > target.onchip_bytes:
         return tile, fp
     want_tiles = 2 * target.cores
     for axis in reversed(parallel):
-        while tile[axis] < kernel.extents[axis]:
-            trial = dict(tile, **{axis: min(tile[axis] * 2, kernel.extents[axis])})
+        for size in divisors(kernel.extents[axis])[1:]:
+            trial = dict(tile, **{axis: size})
             fp_trial = footprint(kernel, trial, types, target.alignment, resident, terms)
             if fp_trial > target.onchip_bytes or count_tiles(kernel, trial) < want_tiles:
                 break
             tile, fp = trial, fp_trial
     return tile, fp
+
+
+def divisors(n: int) -> list[int]:
+    """Tile sizes along an axis of extent n: its divisors, so every tile is whole."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def count_tiles(kernel: Kernel, tile: dict[str, int]) -> int:

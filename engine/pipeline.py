@@ -116,7 +116,7 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--entry", help="the func to compile (default: the first)")
     p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
     p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
-    p.add_argument("--emit", choices=["ir", "egraph", "schedule"], default="schedule",
+    p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops"], default="schedule",
                    help="what to print (default: schedule)")
     p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the compile figures")
@@ -161,8 +161,21 @@ def compile_command(args) -> int:
     compiled = compile_graph(graph, rule_files, target, limits)
     if args.dot:
         write_text(args.dot, compiled.run.serialize().to_dot())
+    if args.json or args.emit == "loops":
+        from ..lowering.alloc import shared_bytes
+        from ..lowering.loops import print_loops
+        from ..lowering.lower import lower
+
+        program = lower(compiled)
     if args.json:
-        print(json.dumps(compiled.to_json(), indent=2))
+        out = compiled.to_json()
+        for k, lk in zip(out["kernels"], program.kernels):
+            k["shared_bytes_merged"], k["shared_bytes_unmerged"] = shared_bytes(lk)
+        out["shared_bytes_merged"] = sum(k["shared_bytes_merged"] for k in out["kernels"])
+        out["shared_bytes_unmerged"] = sum(k["shared_bytes_unmerged"] for k in out["kernels"])
+        print(json.dumps(out, indent=2))
+    elif args.emit == "loops":
+        print(print_loops(program), end="")
     elif args.emit == "egraph":
         print(compiled.report.render())
     else:

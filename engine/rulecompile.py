@@ -86,14 +86,16 @@ def _op_vars(p, acc: dict[str, PCall]) -> dict[str, PCall]:
     return acc
 
 
+OPTIONAL_ATTRS = {"keepdims"}  # may be left out of an op-variable call and still match
+
+
 def _families_for(call: PCall) -> list[str]:
+    """The constructor families an op variable can stand for: that arity, and exactly the attributes written."""
     given = {a.name for a in call.attrs}
     out = []
     for fam, (ops, attrs) in FAMILIES.items():
         arity = OPS[ops[0]].arity
-        if arity == len(call.args) and given <= set(attrs):
-            if fam == "Red" and "axes" not in given:
-                continue
+        if arity == len(call.args) and given <= set(attrs) and set(attrs) - given <= OPTIONAL_ATTRS:
             out.append(fam)
     return out
 

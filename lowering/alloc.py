@@ -1,0 +1,87 @@
+"""Merge each kernel's shared allocations into one buffer, reusing bytes by liveness.
+
+What TVM's MergeSharedMemoryAllocations does per kernel launch, for stitch:
+
+- Each kernel owns its own merged buffer (`kernel.offsets`, `kernel.merged_bytes`);
+  nothing is planned across kernels (the bug TVM's rework fixed was a second
+  kernel losing its merged buffer to the first).
+- Only `shared` allocations are merged. `local` ones are registers/accumulators,
+  left to the backend, and globals are not the kernel's.
+- Two buffers whose live ranges (lowering/liveness.py) overlap never share a
+  byte; buffers live at different times may.
+- Every buffer starts at a multiple of its alignment: its dtype's size, or
+  `alignment` if that is larger (a target's 64, say; a power of two).
+
+The planner is greedy first-fit over live intervals. Buffers are placed one at
+a time, by alignment descending, then size descending (the larger a buffer,
+the harder it is to fit later), then first use; each goes at the lowest aligned
+offset clear of every already-placed buffer whose live range overlaps its own.
+A buffer occupies its size rounded up to its alignment. Taking larger
+alignments first means every end offset is already aligned for what follows,
+so no padding is ever inserted: with `alignment=0` the merged buffer is never
+larger than the unmerged sum, and with an alignment never larger than the sum
+of the rounded-up sizes.
+
+A kernel with a single shared buffer (or none) is left alone, as in TVM: no
+offsets, and `merged_bytes` is that buffer's size rounded up to its alignment
+(0 with no shared buffer).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ..engine.ir import dtype_bytes
+from .liveness import live_ranges, ranges_overlap
+from .loops import Buffer, LoopKernel, LoopProgram
+
+
+def merge_allocations(program: LoopProgram, alignment: int = 0) -> LoopProgram:
+    """A copy of `program` whose kernels each have one liveness-planned merged shared buffer."""
+    if alignment < 0 or alignment & (alignment - 1):
+        raise ValueError(f"alignment must be 0 or a power of two, not {alignment}")
+    merged = copy.deepcopy(program)
+    for kernel in merged.kernels:
+        kernel.offsets, kernel.merged_bytes = _plan(kernel, alignment)
+    return merged
+
+
+def shared_bytes(kernel: LoopKernel) -> tuple[int, int]:
+    """(merged, unmerged) shared bytes of a kernel; before merging both are the unmerged sum."""
+    unmerged = kernel.unmerged_bytes
+    return (kernel.merged_bytes or unmerged), unmerged
+
+
+def buffer_alignment(buffer: Buffer, alignment: int = 0) -> int:
+    """The byte alignment a buffer's offset in the merged buffer must have."""
+    return max(dtype_bytes(buffer.dtype), alignment)
+
+
+def _plan(kernel: LoopKernel, alignment: int) -> tuple[dict[str, int], int]:
+    shared = [b for b in kernel.allocs if b.scope == "shared"]
+    if len(shared) <= 1:
+        return {}, sum(_round_up(b.nbytes, buffer_alignment(b, alignment)) for b in shared)
+
+    ranges = live_ranges(kernel)
+    first_use = {b.name: ranges[b.name][0] if b.name in ranges else -1 for b in shared}
+    order = sorted(shared, key=lambda b: (-buffer_alignment(b, alignment), -b.nbytes,
+                                          first_use[b.name], b.name))
+    placed: dict[str, tuple[int, int]] = {}  # name -> [start, end) in bytes
+    for b in order:
+        align = buffer_alignment(b, alignment)
+        size = _round_up(b.nbytes, align)
+        clashes = sorted(span for name, span in placed.items()
+                         if ranges_overlap(ranges.get(name), ranges.get(b.name)))
+        offset = 0
+        for start, end in clashes:  # first fit: the lowest gap that holds `size` bytes
+            if offset + size <= start:
+                break
+            offset = max(offset, _round_up(end, align))
+        placed[b.name] = (offset, offset + size)
+
+    offsets = {b.name: placed[b.name][0] for b in shared}  # in allocation order
+    return offsets, max(end for _, end in placed.values())
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align

@@ -1,0 +1,166 @@
+"""Run a LoopProgram with numpy, tile by tile, and count its global memory traffic.
+
+Tile loops (the kernel's outer loops and anything that is not a perfect nest
+ending in one statement) run as Python loops; each perfect loop nest inside a
+tile runs as one vectorized numpy statement over all its iterations (loads are
+fancy-indexed, accumulations use `ufunc.at` so repeated indices add up). A
+nest reading a global buffer counts the distinct elements it touches; a store
+to a global buffer counts the elements written. That is the lowered program's
+real traffic, which tests compare with the cost model's estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine.interp import apply_op, bind_inputs, np_dtype
+from .loops import Accumulate, For, Ix, Lit, Load, LoopProgram, Op, Store
+
+
+@dataclass
+class Traffic:
+    read: int = 0
+    written: int = 0
+    per_kernel: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None) -> tuple[list[np.ndarray], Traffic]:
+    """Outputs in return order, and the global traffic of the run."""
+    memory: dict[str, np.ndarray] = {}
+    for b in program.params:
+        arr = np.asarray(inputs[b.name])
+        if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype):
+            raise ValueError(f"input {b.name}: expected {b.dtype}{list(b.shape)}, got {arr.dtype}{list(arr.shape)}")
+        memory[b.name] = arr
+    for b in program.intermediates + program.output_buffers:
+        memory[b.name] = np.zeros(b.shape, np_dtype(b.dtype))
+    traffic = Traffic()
+    global_names = set(memory)
+    with np.errstate(all="ignore"):
+        for k in program.kernels:
+            for b in k.allocs:
+                memory[b.name] = np.zeros(b.shape, np_dtype(b.dtype))
+            run = _Run(memory, global_names)
+            run.block(k.body, {})
+            traffic.per_kernel[k.name] = (run.read, run.written)
+            traffic.read += run.read
+            traffic.written += run.written
+            for b in k.allocs:
+                del memory[b.name]
+    return [np.array(memory[name], copy=True) for name in program.outputs], traffic
+
+
+class _Run:
+    def __init__(self, memory: dict[str, np.ndarray], global_names: set[str]):
+        self.memory = memory
+        self.global_names = global_names
+        self.read = 0
+        self.written = 0
+
+    def block(self, stmts, env: dict) -> None:
+        for s in stmts:
+            if isinstance(s, For):
+                nest = _perfect_nest(s)
+                if nest is not None and s.kind != "parallel":
+                    self.nest(nest[0], nest[1], env)
+                else:
+                    for i in range(s.extent):
+                        self.block(s.body, {**env, s.var: i})
+            else:
+                self.nest([], s, env)
+
+    def nest(self, loops: list[For], leaf, env: dict) -> None:
+        """One statement over every iteration of `loops` at once."""
+        grid = dict(env)
+        rank = len(loops)
+        for axis, loop in enumerate(loops):
+            shape = [1] * rank
+            shape[axis] = loop.extent
+            grid[loop.var] = np.arange(loop.extent).reshape(shape)
+        full = tuple(loop.extent for loop in loops)
+        touched: dict[str, list] = {}
+        value = np.broadcast_to(self.expr(leaf.value, grid, touched), full)
+        index = tuple(np.broadcast_to(_index(ix, grid), full) for ix in leaf.index)
+        target = self.memory[leaf.buffer]
+        if isinstance(leaf, Store):
+            target[index] = value
+        elif not index:  # a scalar accumulator: fold every iteration into it
+            ufunc = _ACCUMULATE[leaf.op]
+            target[()] = ufunc(target[()], ufunc.reduce(value, axis=None)) if value.size else target[()]
+        else:
+            _ACCUMULATE[leaf.op].at(target, index, value)
+        for name, cells in touched.items():
+            distinct = np.unique(np.concatenate(cells)) if len(cells) > 1 else np.unique(cells[0])
+            self.read += distinct.size * self.memory[name].itemsize
+        if leaf.buffer in self.global_names:
+            flat = np.ravel_multi_index(index, target.shape) if index else np.zeros(1, int)
+            self.written += len(np.unique(flat)) * target.itemsize
+
+    def expr(self, e, grid: dict, touched: dict):
+        if isinstance(e, Lit):
+            return np.asarray(e.value, dtype=np_dtype(e.dtype))
+        if isinstance(e, Load):
+            arr = self.memory[e.buffer]
+            if e.view is not None:
+                arr = arr.reshape(e.view)
+            index = tuple(_index(ix, grid) for ix in e.index)
+            if index:
+                bidx = np.broadcast_arrays(*index)
+                out = arr[tuple(bidx)]
+            else:
+                bidx = ()
+                out = arr[()]
+            if e.buffer in self.global_names:
+                flat = np.ravel_multi_index(bidx, arr.shape).ravel() if bidx else np.zeros(1, int)
+                touched.setdefault(e.buffer, []).append(flat)
+            return out
+        assert isinstance(e, Op)
+        args = [self.expr(a, grid, touched) for a in e.args]
+        return _scalar_op(e, args)
+
+
+_ACCUMULATE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def _perfect_nest(loop: For):
+    """(loops, leaf) if `loop` is a chain of single-statement loops ending in one store."""
+    loops = [loop]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], For) and loops[-1].body[0].kind != "parallel":
+        loops.append(loops[-1].body[0])
+    body = loops[-1].body
+    if len(body) == 1 and isinstance(body[0], (Store, Accumulate)):
+        return loops, body[0]
+    return None
+
+
+def _index(ix: Ix, grid: dict):
+    value = ix.const
+    for var, coef in ix.terms:
+        value = value + coef * grid[var]
+    return np.asarray(value)
+
+
+class _FakeNode:
+    """Just enough of a graph node for the interpreter's op definitions."""
+
+    def __init__(self, op: str, dtype: str, attrs=()):
+        from ..engine.ir import TensorType
+
+        self.op = op
+        self.type = TensorType(dtype, ())
+        self.attrs = attrs
+
+    def attr(self, key, default=None):
+        return dict(self.attrs).get(key, default)
+
+
+def _scalar_op(e: Op, args):
+    """An elementwise op, defined exactly as the reference interpreter defines it."""
+    if e.op == "cast":
+        return np.asarray(args[0]).astype(np_dtype(e.dtype))
+    return apply_op(_FakeNode(e.op, e.dtype), [np.asarray(a) for a in args])
+
+
+__all__ = ["execute", "Traffic", "bind_inputs"]

@@ -1,0 +1,85 @@
+"""Liveness of a kernel's on-chip buffers: the statements during which each holds a value.
+
+The rule, as in TVM's MergeSharedMemoryAllocations (whose linear access pattern
+records a touch inside a loop on the loop itself):
+
+1. Number the leaf statements (Store / Accumulate) of the kernel body 0, 1, 2, ...
+   in execution (pre-)order, loop bodies written out once.
+2. The *tile loops* are the `parallel` For loops at the top of the body: a
+   statement list made only of `parallel` loops (the kernel body, then their
+   bodies, recursively) is at tile level. Every tile has its own copy of the
+   kernel's allocations, so one tile iteration never sees another's values:
+   tile loops do not extend a live range.
+3. Every other loop (`serial`, `reduce`, and a `parallel` loop inside a tile,
+   whose iterations may run at once) repeats its body, so a value written in one
+   iteration can be read in the next. An access inside such a loop therefore
+   counts as an access at every statement of the *outermost* non-tile loop that
+   contains it: it spans [first, last] leaf index of that loop.
+4. A buffer's live range is [start of its first access span, end of its last
+   access span], inclusive. A statement that reads one buffer and writes another
+   makes both live at that index (no in-place reuse).
+
+Buffers of `kernel.allocs` that no statement touches have no live range and are
+absent from the result; they conflict with nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from .loops import Accumulate, Expr, For, Load, LoopKernel, Op, Stmt, Store
+
+
+def live_ranges(kernel: LoopKernel) -> dict[str, tuple[int, int]]:
+    """Map each accessed allocation of `kernel` to its inclusive live range of leaf indices."""
+    leaves: list[tuple[Store | Accumulate, int | None]] = []  # (leaf, its outermost non-tile loop)
+    _collect(kernel.body, in_tiles=True, region=None, next_region=[0], out=leaves)
+
+    region_span: dict[int, tuple[int, int]] = {}
+    for index, (_, region) in enumerate(leaves):
+        if region is not None:
+            first, _ = region_span.get(region, (index, index))
+            region_span[region] = (first, index)
+
+    allocated = {b.name for b in kernel.allocs}
+    ranges: dict[str, tuple[int, int]] = {}
+    for index, (leaf, region) in enumerate(leaves):
+        start, end = region_span[region] if region is not None else (index, index)
+        for name in buffers_touched(leaf) & allocated:
+            lo, hi = ranges.get(name, (start, end))
+            ranges[name] = (min(lo, start), max(hi, end))
+    return ranges
+
+
+def ranges_overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
+    """Whether two inclusive live ranges share a statement (None: never live)."""
+    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+
+def buffers_touched(leaf: Store | Accumulate) -> set[str]:
+    """The buffers a leaf statement reads or writes."""
+    return {leaf.buffer} | {load.buffer for load in loads(leaf.value)}
+
+
+def loads(expr: Expr) -> Iterator[Load]:
+    """Every Load in an expression, left to right."""
+    if isinstance(expr, Load):
+        yield expr
+    elif isinstance(expr, Op):
+        for arg in expr.args:
+            yield from loads(arg)
+
+
+def _collect(stmts: list[Stmt], in_tiles: bool, region: int | None, next_region: list[int],
+             out: list[tuple[Store | Accumulate, int | None]]) -> None:
+    tile_level = in_tiles and all(isinstance(s, For) and s.kind == "parallel" for s in stmts)
+    for s in stmts:
+        if not isinstance(s, For):
+            out.append((s, region))
+            continue
+        is_tile = tile_level
+        inner = region
+        if not is_tile and region is None:  # the outermost non-tile loop: a new region
+            inner = next_region[0]
+            next_region[0] += 1
+        _collect(s.body, is_tile, inner, next_region, out)

@@ -1,0 +1,205 @@
+"""The LoopProgram IR: kernels as loop nests over buffers in memory scopes.
+
+    LoopProgram  params, outputs, global intermediates, kernels
+    LoopKernel   allocations (shared / local), a body of statements; after
+                 merging, each shared allocation has a byte offset in the
+                 kernel's one merged buffer
+    For          a loop: `parallel` over tiles, `serial` inside a tile,
+                 `reduce` over reduced axes
+    Store        buf[index] = value
+    Accumulate   buf[index] = buf[index] <op> value (reductions, matmul)
+
+Indices are affine in loop variables (`Ix`). Expressions are loads, literals
+and scalar ops. Everything prints as text (`print_loops`), the form
+`stitch compile --emit loops` shows and the pass tests compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from ..engine.ir import dtype_bytes
+
+
+@dataclass(frozen=True)
+class Ix:
+    """An affine index: sum(coef * var) + const."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def var(name: str, coef: int = 1, const: int = 0) -> "Ix":
+        return Ix(((name, coef),), const)
+
+    def __add__(self, other: "Ix") -> "Ix":
+        merged: dict[str, int] = dict(self.terms)
+        for v, c in other.terms:
+            merged[v] = merged.get(v, 0) + c
+        return Ix(tuple((v, c) for v, c in merged.items() if c), self.const + other.const)
+
+    def __str__(self) -> str:
+        parts = [v if c == 1 else f"{c}*{v}" for v, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    scope: str  # "global" | "shared" | "local"
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        n = dtype_bytes(self.dtype)
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Load:
+    buffer: str
+    index: tuple[Ix, ...]
+    view: tuple[int, ...] | None = None  # read the (contiguous) buffer as if it had this shape: reshape
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: Union[int, float, bool]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str  # an elementwise op of engine.ops (unary, binary, compare, where, cast)
+    args: tuple["Expr", ...]
+    dtype: str  # the result dtype
+
+
+Expr = Union[Load, Lit, Op]
+
+
+@dataclass
+class Store:
+    buffer: str
+    index: tuple[Ix, ...]
+    value: Expr
+
+
+@dataclass
+class Accumulate:
+    buffer: str
+    index: tuple[Ix, ...]
+    op: str  # "sum" | "max" | "min"
+    value: Expr
+
+
+@dataclass
+class For:
+    var: str
+    extent: int
+    kind: str  # "parallel" | "serial" | "reduce"
+    body: list["Stmt"]
+
+
+Stmt = Union[For, Store, Accumulate]
+
+
+@dataclass
+class LoopKernel:
+    name: str
+    allocs: list[Buffer]  # on-chip buffers (shared, local), allocated per tile
+    body: list[Stmt]
+    offsets: dict[str, int] = field(default_factory=dict)  # shared buffer -> byte offset once merged
+    merged_bytes: int = 0  # size of the merged shared buffer (0 before merging)
+
+    @property
+    def unmerged_bytes(self) -> int:
+        return sum(b.nbytes for b in self.allocs if b.scope == "shared")
+
+
+@dataclass
+class LoopProgram:
+    name: str
+    params: list[Buffer]
+    outputs: list[str]  # buffer names, in return order
+    intermediates: list[Buffer]  # global buffers written by one kernel, read by later ones
+    kernels: list[LoopKernel]
+    output_buffers: list[Buffer] = field(default_factory=list)  # global buffers the outputs are written to
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.params + self.intermediates + self.output_buffers:
+            if b.name == name:
+                return b
+        for k in self.kernels:
+            for b in k.allocs:
+                if b.name == name:
+                    return b
+        raise KeyError(name)
+
+
+# ---------------------------------------------------------------------------
+# text
+
+
+def print_loops(program: LoopProgram) -> str:
+    lines = [f"program {program.name}("
+             + ", ".join(f"{b.name}: {_type(b)}" for b in program.params) + ") -> "
+             + ", ".join(program.outputs)]
+    for b in program.output_buffers + program.intermediates:
+        lines.append(f"  alloc global {b.name}: {_type(b)}")
+    for k in program.kernels:
+        lines.append("")
+        lines.extend(print_kernel(k))
+    return "\n".join(lines) + "\n"
+
+
+def print_kernel(k: LoopKernel) -> list[str]:
+    head = f"kernel {k.name}"
+    if k.merged_bytes:
+        head += f"  # shared: {k.merged_bytes} B merged, {k.unmerged_bytes} B unmerged"
+    lines = [head + " {"]
+    for b in k.allocs:
+        at = f" @ {k.offsets[b.name]}" if b.name in k.offsets else ""
+        lines.append(f"  alloc {b.scope} {b.name}: {_type(b)}{at}")
+    for s in k.body:
+        lines.extend(_stmt(s, "  "))
+    lines.append("}")
+    return lines
+
+
+def _type(b: Buffer) -> str:
+    return f"{b.dtype}[{', '.join(map(str, b.shape))}]"
+
+
+def _stmt(s: Stmt, pad: str) -> list[str]:
+    if isinstance(s, For):
+        out = [f"{pad}for {s.var} in 0..{s.extent} {s.kind} {{"]
+        for b in s.body:
+            out.extend(_stmt(b, pad + "  "))
+        out.append(pad + "}")
+        return out
+    if isinstance(s, Store):
+        return [f"{pad}{_access(s.buffer, s.index)} = {print_expr(s.value)}"]
+    return [f"{pad}{_access(s.buffer, s.index)} {_ACC[s.op]} {print_expr(s.value)}"]
+
+
+_ACC = {"sum": "+=", "max": "max=", "min": "min="}
+
+
+def _access(buffer: str, index: tuple[Ix, ...]) -> str:
+    return f"{buffer}[{', '.join(str(i) for i in index)}]"
+
+
+def print_expr(e: Expr) -> str:
+    if isinstance(e, Load):
+        view = f" as [{', '.join(map(str, e.view))}]" if e.view is not None else ""
+        return _access(e.buffer, e.index) + view
+    if isinstance(e, Lit):
+        return f"{e.value!r}:{e.dtype}"
+    return f"{e.op}({', '.join(print_expr(a) for a in e.args)})"

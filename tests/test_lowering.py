@@ -1,0 +1,101 @@
+"""Lowering: the LoopProgram computes what the reference computes and moves the bytes the cost model counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stitch.engine.check import check_program
+from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.parse import parse_file
+from stitch.engine.pipeline import compile_graph
+from stitch.engine.rules import builtin_rule_files
+from stitch.engine.testing import graphs
+from stitch.lowering.execute import execute
+from stitch.lowering.loops import print_loops
+from stitch.lowering.lower import lower_schedule
+from stitch.targets.target import load_target
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+TARGETS = [load_target("cpu"), load_target("accel")]
+
+
+def lowered(graph, target):
+    c = compile_graph(graph, builtin_rule_files(), target)
+    return c, lower_schedule(graph.name, c.schedule, c.cost, target)
+
+
+def assert_close(outs, ref, dtype_rtol=None):
+    for a, b in zip(outs, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if a.dtype.kind == "f":
+            finite = np.isfinite(b)
+            assert np.array_equal(np.isfinite(a), finite) or not finite.all()
+            rtol = dtype_rtol or {2: 5e-3, 4: 5e-5, 8: 1e-12}[a.dtype.itemsize]
+            scale = 1 + np.abs(b[finite].astype(np.float64))
+            err = np.abs(a[finite].astype(np.float64) - b[finite].astype(np.float64)) / scale
+            assert err.max(initial=0) <= rtol * 64, err.max()
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "accel"])
+@pytest.mark.parametrize("name", ["layernorm", "mlp", "two_outputs"])
+def test_examples_run_like_the_reference_and_move_the_estimated_bytes(name, target):
+    graph = next(iter(check_program(parse_file(EXAMPLES / f"{name}.ir")).values()))
+    c, program = lowered(graph, target)
+    inputs = random_inputs(graph, 5)
+    outs, traffic = execute(program, inputs)
+    assert_close(outs, evaluate(graph, inputs))
+    assert traffic.read + traffic.written == c.cost.global_bytes
+
+
+@settings(max_examples=25)
+@given(graphs(dtypes=("f32", "i32", "bool", "f64"), max_ops=8, max_rank=3, max_dim=5), st.integers(0, 1000),
+       st.sampled_from(TARGETS))
+def test_generated_programs_run_like_the_reference(graph, seed, target):
+    c, program = lowered(graph, target)
+    inputs = random_inputs(graph, seed)
+    outs, traffic = execute(program, inputs)
+    assert_close(outs, evaluate(graph, inputs))
+    assert traffic.read + traffic.written == c.cost.global_bytes, print_loops(program)
+
+
+def test_seed_mlp_keeps_its_matmul_tile_on_chip():
+    graph = next(iter(check_program(parse_file(EXAMPLES / "mlp.ir")).values()))
+    _, program = lowered(graph, load_target("accel"))
+    (kernel,) = program.kernels
+    scopes = {b.name: b.scope for b in kernel.allocs}
+    text = print_loops(program)
+    assert "local" in scopes.values()
+    assert program.intermediates == []  # nothing of the matmul goes to global memory
+    assert text.count("out0[") == 1  # the only global store is the final result
+
+
+@settings(max_examples=15)
+@given(graphs(dtypes=("f32",), max_ops=8, max_rank=3, max_dim=6), st.sampled_from(TARGETS))
+def test_lowering_pipeline_verifies_and_merging_never_grows(graph, target):
+    from stitch.lowering.alloc import shared_bytes
+    from stitch.lowering.lower import lower
+
+    program = lower(compile_graph(graph, builtin_rule_files(), target))  # runs the verifier
+    for kernel in program.kernels:
+        merged, unmerged = shared_bytes(kernel)
+        assert merged <= unmerged + target.alignment * len(kernel.allocs)
+
+
+def test_compile_emit_loops_and_json_shared_bytes(capsys):
+    import json
+
+    from stitch.engine.cli import main
+
+    assert main(["compile", str(EXAMPLES / "layernorm.ir"), "--emit", "loops"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("program layernorm(") and "parallel" in text and "alloc shared" in text
+    assert main(["compile", str(EXAMPLES / "layernorm.ir"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["shared_bytes_merged"] <= out["shared_bytes_unmerged"]
