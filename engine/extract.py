@@ -155,8 +155,11 @@ def work_cost(data: EGraphData, target) -> Callable[[ENode], float]:
     return cost
 
 
-def extract_schedule(data: EGraphData, target, exhaustive_limit: int = 20_000):
+def extract_schedule(data: EGraphData, target, exhaustive_limit: int | None = None):
     """The cheapest schedule of the saturated e-graph for `target` (see search.py)."""
     from .search import search
 
-    return search(data, target, extract_tree(data, work_cost(data, target)), exhaustive_limit)
+    from .search import EXHAUSTIVE_LIMIT
+
+    limit = EXHAUSTIVE_LIMIT if exhaustive_limit is None else exhaustive_limit
+    return search(data, target, extract_tree(data, work_cost(data, target)), limit)

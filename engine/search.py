@@ -11,7 +11,9 @@ boundaries (which operands are `global`) differ only in how a fused operand
 is held, and for that the model has a dominant answer: an elementwise
 producer is best `inline` (the model recomputes a value once per indexing it
 is read with, and needs no buffer for it), anything else best `local`, then
-`shared`. The remaining options (op structure x boundary mask) are searched
+`shared`. Where the producer's class holds both kinds of e-node (algebra made
+`add(0, sum(x))` equal to `sum(x)`), the answer depends on its choice, so
+every placement is kept for that edge. The remaining options (op structure x boundary mask) are searched
 
 - exhaustively, when their product is small (every program of ~10 ops), or
 - greedily otherwise: start with every edge global and fuse one edge at a time
@@ -29,6 +31,10 @@ from .ops import is_elementwise
 from .schedule import CyclicChoice, Kernel, Schedule, build_schedule, form_kernel, fuse_into
 
 Choice = dict[str, ENode]
+
+# Narrowed spaces up to this many points are searched exhaustively (about 0.3 s);
+# the greedy search takes over above it.
+EXHAUSTIVE_LIMIT = 2048
 
 _RANK_ELEMENTWISE = {"global": 0, "inline": 0, "local": 1, "shared": 2}
 _RANK_OTHER = {"global": 0, "local": 0, "shared": 1, "inline": 9}
@@ -71,19 +77,25 @@ class Space:
     def rank(self, node: ENode) -> tuple:
         out = []
         for kind, value in map(self.edge, node.children):
-            producer = self.data.classes[value][0].op
-            table = _RANK_ELEMENTWISE if is_elementwise(producer) else _RANK_OTHER
-            out.append(table[kind])
+            elementwise = all(is_elementwise(n.op) for n in self.data.classes[value])
+            out.append((_RANK_ELEMENTWISE if elementwise else _RANK_OTHER)[kind])
         return tuple(out)
+
+    def mixed(self, value: str) -> bool:
+        """A class holding both elementwise and other e-nodes: which placement is best depends on the choice."""
+        kinds = {is_elementwise(n.op) for n in self.data.classes[value]}
+        return len(kinds) > 1
 
     def _narrow(self, nodes: list[ENode]) -> list[ENode]:
         best: dict[tuple, ENode] = {}
         for n in nodes:
-            sig = self.signature(n)
+            op, attrs, edges = self.signature(n)
+            kinds = tuple(kind if self.mixed(value) else None for kind, value in map(self.edge, n.children))
+            sig = (op, attrs, edges, kinds)
             if sig not in best or self.rank(n) < self.rank(best[sig]):
                 best[sig] = n
         # fewer global edges first: the exhaustive search meets fused schedules early
-        return sorted(best.values(), key=lambda n: -sum(not g for g, _ in self.signature(n)[2]))
+        return sorted(best.values(), key=lambda n: (-sum(not g for g, _ in self.signature(n)[2]), self.rank(n)))
 
     def space_size(self, cap: int) -> int:
         size = 1
@@ -142,7 +154,7 @@ def order_key(cost: ScheduleCost | None) -> tuple:
     return (0 if cost.feasible else 1, cost.cycles, len(cost.problems))
 
 
-def search(data: EGraphData, target, start: Choice, exhaustive_limit: int = 20_000) -> SearchResult:
+def search(data: EGraphData, target, start: Choice, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
     """The cheapest schedule: exhaustive when the narrowed space is small, greedy fusion otherwise."""
     space = Space(data, target)
     if space.space_size(exhaustive_limit) <= exhaustive_limit:
