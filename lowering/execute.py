@@ -96,7 +96,10 @@ class _Run:
             self.read += distinct.size * self.memory[name].itemsize
         if leaf.buffer in self.global_names:
             flat = np.ravel_multi_index(index, target.shape) if index else np.zeros(1, int)
-            self.written += len(np.unique(flat)) * target.itemsize
+            cells = len(np.unique(flat)) * target.itemsize
+            self.written += cells
+            if isinstance(leaf, Accumulate):  # accumulating in global memory reads it too
+                self.read += cells
 
     def expr(self, e, grid: dict, touched: dict):
         if isinstance(e, Lit):

@@ -7,7 +7,8 @@ For a kernel tiled over axes P (outermost first) with tile sizes t:
       for p1o in 0..E1/t1 parallel { ... per-tile body ... } }
 
 Inside a tile, every held value (shared, local, the root) gets a loop nest over
-its axes: a tiled axis `a` runs 0..t within the tile (global index
+its axes, writing a global temporary (the round trip the accelerator seed
+complains of) that `forward_buffers` then moves on chip: a tiled axis `a` runs 0..t within the tile (global index
 `ao*t + a`), any other axis over its whole extent. Inline values become
 expressions inside their readers' nests. Reductions and matmuls initialize
 their accumulator, then accumulate over their reduced axes; `mean` divides at
@@ -38,14 +39,30 @@ def identity(op: str, dtype: str):
     return int(info.min) if op == "max" else int(info.max)
 
 
+def _forward(program: LoopProgram, target) -> LoopProgram:
+    from .forward import forward_buffers
+
+    return forward_buffers(program)
+
+
+def _merge(program: LoopProgram, target) -> LoopProgram:
+    from .alloc import merge_allocations
+
+    return merge_allocations(program, alignment=target.alignment)
+
+
+# The passes after loop-nest formation, in order. Tests run the verifier between them.
+PASSES = [_forward, _merge]
+
+
 def lower(compiled) -> LoopProgram:
     """The lowering pipeline: loop nests, then merged shared allocations, then the verifier."""
-    from .alloc import merge_allocations
     from .verify import verify
 
     target = compiled.target
     program = lower_schedule(compiled.graph.name, compiled.schedule, compiled.cost, target)
-    program = merge_allocations(program, alignment=target.alignment)
+    for lowering_pass in PASSES:
+        program = lowering_pass(program, target)
     verify(program, capacity=target.onchip_bytes)
     return program
 
@@ -61,7 +78,9 @@ def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target) ->
         if kernel.root not in outputs:
             t = types[kernel.root]
             intermediates.append(Buffer(names[kernel.root], "global", t.dtype, t.shape))
-        kernels.append(_KernelLowering(f"k{i}", kernel, kc, types, names, target).lower())
+        lowering = _KernelLowering(f"k{i}", kernel, kc, types, names, target)
+        kernels.append(lowering.lower())
+        intermediates.extend(lowering.temporaries)
     for cid in schedule.outputs:
         if cid not in {k.root for k in schedule.kernels} and cid not in schedule.params:
             raise AssertionError(f"output {cid} has no kernel")
@@ -81,7 +100,9 @@ class _KernelLowering:
         self.parallel = kc.parallel
         self.tile = kc.tile
         self.allocs: list[Buffer] = []
-        self.held: dict[int, str] = {}  # instance key -> its on-chip buffer
+        self.temporaries: list[Buffer] = []
+        self.forwardable: dict[str, str] = {}
+        self.held: dict[int, str] = {}  # instance key -> the buffer holding it
         self.staged: dict[str, str] = {}  # global input e-class -> its on-chip copy
         self.resident = resident_inputs(kernel, kc.parallel, types, target)
 
@@ -132,7 +153,7 @@ class _KernelLowering:
                 continue
             loop = For(axis + "o", tiles, "parallel", body)
             body = body_at[level] + [loop]
-        return LoopKernel(self.name, self.allocs, body)
+        return LoopKernel(self.name, self.allocs, body, forwardable=self.forwardable)
 
     def needs_staging(self, cid: str, labels) -> bool:
         if cid in self.resident:
@@ -165,15 +186,17 @@ class _KernelLowering:
         leaf = Store(name, self.local_index(labels), Load(self.names[cid], self.global_index(labels)))
         return [self.nest(labels, leaf)]
 
-    def buffer_for(self, inst: Instance) -> tuple[str, bool]:
-        """(buffer name, whether it is global) that an instance's values go to."""
+    def buffer_for(self, inst: Instance) -> str:
+        """The buffer an instance's values go to: the output, or a global temporary of this kernel
+        (a shared or local value; forward_buffers moves it on chip)."""
         if inst.placement == "root":
-            return self.names[inst.cid], True
+            return self.names[inst.cid]
         name = f"{self.name}_v{inst.key}"
-        scope = "local" if inst.placement == "local" else "shared"
-        self.allocs.append(Buffer(name, scope, self.types[inst.cid].dtype, self.local_shape(inst.labels)))
+        t = self.types[inst.cid]
+        self.temporaries.append(Buffer(name, "global", t.dtype, t.shape))
+        self.forwardable[name] = "local" if inst.placement == "local" else "shared"
         self.held[inst.key] = name
-        return name, False
+        return name
 
     def compute(self, inst: Instance) -> list[Stmt]:
         op = inst.node.op
@@ -182,10 +205,10 @@ class _KernelLowering:
             acc = Instance(inst.cid, inst.node, inst.labels, "local", inst.key, inst.operands, inst.operand_labels)
             out = self.compute(acc)
             store = Store(self.names[inst.cid], self.global_index(inst.labels),
-                          Load(self.held[inst.key], self.local_index(inst.labels)))
+                          Load(self.held[inst.key], self.global_index(inst.labels)))
             return out + [self.nest(inst.labels, store)]
-        name, is_global = self.buffer_for(inst)
-        index = self.global_index(inst.labels) if is_global else self.local_index(inst.labels)
+        name = self.buffer_for(inst)
+        index = self.global_index(inst.labels)
         dtype = self.types[inst.cid].dtype
         if op in ("sum", "mean", "max", "min"):
             (operand,) = self.operands(inst)
@@ -224,7 +247,7 @@ class _KernelLowering:
             elif kind == "inline":
                 out.append(self.expr(self.k.instances[ref]))
             else:
-                out.append(Load(self.held[ref], self.local_index(labels)))
+                out.append(Load(self.held[ref], self.global_index(labels)))
         return out
 
     def staged_index(self, cid: str, labels) -> tuple[Ix, ...]:

@@ -17,7 +17,8 @@ from stitch.engine.rules import builtin_rule_files
 from stitch.engine.testing import graphs
 from stitch.lowering.execute import execute
 from stitch.lowering.loops import print_loops
-from stitch.lowering.lower import lower_schedule
+from stitch.lowering.lower import PASSES, lower, lower_schedule
+from stitch.lowering.verify import verify
 from stitch.targets.target import load_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -26,7 +27,7 @@ TARGETS = [load_target("cpu"), load_target("accel")]
 
 def lowered(graph, target):
     c = compile_graph(graph, builtin_rule_files(), target)
-    return c, lower_schedule(graph.name, c.schedule, c.cost, target)
+    return c, lower(c)
 
 
 def assert_close(outs, ref, dtype_rtol=None):
@@ -99,3 +100,77 @@ def test_compile_emit_loops_and_json_shared_bytes(capsys):
     assert main(["compile", str(EXAMPLES / "layernorm.ir"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 0 < out["shared_bytes_merged"] <= out["shared_bytes_unmerged"]
+
+
+MLP_BEFORE = """\
+program mlp(x: f32[1, 48], w: f32[48, 64], bias: f32[64]) -> out0
+  alloc global out0: f32[1, 64]
+  alloc global k0_v2: f32[1, 64]
+
+kernel k0 {
+  alloc shared x_s: f32[1, 48]
+  for s0 in 0..1 serial {
+    for s1 in 0..48 serial {
+      x_s[s0, s1] = x[s0, s1]
+    }
+  }
+  for p1o in 0..2 parallel {
+    for p0 in 0..1 serial {
+      for p1 in 0..32 serial {
+        k0_v2[p0, 32*p1o + p1] = 0:f32
+      }
+    }
+    for p0 in 0..1 serial {
+      for p1 in 0..32 serial {
+        for r0 in 0..48 reduce {
+          k0_v2[p0, 32*p1o + p1] += mul(x_s[0, r0], w[r0, 32*p1o + p1])
+        }
+      }
+    }
+    for p0 in 0..1 serial {
+      for p1 in 0..32 serial {
+        out0[p0, 32*p1o + p1] = relu(add(k0_v2[p0, 32*p1o + p1], bias[32*p1o + p1]))
+      }
+    }
+  }
+}
+"""
+
+MLP_AFTER_FORWARD = MLP_BEFORE.replace("  alloc global k0_v2: f32[1, 64]\n", "").replace(
+    "  alloc shared x_s: f32[1, 48]\n", "  alloc shared x_s: f32[1, 48]\n  alloc local k0_v2: f32[1, 32]\n"
+).replace("k0_v2[p0, 32*p1o + p1]", "k0_v2[p0, p1]")
+
+
+def test_forward_buffers_removes_the_seed_round_trip_through_global():
+    """The accelerator seed: the matmul tile is stored to global and loaded back; forwarding keeps it local."""
+    from stitch.lowering.forward import forward_buffers
+
+    graph = next(iter(check_program(parse_file(EXAMPLES / "mlp.ir")).values()))
+    target = load_target("accel")
+    c = compile_graph(graph, builtin_rule_files(), target)
+    before = lower_schedule(graph.name, c.schedule, c.cost, target)
+    assert print_loops(before) == MLP_BEFORE
+    after = forward_buffers(before)
+    assert print_loops(after) == MLP_AFTER_FORWARD
+    verify(before)
+    verify(after)
+    inputs = random_inputs(graph, 1)
+    (out_b,), traffic_before = execute(before, inputs)
+    (out_a,), traffic_after = execute(after, inputs)
+    np.testing.assert_array_equal(out_a, out_b)
+    saved = (traffic_before.read + traffic_before.written) - (traffic_after.read + traffic_after.written)
+    tile = 64 * 4  # the 1x64 f32 matmul result
+    assert saved == 4 * tile  # initialized, read and written by the accumulation, read back by the epilogue
+    assert traffic_after.read + traffic_after.written == c.cost.global_bytes
+
+
+@settings(max_examples=15)
+@given(graphs(dtypes=("f32", "i32"), max_ops=8, max_rank=3, max_dim=5), st.sampled_from(TARGETS))
+def test_the_verifier_passes_between_every_pass(graph, target):
+    c = compile_graph(graph, builtin_rule_files(), target)
+    program = lower_schedule(graph.name, c.schedule, c.cost, target)
+    verify(program)
+    for lowering_pass in PASSES:
+        program = lowering_pass(program, target)
+        verify(program)
+    verify(program, capacity=target.onchip_bytes)

@@ -1,0 +1,106 @@
+"""Buffer forwarding: a tile produced and consumed in one kernel never goes through global memory.
+
+Loop-nest formation writes every value a kernel holds (a stitched reduction,
+a matmul tile) to a global temporary and reads it back, as TVM's schedule in
+the accelerator seed does (local -> global -> local). This pass finds the
+temporaries one kernel alone writes and reads, and keeps each in an on-chip
+buffer of one tile instead: the tile loops' terms drop out of its indices
+(`16*p1o + p1` becomes `p1`), its shape becomes the tile's, and its scope is
+the one the schedule placed it in (`shared` or `local`).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .loops import Accumulate, Buffer, For, Ix, Load, LoopKernel, LoopProgram, Op, Store
+
+
+def forward_buffers(program: LoopProgram) -> LoopProgram:
+    program = copy.deepcopy(program)
+    outputs = set(program.outputs)
+    users: dict[str, set[str]] = {}
+    for k in program.kernels:
+        for name in _accessed(k.body):
+            users.setdefault(name, set()).add(k.name)
+    globals_ = {b.name: b for b in program.intermediates}
+    for k in program.kernels:
+        tile_vars = {loop.var for loop in _loops(k.body) if loop.kind == "parallel"}
+        for name, scope in list(k.forwardable.items()):
+            if name in outputs or users.get(name, set()) - {k.name} or name not in globals_:
+                continue
+            buf = globals_.pop(name)
+            shape = _tile_shape(k.body, name, buf, tile_vars)
+            k.allocs.append(Buffer(name, scope, buf.dtype, shape))
+            k.body = [_rewrite(s, name, tile_vars) for s in k.body]
+            del k.forwardable[name]
+    program.intermediates = [b for b in program.intermediates if b.name in globals_]
+    return program
+
+
+def _loops(stmts):
+    for s in stmts:
+        if isinstance(s, For):
+            yield s
+            yield from _loops(s.body)
+
+
+def _leaves(stmts):
+    for s in stmts:
+        if isinstance(s, For):
+            yield from _leaves(s.body)
+        else:
+            yield s
+
+
+def _loads(e):
+    if isinstance(e, Load):
+        yield e
+    elif isinstance(e, Op):
+        for a in e.args:
+            yield from _loads(a)
+
+
+def _accessed(stmts) -> set[str]:
+    names = set()
+    for leaf in _leaves(stmts):
+        names.add(leaf.buffer)
+        names.update(load.buffer for load in _loads(leaf.value))
+    return names
+
+
+def _tile_shape(stmts, name: str, buf: Buffer, tile_vars: set[str]) -> tuple[int, ...]:
+    """Per dimension: the tile size (the coefficient of its tile loop), else the whole extent, 1 for a constant."""
+    for leaf in _leaves(stmts):
+        if leaf.buffer == name:
+            index = leaf.index
+            break
+    else:
+        return buf.shape
+    shape = []
+    for ix, extent in zip(index, buf.shape):
+        tiled = [c for v, c in ix.terms if v in tile_vars]
+        shape.append(tiled[0] if tiled else (extent if ix.terms else 1))
+    return tuple(shape)
+
+
+def _local(index: tuple[Ix, ...], tile_vars: set[str]) -> tuple[Ix, ...]:
+    return tuple(Ix(tuple((v, c) for v, c in ix.terms if v not in tile_vars), ix.const) for ix in index)
+
+
+def _rewrite(s, name: str, tile_vars: set[str]):
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, [_rewrite(b, name, tile_vars) for b in s.body])
+    value = _rewrite_expr(s.value, name, tile_vars)
+    index = _local(s.index, tile_vars) if s.buffer == name else s.index
+    if isinstance(s, Store):
+        return Store(s.buffer, index, value)
+    return Accumulate(s.buffer, index, s.op, value)
+
+
+def _rewrite_expr(e, name: str, tile_vars: set[str]):
+    if isinstance(e, Load):
+        return Load(e.buffer, _local(e.index, tile_vars), e.view) if e.buffer == name else e
+    if isinstance(e, Op):
+        return Op(e.op, tuple(_rewrite_expr(a, name, tile_vars) for a in e.args), e.dtype)
+    return e
