@@ -201,12 +201,25 @@ def _tile_extent(labels, index, kernel, tile) -> int:
     return 1 if lab is None else tile.get(lab, kernel.extents[lab])
 
 
+def indexing_problem(kernel: Kernel, parallel: list[str]) -> str:
+    """A value held for the tile must be read along the same tiled axes it was computed along;
+    untiled axes are whole in the buffer, so any axis map of the same extent reads them."""
+    tiled = set(parallel)
+    for op, own, other in kernel.indexings:
+        for a, b in zip(own, other):
+            if a == b:
+                continue
+            if a in tiled or b in tiled or (a is None) != (b is None) or kernel.extents.get(a) != kernel.extents.get(b):
+                return f"held value {op} is read with two different indexings"
+    return ""
+
+
 def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
     parallel = parallel_axes(kernel)
     resident = resident_inputs(kernel, parallel, types, target)
     tile, fp = choose_tile(kernel, parallel, types, target, resident)
     tiles = count_tiles(kernel, tile)
-    problem = kernel.problem
+    problem = kernel.problem or indexing_problem(kernel, parallel)
     if not problem and fp > target.onchip_bytes:
         problem = (f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}")
     reads = 0

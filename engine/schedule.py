@@ -59,6 +59,8 @@ class Kernel:
     matmuls: list[tuple[tuple[Label, ...], int]] = field(default_factory=list)  # (output labels, k)
     restrict: list[frozenset] = field(default_factory=list)  # label sets the tiled axes must lie in
     held: dict[str, int] = field(default_factory=dict)  # shared/local value -> its instance key
+    # a held value read with another axis map: (op, its own map, the reader's map)
+    indexings: list[tuple[str, tuple, tuple]] = field(default_factory=list)
     computed: dict[tuple[str, tuple[Label, ...]], int] = field(default_factory=dict)  # inline (value, labels)
     reduced: int = 0  # counter for fresh reduced-axis labels
 
@@ -75,7 +77,7 @@ class Kernel:
             self.root, list(self.instances), dict(self.inputs), dict(self.extents), dict(self.input_uses),
             list(self.problems), self.root_key, {k: list(v) for k, v in self.reads_at.items()},
             {k: dict(v) for k, v in self.work.items()}, list(self.buffers), list(self.matmuls),
-            list(self.restrict), dict(self.held), dict(self.computed), self.reduced,
+            list(self.restrict), dict(self.held), list(self.indexings), dict(self.computed), self.reduced,
         )
 
     def ordered(self) -> list[Instance]:
@@ -227,8 +229,8 @@ class _Builder:
         k = self.k
         if placement in ("shared", "local") and cid in k.held:
             inst = k.instances[k.held[cid]]
-            if inst.labels != labels:
-                k.problems.append(f"{placement} value {self.choice[cid].op} is read with two different indexings")
+            if inst.labels != labels:  # fine unless they differ along a tiled axis: cost.py decides
+                k.indexings.append((self.choice[cid].op, inst.labels, labels))
             return inst.key
         if placement == "inline" and (cid, labels) in k.computed:
             return k.computed[(cid, labels)]
