@@ -1,3 +1,5 @@
 """stitch: a declarative rewrite-rule engine on e-graphs for tensor kernel fusion."""
 
 __version__ = "0.1.0"
+
+from .engine.api import CompiledProgram, compile  # noqa: E402,F401

@@ -68,6 +68,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .pipeline import add_compile_arguments, compile_command
 
+    r = sub.add_parser("run", help="compile for a target and run; --check compares with the reference")
+    r.add_argument("file")
+    r.add_argument("--entry", help="the func to run (default: the first)")
+    r.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml")
+    rsrc = r.add_mutually_exclusive_group()
+    rsrc.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by parameter name")
+    rsrc.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    r.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
+    r.add_argument("--check", action="store_true", help="also run the reference interpreter and compare")
+    r.add_argument("--json", action="store_true", help="print the compile figures and run_seconds as JSON")
+    r.add_argument("--rules", action="append", default=[], metavar="R.rules")
+    r.add_argument("--no-builtin-rules", action="store_true")
+    r.add_argument("--cache-dir", help="where compiled libraries are kept (default ~/.cache/stitch)")
+    r.add_argument("--cflags", help="compiler flags, replacing the defaults (one string)")
+    r.set_defaults(run=cmd_run)
+
     k = sub.add_parser("compile", help="saturate a program with the rules and print a stage (--emit)")
     add_compile_arguments(k)
     k.set_defaults(run=compile_command)
@@ -175,6 +191,52 @@ def check_addressable(graph, path: str) -> None:
         if node.type.nbytes >= 2**63:
             message = f"{node.type} is too large to evaluate ({node.type.nbytes} bytes)"
             raise StitchError(message, node.pos, read_source(path))
+
+
+def cmd_run(args) -> int:
+    import json
+    import time
+
+    from .api import compile as compile_program
+    from .interp import evaluate
+    from .tolerance import compare
+
+    cflags = tuple(args.cflags.split()) if args.cflags else None
+    program = compile_program(args.file, target=args.target, rules=args.rules,
+                              builtin_rules=not args.no_builtin_rules, entry=args.entry,
+                              cache_dir=args.cache_dir, cflags=cflags)
+    graph = program.graph
+    from .interp import random_inputs
+
+    inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
+    start = time.perf_counter()
+    outputs = program(**inputs)
+    run_seconds = time.perf_counter() - start
+    problems = []
+    if args.check:
+        for k, (got, want) in enumerate(zip(outputs, evaluate(graph, inputs))):
+            problem = compare(got, want)
+            if problem:
+                problems.append(f"out{k}: {problem}")
+    if args.output:
+        try:
+            np.savez(args.output, **{f"out{k}": v for k, v in enumerate(outputs)})
+        except OSError as err:
+            raise StitchError(f"{args.output}: cannot write ({err.strerror})") from None
+    if args.json:
+        out = program.compiled.to_json()
+        out.update({"run_seconds": run_seconds, "executor": program.executor})
+        if args.check:
+            out["check"] = "ok" if not problems else problems
+        print(json.dumps(out, indent=2))
+    elif not args.output:
+        print(summarize(outputs))
+        print(f"ran on {program.executor} in {run_seconds * 1e3:.3f} ms")
+    if problems:
+        raise StitchError("the outputs differ from the reference interpreter:\n  " + "\n  ".join(problems))
+    if args.check and not args.json:
+        print("check: outputs equal the reference within tolerance")
+    return 0
 
 
 def summarize(outputs: list[np.ndarray]) -> str:

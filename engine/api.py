@@ -1,0 +1,74 @@
+"""The Python API: compile a program once, call it many times with numpy arrays.
+
+    import stitch
+    layernorm = stitch.compile("examples/layernorm.ir", target="cpu")
+    (y,) = layernorm(x=x, gamma=g, beta=b)          # or layernorm(..., out=[y])
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import StitchError
+from .graph import Graph
+from .interp import bind_inputs
+
+
+@dataclass
+class CompiledProgram:
+    graph: Graph
+    compiled: object  # pipeline.Compiled
+    loops: object  # lowering.loops.LoopProgram
+    native: object | None  # targets.cpu.Native, when the target runs compiled C
+    executor: str  # "c" | "numpy"
+
+    def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
+        args = bind_inputs(self.graph, inputs)
+        if self.native is not None and self.native.library is not None:
+            return self.native.run(args, out)
+        from ..lowering.execute import execute
+
+        outputs, _ = execute(self.loops, args)
+        if out is not None:
+            for dst, src in zip(out, outputs):
+                dst[...] = src
+            return out
+        return outputs
+
+
+def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
+            entry: str | None = None, cache_dir: str | Path | None = None, cflags: tuple[str, ...] | None = None,
+            limits=None) -> CompiledProgram:
+    """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path)."""
+    from ..lowering.lower import lower
+    from ..targets.target import load_target
+    from .check import check_program
+    from .parse import parse_file, parse_program
+    from .pipeline import compile_graph, load_rule_files
+    from .saturate import Limits
+
+    text_given = isinstance(source, str) and "func" in source and "{" in source
+    program = parse_program(source, "<string>") if text_given else parse_file(source)
+    graphs = check_program(program)
+    if not graphs:
+        raise StitchError("the program defines no func")
+    if entry is not None and entry not in graphs:
+        raise StitchError(f"no func named '{entry}' (the program defines {', '.join(graphs)})")
+    graph = graphs[entry] if entry else next(iter(graphs.values()))
+    tgt = load_target(target)
+    compiled = compile_graph(graph, load_rule_files(list(rules), builtin_rules), tgt, limits or Limits())
+    loops = lower(compiled)
+    native = None
+    executor = "numpy"
+    if tgt.kind == "cpu":
+        from ..targets.cpu import DEFAULT_FLAGS, build
+
+        start = time.perf_counter()
+        native = build(loops, cache_dir, tuple(cflags) if cflags else DEFAULT_FLAGS)
+        compiled.seconds += time.perf_counter() - start
+        executor = "c" if native.library is not None else "numpy"
+    return CompiledProgram(graph, compiled, loops, native, executor)

@@ -1,0 +1,248 @@
+"""LoopProgram -> C: one function per kernel, OpenMP on the outer tile loop.
+
+Each kernel's merged shared buffer is a per-thread scratch array declared inside
+the parallel tile loop, with every shared buffer a pointer at its planned
+offset; local buffers are plain arrays in the same scope. A buffer written
+before the tile loops (an input held whole for the kernel) is allocated once,
+before them. `stitch_main(void **buffers)` runs the kernels in order on the
+global buffers the caller owns (parameters, intermediates, outputs, in the
+order `buffer_order` gives). Scalar ops follow numpy's definitions (NaN
+propagation in maximum/minimum, integer wraparound via -fwrapv).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
+
+C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
+
+PRELUDE = r"""#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#define ST_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
+#define ST_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
+#define ST_IMAX(a, b) ((a) > (b) ? (a) : (b))
+#define ST_IMIN(a, b) ((a) < (b) ? (a) : (b))
+"""
+
+_FLOAT_FN = {
+    "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow", "abs": "fabs",
+}
+
+
+def buffer_order(program: LoopProgram) -> list[Buffer]:
+    """The global buffers `stitch_main` takes, in order."""
+    seen: dict[str, Buffer] = {}
+    for b in program.params + program.output_buffers + program.intermediates:
+        seen.setdefault(b.name, b)
+    return list(seen.values())
+
+
+def c_source(program: LoopProgram) -> str:
+    globals_ = buffer_order(program)
+    out = [PRELUDE]
+    for k in program.kernels:
+        out.append(_Kernel(k, {b.name: b for b in globals_}).render())
+    out.append("void stitch_main(void **b) {")
+    for i, b in enumerate(globals_):
+        out.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")
+    for k in program.kernels:
+        out.append(f"  {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in globals_)});")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+def _ident(name: str) -> str:
+    return "b_" + name
+
+
+def _kernel_name(name: str) -> str:
+    return "kernel_" + name
+
+
+class _Kernel:
+    def __init__(self, kernel: LoopKernel, globals_: dict[str, Buffer]):
+        self.k = kernel
+        self.globals = globals_
+        self.buffers = {b.name: b for b in kernel.allocs}
+        self.buffers.update(globals_)
+        self.lines: list[str] = []
+
+    def render(self) -> str:
+        params = ", ".join(f"{C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in self.globals.values())
+        self.lines.append(f"static void {_kernel_name(self.k.name)}({params}) {{")
+        outer = [b for b in self.k.allocs if self._written_outside_tiles(b.name)]
+        for b in outer:
+            self.lines.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = "
+                              f"({C_TYPES[b.dtype]} *)malloc({max(b.nbytes, 1)});")
+        self.block(self.k.body, 1, top=True, declared=set(b.name for b in outer))
+        for b in outer:
+            self.lines.append(f"  free({_ident(b.name)});")
+        self.lines.append("}")
+        return "\n".join(self.lines) + "\n"
+
+    def _written_outside_tiles(self, name: str) -> bool:
+        for s in self.k.body:
+            if not (isinstance(s, For) and s.kind == "parallel") and name in _written(s):
+                return True
+        return False
+
+    def scratch(self, pad: str, declared: set[str]) -> None:
+        """Declare the per-tile buffers: the merged shared array and the local ones."""
+        merged = [b for b in self.k.allocs if b.scope == "shared" and b.name not in declared]
+        size = self.k.merged_bytes or sum(b.nbytes for b in merged)
+        if merged:
+            self.lines.append(f"{pad}_Alignas(64) unsigned char smem[{max(size, 1)}];")
+            offset = 0
+            for b in merged:
+                at = self.k.offsets.get(b.name, offset)
+                offset = at + b.nbytes
+                self.lines.append(f"{pad}{C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)(smem + {at});")
+        for b in self.k.allocs:
+            if b.scope == "local" and b.name not in declared:
+                n = max(1, b.nbytes // max(1, _size(b.dtype)))
+                self.lines.append(f"{pad}{C_TYPES[b.dtype]} {_ident(b.name)}[{n}];")
+        declared.update(b.name for b in self.k.allocs)
+
+    def block(self, stmts, depth: int, top: bool, declared: set[str]) -> None:
+        pad = "  " * depth
+        in_tile = not top
+        if top and not any(isinstance(s, For) and s.kind == "parallel" for s in stmts):
+            self.scratch(pad, declared)
+            in_tile = True
+        for s in stmts:
+            if isinstance(s, For):
+                parallel = top and s.kind == "parallel"
+                if parallel:
+                    self.lines.append(f"{pad}#pragma omp parallel for schedule(static)")
+                self.lines.append(f"{pad}for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{")
+                if parallel and not in_tile:
+                    self.scratch(pad + "  ", set(declared))
+                    self.block(s.body, depth + 1, False, set(declared) | set(self.buffers))
+                else:
+                    self.block(s.body, depth + 1, False, declared)
+                self.lines.append(f"{pad}}}")
+            else:
+                self.lines.append(pad + self.leaf(s))
+
+    def leaf(self, s) -> str:
+        target = self.access(s.buffer, s.index, None)
+        value = self.expr(s.value)
+        if isinstance(s, Store):
+            return f"{target} = {value};"
+        dtype = self.buffers[s.buffer].dtype
+        if s.op == "sum":
+            return f"{target} += {value};"
+        fn = ("ST_MAX" if s.op == "max" else "ST_MIN") if dtype in ("f16", "f32", "f64") else (
+            "ST_IMAX" if s.op == "max" else "ST_IMIN")
+        return f"{target} = {fn}({target}, {value});"
+
+    def access(self, name: str, index: tuple[Ix, ...], view) -> str:
+        shape = view if view is not None else self.buffers[name].shape
+        flat = []
+        stride = 1
+        for ix, extent in reversed(list(zip(index, shape))):
+            term = _ix(ix)
+            if term != "0":
+                flat.append(term if stride == 1 else f"({term}) * {stride}")
+            stride *= extent
+        return f"{_ident(name)}[{' + '.join(reversed(flat)) or '0'}]"
+
+    def expr(self, e) -> str:
+        if isinstance(e, Load):
+            return self.access(e.buffer, e.index, e.view)
+        if isinstance(e, Lit):
+            return _literal(e.value, e.dtype)
+        return _op(e, [self.expr(a) for a in e.args], [_dtype_of(a, self.buffers) for a in e.args])
+
+
+def _written(stmt) -> set[str]:
+    if isinstance(stmt, For):
+        out = set()
+        for s in stmt.body:
+            out |= _written(s)
+        return out
+    return {stmt.buffer}
+
+
+def _size(dtype: str) -> int:
+    return {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}[dtype]
+
+
+def _ix(ix: Ix) -> str:
+    parts = [v if c == 1 else f"{c} * {v}" for v, c in ix.terms]
+    if ix.const or not parts:
+        parts.append(str(ix.const))
+    return " + ".join(parts)
+
+
+def _literal(value, dtype: str) -> str:
+    if dtype == "bool":
+        return "1" if value else "0"
+    if dtype in ("i32", "i64"):
+        return f"{int(value)}LL" if dtype == "i64" else str(int(value))
+    v = float(value)
+    if math.isinf(v):
+        text = "INFINITY" if v > 0 else "-INFINITY"
+    elif math.isnan(v):
+        text = "NAN"
+    else:
+        text = repr(v)  # a double literal, rounded to the dtype by the cast as numpy rounds it
+    return f"(({C_TYPES[dtype]})({text}))"
+
+
+def _dtype_of(e, buffers) -> str:
+    if isinstance(e, Load):
+        return buffers[e.buffer].dtype
+    return e.dtype
+
+
+def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:
+    op, t = e.op, e.dtype
+    ct = C_TYPES[t]
+    src = arg_dtypes[0] if arg_dtypes else t
+    is_float = src in ("f16", "f32", "f64")
+    suffix = "f" if src in ("f16", "f32") else ""
+    a = args[0] if args else ""
+    if op == "cast":
+        return f"(({ct})({a}))"
+    if op == "add":
+        return f"(({ct})({a} + {args[1]}))"
+    if op == "sub":
+        return f"(({ct})({a} - {args[1]}))"
+    if op == "mul":
+        return f"(({ct})({a} * {args[1]}))"
+    if op == "div":
+        return f"(({ct})({a} / {args[1]}))"
+    if op in ("maximum", "minimum"):
+        fn = ("ST_MAX" if op == "maximum" else "ST_MIN") if is_float else ("ST_IMAX" if op == "maximum" else "ST_IMIN")
+        return f"(({ct}){fn}({a}, {args[1]}))"
+    if op == "less":
+        return f"({a} < {args[1]})"
+    if op == "greater":
+        return f"({a} > {args[1]})"
+    if op == "equal":
+        return f"({a} == {args[1]})"
+    if op == "where":
+        return f"(({a}) ? ({args[1]}) : ({args[2]}))"
+    if op == "neg":
+        return f"(({ct})(-({a})))"
+    if op == "relu":
+        zero = f"(({ct})0)"
+        return f"((({a}) != ({a}) || ({a}) > {zero}) ? ({a}) : {zero})"
+    if op == "abs":
+        if is_float:
+            return f"(({ct})fabs{suffix}({a}))"
+        return f"(({ct})(({a}) < 0 ? -({a}) : ({a})))"
+    if op == "rsqrt":
+        return f"(({ct})(1 / sqrt{suffix}({a})))"
+    if op == "sigmoid":
+        return f"(({ct})(1 / (1 + exp{suffix}(-({a})))))"
+    if op in _FLOAT_FN:
+        fn = _FLOAT_FN[op] + suffix
+        return f"(({ct}){fn}({', '.join(args)}))"
+    raise NotImplementedError(f"no C for op {op}")

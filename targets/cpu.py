@@ -1,0 +1,122 @@
+"""Build a LoopProgram for the CPU and call it: C source, the system compiler, a disk cache, ctypes.
+
+The shared library is cached under `cache_dir` by a hash of the source, the
+compiler command and its version, beside a checksum of the library; an entry
+whose checksum does not match (corrupt, truncated) or that fails to load is
+rebuilt.
+Without a compiler, `build` warns once and the program runs on the numpy
+executor (lowering/execute.py) instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..engine.errors import StitchError
+from ..engine.interp import np_dtype
+from ..lowering.loops import LoopProgram
+from .c_source import buffer_order, c_source
+
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-std=gnu11")
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "stitch"
+
+
+@dataclass
+class Native:
+    """A loaded library and the buffer layout its `stitch_main` expects."""
+
+    program: LoopProgram
+    library: ctypes.CDLL | None
+    source_path: Path | None
+
+    def run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        buffers = []
+        arrays: dict[str, np.ndarray] = {}
+        outputs = dict.fromkeys(self.program.outputs)
+        provided = dict(zip(outputs, out)) if out is not None else {}
+        for b in buffer_order(self.program):
+            if b.name in inputs:
+                arr = np.require(inputs[b.name], requirements="C")  # (ascontiguousarray makes 0-d 1-d)
+            elif b.name in provided:
+                arr = provided[b.name]
+                if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype) or not arr.flags.c_contiguous:
+                    raise StitchError(f"out= array for {b.name} must be a C-contiguous {b.dtype}{list(b.shape)}")
+            else:
+                arr = np.empty(b.shape, np_dtype(b.dtype))
+            arrays[b.name] = arr
+            buffers.append(arr.ctypes.data_as(ctypes.c_void_p))
+        argv = (ctypes.c_void_p * len(buffers))(*buffers)
+        self.library.stitch_main(argv)
+        params = {b.name for b in self.program.params}
+        return [arrays[name].copy() if name in params else arrays[name] for name in self.program.outputs]
+
+
+def compiler() -> str | None:
+    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str, ...] = DEFAULT_FLAGS,
+          cc: str | None = None) -> Native:
+    """Compile (or fetch from the cache) and load `program`; None library when there is no compiler."""
+    cc = cc or compiler()
+    source = c_source(program)
+    if cc is None:
+        print("stitch: no C compiler found; running on the numpy executor", file=sys.stderr)
+        return Native(program, None, None)
+    cache_dir = Path(cache_dir or default_cache_dir())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256("\0".join([source, cc, *flags, _version(cc)]).encode()).hexdigest()[:24]
+    lib_path = cache_dir / f"{key}.so"
+    src_path = cache_dir / f"{key}.c"
+    sum_path = cache_dir / f"{key}.sha256"
+    if lib_path.exists() and sum_path.exists() and sum_path.read_text() == _digest(lib_path):
+        try:
+            return Native(program, _load(lib_path), src_path)
+        except OSError:
+            pass
+    lib_path.unlink(missing_ok=True)  # missing, corrupt or stale: build it again
+    src_path.write_text(source)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        tmp_lib = Path(tmp) / "lib.so"
+        proc = subprocess.run([cc, *flags, str(src_path), "-o", str(tmp_lib), "-lm"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise StitchError(f"the C compiler failed on the generated source {src_path}:\n{proc.stderr.strip()[:2000]}")
+        os.replace(tmp_lib, lib_path)
+    sum_path.write_text(_digest(lib_path))
+    return Native(program, _load(lib_path), src_path)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.stitch_main.restype = None
+    return lib
+
+
+_VERSIONS: dict[str, str] = {}
+
+
+def _version(cc: str) -> str:
+    if cc not in _VERSIONS:
+        try:
+            _VERSIONS[cc] = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+        except OSError:
+            _VERSIONS[cc] = ""
+    return _VERSIONS[cc]

@@ -1,0 +1,130 @@
+"""The CPU target: generated C, the compile cache, `stitch run`, and the Python API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stitch
+from stitch.engine.cli import main
+from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.printer import print_func
+from stitch.engine.testing import programs
+from stitch.engine.tolerance import compare
+from stitch.targets import cpu
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+HAVE_CC = cpu.compiler() is not None
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return tmp_path / "cache"
+
+
+@needs_cc
+@settings(max_examples=20)
+@given(program=programs(dtypes=("f32", "f64", "i32", "i64", "bool"), max_ops=8, max_rank=3, max_dim=5),
+       seed=st.integers(0, 99))
+def test_compiled_c_equals_the_reference(program, seed, tmp_path_factory):
+    text = print_func(program.funcs[0])
+    compiled = stitch.compile(text, cache_dir=tmp_path_factory.getbasetemp() / "cache")
+    assert compiled.executor == "c"
+    inputs = random_inputs(compiled.graph, seed)
+    for got, want in zip(compiled(**inputs), evaluate(compiled.graph, inputs)):
+        assert compare(got, want) == "", text
+
+
+@needs_cc
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.ir")), ids=lambda p: p.stem)
+def test_every_example_runs_checked_compiled(path, cache, capsys):
+    assert main(["run", str(path), "--check", "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "ran on c" in out and "check: outputs equal the reference" in out
+
+
+@pytest.mark.parametrize("name", ["layernorm", "mlp", "two_outputs"])
+def test_examples_run_checked_on_the_numpy_fallback(name, cache, capsys, monkeypatch):
+    monkeypatch.setattr(cpu, "compiler", lambda: None)
+    assert main(["run", str(EXAMPLES / f"{name}.ir"), "--check", "--cache-dir", str(cache)]) == 0
+    captured = capsys.readouterr()
+    assert "ran on numpy" in captured.out and "no C compiler found" in captured.err
+
+
+@needs_cc
+def test_cache_hit_corrupt_entry_and_changed_flags(cache, monkeypatch):
+    text = (EXAMPLES / "softmax.ir").read_text()
+    first = stitch.compile(text, cache_dir=cache)
+    (lib,) = cache.glob("*.so")
+    builds = []
+    real_run = cpu.subprocess.run
+
+    def counting_run(cmd, *args, **kwargs):
+        if "-o" in cmd:
+            builds.append(cmd)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(cpu.subprocess, "run", counting_run)
+    hit = stitch.compile(text, cache_dir=cache)
+    assert builds == [] and hit.native.source_path == first.native.source_path
+    lib.unlink()  # a corrupt entry (a new file: the loaded library stays mapped in this process)
+    lib.write_bytes(b"not a shared library")
+    rebuilt = stitch.compile(text, cache_dir=cache)
+    assert len(builds) == 1 and lib.read_bytes()[:4] == b"\x7fELF"
+    x = np.random.default_rng(0).random((4096, 1024), dtype=np.float32)
+    np.testing.assert_array_equal(rebuilt(x=x)[0], first(x=x)[0])
+    other = stitch.compile(text, cache_dir=cache, cflags=("-O1", "-fopenmp", "-fPIC", "-shared", "-fwrapv"))
+    assert len(builds) == 2 and other.native.source_path != first.native.source_path
+    assert len(list(cache.glob("*.so"))) == 2
+
+
+@needs_cc
+def test_compiler_errors_name_the_generated_source(cache, capsys):
+    code = main(["run", str(EXAMPLES / "mlp.ir"), "--cache-dir", str(cache), "--cflags", "-shared --no-such-flag"])
+    err = capsys.readouterr().err
+    assert code == 1 and "the C compiler failed" in err and ".c" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"x": np.zeros((1, 48), np.float32), "w": np.zeros((48, 64), np.float32)}, "missing input"),
+        ({"x": np.zeros((1, 48), np.float32), "w": np.zeros((48, 64), np.float32),
+          "bias": np.zeros(64, np.float32), "z": np.zeros(1)}, "no parameter(s) named z"),
+        ({"x": np.zeros((2, 48), np.float32), "w": np.zeros((48, 64), np.float32),
+          "bias": np.zeros(64, np.float32)}, "input 'x' has shape [2, 48]"),
+        ({"x": np.zeros((1, 48), np.float64), "w": np.zeros((48, 64), np.float32),
+          "bias": np.zeros(64, np.float32)}, "input 'x' has dtype float64"),
+    ],
+)
+def test_bad_inputs_are_clear_errors(arrays, message, tmp_path, capsys):
+    path = tmp_path / "in.npz"
+    np.savez(path, **arrays)
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--inputs", str(path), "--cache-dir", str(tmp_path / "c")]) == 1
+    assert message in capsys.readouterr().err
+
+
+@needs_cc
+def test_api_reuses_output_buffers(cache):
+    f = stitch.compile(EXAMPLES / "rmsnorm.ir", cache_dir=cache)
+    rng = np.random.default_rng(1)
+    x = rng.random((4096, 4096), dtype=np.float32)
+    w = rng.random(4096, dtype=np.float32)
+    out = [np.empty((4096, 4096), np.float32)]
+    (y,) = f(x=x, weight=w, out=out)
+    assert y is out[0]
+    assert compare(y, evaluate(f.graph, {"x": x, "weight": w})[0]) == ""
+
+
+def test_run_json_reports_run_seconds(tmp_path, capsys):
+    import json
+
+    assert main(["run", str(EXAMPLES / "two_outputs.ir"), "--json", "--check",
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run_seconds"] > 0 and out["check"] == "ok" and len(out["kernels"]) == 2
