@@ -29,6 +29,8 @@ PRELUDE = r"""#include <math.h>
 #define ST_IMIN(a, b) ((a) < (b) ? (a) : (b))
 """
 
+_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_COMPARE = {"less": "<", "greater": ">", "equal": "=="}
 _FLOAT_FN = {
     "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow", "abs": "fabs",
 }
@@ -210,23 +212,13 @@ def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:
     a = args[0] if args else ""
     if op == "cast":
         return f"(({ct})({a}))"
-    if op == "add":
-        return f"(({ct})({a} + {args[1]}))"
-    if op == "sub":
-        return f"(({ct})({a} - {args[1]}))"
-    if op == "mul":
-        return f"(({ct})({a} * {args[1]}))"
-    if op == "div":
-        return f"(({ct})({a} / {args[1]}))"
+    if op in _ARITH:
+        return f"(({ct})({a} {_ARITH[op]} {args[1]}))"
+    if op in _COMPARE:
+        return f"({a} {_COMPARE[op]} {args[1]})"
     if op in ("maximum", "minimum"):
         fn = ("ST_MAX" if op == "maximum" else "ST_MIN") if is_float else ("ST_IMAX" if op == "maximum" else "ST_IMIN")
         return f"(({ct}){fn}({a}, {args[1]}))"
-    if op == "less":
-        return f"({a} < {args[1]})"
-    if op == "greater":
-        return f"({a} > {args[1]})"
-    if op == "equal":
-        return f"({a} == {args[1]})"
     if op == "where":
         return f"(({a}) ? ({args[1]}) : ({args[2]}))"
     if op == "neg":
