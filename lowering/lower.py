@@ -229,7 +229,10 @@ class _KernelLowering:
         if op == "matmul":
             a, b = self.operands(inst)
             init = self.nest(inst.labels, Store(name, index, Lit(0, dtype)))
-            labels = tuple(inst.labels) + tuple(lab for lab in inst.operand_labels[0] if lab not in inst.labels)
+            # (batch..., m, k, n): the innermost loop runs along the contiguous rows of b and the accumulator
+            k = tuple(lab for lab in inst.operand_labels[0] if lab not in inst.labels)
+            out_labels = tuple(inst.labels)
+            labels = out_labels[:-1] + k + out_labels[-1:] if out_labels else k
             loop = self.nest(labels, Accumulate(name, index, "sum", Op("mul", (a, b), dtype)))
             return [init, loop]
         return [self.nest(inst.labels, Store(name, index, self.expr(inst)))]

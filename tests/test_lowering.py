@@ -121,8 +121,8 @@ kernel k0 {
       }
     }
     for p0 in 0..1 serial {
-      for p1 in 0..32 serial {
-        for r0 in 0..48 reduce {
+      for r0 in 0..48 reduce {
+        for p1 in 0..32 serial {
           k0_v2[p0, 32*p1o + p1] += mul(x_s[0, r0], w[r0, 32*p1o + p1])
         }
       }
