@@ -3,3 +3,5 @@
 __version__ = "0.1.0"
 
 from .engine.api import CompiledProgram, compile  # noqa: E402,F401
+
+__all__ = ["compile", "CompiledProgram", "__version__"]

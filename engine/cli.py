@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from pathlib import Path
 
 import numpy as np
 

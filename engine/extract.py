@@ -138,7 +138,6 @@ def prefer(weights: dict[str, float]) -> Callable[[ENode], float]:
 
 ALL_GLOBAL = prefer({"global": 0.0, "shared": 1e6, "local": 1e6, "inline": 1e6})
 MOST_FUSED = prefer({"global": 100.0, "shared": 1.0, "local": 2.0, "inline": 0.0})
-FORWARDED = prefer({"global": 100.0, "shared": 1.0, "local": 0.0, "inline": 0.5})
 
 
 def work_cost(data: EGraphData, target) -> Callable[[ENode], float]:

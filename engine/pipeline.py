@@ -21,7 +21,7 @@ from .saturate import EGraphRun, Limits, RunReport
 if TYPE_CHECKING:
     from ..targets.target import Target
     from .egraph_data import EGraphData
-    from .extract import Extracted
+    from .search import SearchResult
 
 
 def load_rule_files(paths: list[str], builtin: bool = True) -> list[RuleFile]:
@@ -55,7 +55,7 @@ class Compiled:
     run: EGraphRun
     report: RunReport
     data: "EGraphData"
-    extracted: "Extracted"
+    extracted: "SearchResult"
     fusion_blocked: list[str]
     seconds: float
 

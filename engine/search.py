@@ -323,7 +323,3 @@ class _Kernels:
             if ea != eb and ea[1] != producer:
                 return False
         return True
-
-
-def priced_kernels(space: Space, choice: Choice, schedule: Schedule) -> list[KernelCost]:
-    return [space.price_kernel(choice, k.root)[1] for k in schedule.kernels]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.interp import apply_op, bind_inputs, np_dtype
+from ..engine.interp import apply_op, np_dtype
 from .loops import Accumulate, For, Ix, Lit, Load, LoopProgram, Op, Store
 
 
@@ -165,5 +165,3 @@ def _scalar_op(e: Op, args):
         return np.asarray(args[0]).astype(np_dtype(e.dtype))
     return apply_op(_FakeNode(e.op, e.dtype), [np.asarray(a) for a in args])
 
-
-__all__ = ["execute", "Traffic", "bind_inputs"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 
-from .loops import Accumulate, Buffer, For, Ix, Load, LoopKernel, LoopProgram, Op, Store
+from .loops import Accumulate, Buffer, For, Ix, Load, LoopProgram, Op, Store
 
 
 def forward_buffers(program: LoopProgram) -> LoopProgram:

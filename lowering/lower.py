@@ -246,7 +246,7 @@ class _KernelLowering:
                 if ref in self.staged:
                     out.append(Load(self.staged[ref], self.staged_index(ref, labels)))
                 else:
-                    out.append(self.global_load(ref, labels, inst))
+                    out.append(Load(self.names[ref], self.global_index(labels)))
             elif kind == "inline":
                 out.append(self.expr(self.k.instances[ref]))
             else:
@@ -257,9 +257,6 @@ class _KernelLowering:
         if cid in self.resident:
             return self.global_index(labels)
         return self.local_index(labels)
-
-    def global_load(self, cid: str, labels, inst: Instance) -> Expr:
-        return Load(self.names[cid], self.global_index(labels))
 
     def expr(self, inst: Instance) -> Expr:
         """The value of an elementwise or layout instance as an expression over its own axes."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
+from ..lowering.loops import Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
