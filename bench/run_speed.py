@@ -1,7 +1,8 @@
 """Run-time benchmark: every example at its size, compiled stitch vs numpy eager vs the bandwidth bound.
 
 Prints a markdown table: kernels, global/compulsory bytes, median times of
-stitch (outputs reused via out=) and numpy eager (the reference interpreter),
+stitch (outputs reused via out=, and fresh outputs each call) and numpy eager
+(the reference interpreter),
 the bandwidth bound (compulsory bytes / bandwidth measured in this run with
 numpy's c = a + b on 256 MiB), and the ratios. Threads: OMP_NUM_THREADS as set
 for this process (default: all cores). Run: python3 bench/run_speed.py [--runs N]
@@ -53,20 +54,23 @@ def main() -> None:
     args = ap.parse_args()
     bw = bandwidth(args.runs)
     threads = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count()))
-    print(f"bandwidth {bw / 1e9:.1f} GB/s (numpy add, 256 MiB); threads {threads}; outputs reused; "
+    print(f"bandwidth {bw / 1e9:.1f} GB/s (numpy add, 256 MiB); threads {threads}; "
           f"median of {args.runs}\n")
-    print("| program | kernels | global/compulsory | stitch ms | numpy ms | bound ms | stitch/bound | stitch/numpy |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| program | kernels | global/compulsory | stitch ms | stitch fresh ms | numpy ms | bound ms | "
+          "stitch/bound | stitch/numpy |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for path in sorted((HERE.parent / "examples").glob("*.ir")):
         f = stitch.compile(path)
         inputs = random_inputs(f.graph, 0)
         out = [np.empty(t.shape, np.dtype(o.dtype)) for t, o in zip(f.graph.output_types, f(**inputs))]
         t_stitch = median_time(lambda: f(out=out, **inputs), args.runs)
+        t_fresh = median_time(lambda: f(**inputs), args.runs)  # new output arrays each call: page faults
         t_numpy = median_time(lambda: evaluate(f.graph, inputs), max(1, args.runs // 2))
         cost = f.compiled.cost
         bound = cost.compulsory_bytes / bw
         print(f"| {path.stem} | {len(f.compiled.schedule.kernels)} | "
-              f"{cost.global_bytes / cost.compulsory_bytes:.2f} | {t_stitch * 1e3:.3f} | {t_numpy * 1e3:.3f} | "
+              f"{cost.global_bytes / cost.compulsory_bytes:.2f} | {t_stitch * 1e3:.3f} | {t_fresh * 1e3:.3f} | "
+              f"{t_numpy * 1e3:.3f} | "
               f"{bound * 1e3:.3f} | {t_stitch / bound:.1f} | {t_stitch / t_numpy:.2f} |")
 
 
