@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..lowering.loops import Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
+from ..lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
@@ -27,6 +27,19 @@ PRELUDE = r"""#include <math.h>
 #define ST_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
 #define ST_IMAX(a, b) ((a) > (b) ? (a) : (b))
 #define ST_IMIN(a, b) ((a) < (b) ? (a) : (b))
+#ifdef STITCH_LIBMVEC
+/* glibc's vector math library: lets loops calling these vectorize */
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+#pragma omp declare simd notinbranch
+double exp(double);
+#pragma omp declare simd notinbranch
+double log(double);
+#endif
 """
 
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -117,6 +130,8 @@ class _Kernel:
             self.scratch(pad, declared)
             in_tile = True
         for s in stmts:
+            if self.simd_sum(s, pad):
+                continue
             if isinstance(s, For):
                 parallel = top and s.kind == "parallel"
                 if parallel:
@@ -130,6 +145,23 @@ class _Kernel:
                 self.lines.append(f"{pad}}}")
             else:
                 self.lines.append(pad + self.leaf(s))
+
+    def simd_sum(self, s, pad: str) -> bool:
+        """A sum over an innermost reduce loop into one element: a vectorized reduction into a scalar."""
+        if not (isinstance(s, For) and s.kind == "reduce" and len(s.body) == 1):
+            return False
+        leaf = s.body[0]
+        if not (isinstance(leaf, Accumulate) and leaf.op == "sum"):
+            return False
+        if any(v == s.var for ix in leaf.index for v, _ in ix.terms):
+            return False
+        ctype = C_TYPES[self.buffers[leaf.buffer].dtype]
+        target = self.access(leaf.buffer, leaf.index, None)
+        self.lines.append(f"{pad}{{ {ctype} acc = {target};")
+        self.lines.append(f"{pad}  #pragma omp simd reduction(+:acc)")
+        self.lines.append(f"{pad}  for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) acc += {self.expr(leaf.value)};")
+        self.lines.append(f"{pad}  {target} = acc; }}")
+        return True
 
     def leaf(self, s) -> str:
         target = self.access(s.buffer, s.index, None)

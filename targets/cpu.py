@@ -78,6 +78,7 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
         return Native(program, None, None)
     cache_dir = Path(cache_dir or default_cache_dir())
     cache_dir.mkdir(parents=True, exist_ok=True)
+    flags = tuple(flags) + _vector_math(cc, cache_dir)
     key = hashlib.sha256("\0".join([source, cc, *flags, _version(cc)]).encode()).hexdigest()[:24]
     lib_path = cache_dir / f"{key}.so"
     src_path = cache_dir / f"{key}.c"
@@ -108,6 +109,21 @@ def _load(path: Path) -> ctypes.CDLL:
     lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
     lib.stitch_main.restype = None
     return lib
+
+
+_VECTOR_MATH: dict[str, tuple[str, ...]] = {}
+
+
+def _vector_math(cc: str, cache_dir: Path) -> tuple[str, ...]:
+    """Flags for glibc's vector math library (libmvec), when this compiler can link against it."""
+    if cc not in _VECTOR_MATH:
+        probe = cache_dir / "libmvec_probe.c"
+        probe.write_text("#include <math.h>\nfloat f(float x) { return expf(x); }\n")
+        flags = ("-DSTITCH_LIBMVEC", "-lmvec")
+        proc = subprocess.run([cc, "-shared", "-fPIC", str(probe), "-o", str(cache_dir / "libmvec_probe.so"), *flags],
+                              capture_output=True)
+        _VECTOR_MATH[cc] = flags if proc.returncode == 0 else ()
+    return _VECTOR_MATH[cc]
 
 
 _VERSIONS: dict[str, str] = {}
