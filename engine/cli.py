@@ -197,7 +197,7 @@ def cmd_run(args) -> int:
     import time
 
     from .api import compile as compile_program
-    from .interp import evaluate
+    from .interp import evaluate, random_inputs
     from .tolerance import compare
 
     cflags = tuple(args.cflags.split()) if args.cflags else None
@@ -205,8 +205,6 @@ def cmd_run(args) -> int:
                               builtin_rules=not args.no_builtin_rules, entry=args.entry,
                               cache_dir=args.cache_dir, cflags=cflags)
     graph = program.graph
-    from .interp import random_inputs
-
     inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
     start = time.perf_counter()
     outputs = program(**inputs)

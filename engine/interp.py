@@ -69,16 +69,24 @@ _BINARY = {
 }
 
 
+def elementwise(op: str, dtype: str, args: list[np.ndarray]) -> np.ndarray:
+    """An elementwise op (unary, binary, compare, where, cast) with result dtype `dtype`."""
+    out_dt = np_dtype(dtype)
+    if op in _BINARY:
+        return np.asarray(_BINARY[op](args[0], args[1]), dtype=out_dt)
+    if op == "where":
+        return np.where(args[0], args[1], args[2]).astype(out_dt, copy=False)
+    if op == "cast":
+        return np.asarray(args[0]).astype(out_dt)
+    return np.asarray(_unary(op, np.asarray(args[0])), dtype=out_dt)
+
+
 def apply_op(node: Node, args: list[np.ndarray]) -> np.ndarray:
     """Evaluate one node on numpy arrays (the living definition of each op)."""
     op = node.op
     out_dt = np_dtype(node.type.dtype)
     if op == "const":
         return np.asarray(node.attr("value"), dtype=out_dt)
-    if op in _BINARY:
-        return np.asarray(_BINARY[op](args[0], args[1]), dtype=out_dt)
-    if op == "where":
-        return np.where(args[0], args[1], args[2]).astype(out_dt, copy=False)
     if op in ("sum", "mean", "max", "min"):
         axes = node.attr("axes")
         keep = node.attr("keepdims")
@@ -93,9 +101,7 @@ def apply_op(node: Node, args: list[np.ndarray]) -> np.ndarray:
         return np.reshape(args[0], node.attr("shape"))
     if op == "broadcast_to":
         return np.broadcast_to(args[0], node.attr("shape"))
-    if op == "cast":
-        return args[0].astype(out_dt)
-    return np.asarray(_unary(op, args[0]), dtype=out_dt)
+    return elementwise(op, node.type.dtype, args)
 
 
 def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -260,9 +260,9 @@ class _Builder:
 
     def edge(self, consumer: ENode, edge: str, value: str, labels, consumer_labels) -> tuple[str, int]:
         vnode = self.choice[value]
-        if edge == "inline" and not vnode_elementwise(vnode):
+        if edge == "inline" and not is_elementwise(vnode.op):
             self.k.problems.append(f"inline needs an elementwise producer, not {vnode.op}")
-        if edge == "local" and vnode_elementwise(consumer) and set(filter(None, labels)) < set(
+        if edge == "local" and is_elementwise(consumer.op) and set(filter(None, labels)) < set(
             filter(None, consumer_labels)
         ):
             self.k.problems.append(f"local value {vnode.op} is broadcast by its consumer {consumer.op}; use shared")
@@ -304,10 +304,6 @@ class _Builder:
 
 def _wider(a: Label, b: Label) -> Label:
     return a if a is not None else b
-
-
-def vnode_elementwise(node: ENode) -> bool:
-    return is_elementwise(node.op)
 
 
 def operand_labels(node: ENode, out: tuple[Label, ...], types, cid: str, fresh, problems: list[str]):

@@ -62,6 +62,8 @@ class Space:
                 self.placement_choice[cid] = nodes[0]
             else:
                 self.value_classes.append(cid)
+        # per class: which kinds of e-node it holds (True = elementwise); read for every edge while narrowing
+        self.kinds = {cid: frozenset(is_elementwise(n.op) for n in nodes) for cid, nodes in data.classes.items()}
         self.options: dict[str, list[ENode]] = {cid: self._narrow(data.classes[cid]) for cid in self.value_classes}
         self.kernel_cache: dict[tuple, tuple] = {}
         self.evaluated = 0
@@ -77,14 +79,13 @@ class Space:
     def rank(self, node: ENode) -> tuple:
         out = []
         for kind, value in map(self.edge, node.children):
-            elementwise = all(is_elementwise(n.op) for n in self.data.classes[value])
+            elementwise = self.kinds[value] == {True}
             out.append((_RANK_ELEMENTWISE if elementwise else _RANK_OTHER)[kind])
         return tuple(out)
 
     def mixed(self, value: str) -> bool:
         """A class holding both elementwise and other e-nodes: which placement is best depends on the choice."""
-        kinds = {is_elementwise(n.op) for n in self.data.classes[value]}
-        return len(kinds) > 1
+        return len(self.kinds[value]) > 1
 
     def _narrow(self, nodes: list[ENode]) -> list[ENode]:
         best: dict[tuple, ENode] = {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.interp import apply_op, np_dtype
+from ..engine.interp import elementwise, np_dtype
 from .loops import Accumulate, For, Ix, Lit, Load, LoopProgram, Op, Store
 
 
@@ -145,23 +145,6 @@ def _index(ix: Ix, grid: dict):
     return np.asarray(value)
 
 
-class _FakeNode:
-    """Just enough of a graph node for the interpreter's op definitions."""
-
-    def __init__(self, op: str, dtype: str, attrs=()):
-        from ..engine.ir import TensorType
-
-        self.op = op
-        self.type = TensorType(dtype, ())
-        self.attrs = attrs
-
-    def attr(self, key, default=None):
-        return dict(self.attrs).get(key, default)
-
-
 def _scalar_op(e: Op, args):
     """An elementwise op, defined exactly as the reference interpreter defines it."""
-    if e.op == "cast":
-        return np.asarray(args[0]).astype(np_dtype(e.dtype))
-    return apply_op(_FakeNode(e.op, e.dtype), [np.asarray(a) for a in args])
-
+    return elementwise(e.op, e.dtype, [np.asarray(a) for a in args])

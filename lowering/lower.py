@@ -19,7 +19,7 @@ along moves on (at kernel entry if along none), as the cost model counts.
 
 from __future__ import annotations
 
-from ..engine.cost import KernelCost, ScheduleCost, resident_inputs
+from ..engine.cost import KernelCost, ScheduleCost, resident_inputs, staged
 from ..engine.ir import TensorType
 from ..engine.schedule import Instance, Kernel, Label, Schedule
 from ..engine.schedule_print import global_names
@@ -156,10 +156,7 @@ class _KernelLowering:
         return LoopKernel(self.name, self.allocs, body, forwardable=self.forwardable)
 
     def needs_staging(self, cid: str, labels) -> bool:
-        if cid in self.resident:
-            return True
-        lacks = any(a not in labels for a in self.parallel)
-        return self.k.input_uses.get(cid, 0) >= 2 or lacks
+        return cid in self.resident or staged(self.k, cid, labels, self.parallel)
 
     def staging_level(self, labels) -> int:
         """The depth of tile loops the copy sits in: just inside the innermost tiled axis it varies along."""

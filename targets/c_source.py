@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from ..engine.ir import dtype_bytes
 from ..lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
@@ -119,7 +120,7 @@ class _Kernel:
                 self.lines.append(f"{pad}{C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)(smem + {at});")
         for b in self.k.allocs:
             if b.scope == "local" and b.name not in declared:
-                n = max(1, b.nbytes // max(1, _size(b.dtype)))
+                n = max(1, b.nbytes // dtype_bytes(b.dtype))
                 self.lines.append(f"{pad}{C_TYPES[b.dtype]} {_ident(b.name)}[{n}];")
         declared.update(b.name for b in self.k.allocs)
 
@@ -201,10 +202,6 @@ def _written(stmt) -> set[str]:
             out |= _written(s)
         return out
     return {stmt.buffer}
-
-
-def _size(dtype: str) -> int:
-    return {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}[dtype]
 
 
 def _ix(ix: Ix) -> str:
