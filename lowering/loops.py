@@ -97,6 +97,9 @@ class Accumulate:
     index: tuple[Ix, ...]
     op: str  # "sum" | "max" | "min"
     value: Expr
+    # "matrix": a matmul's multiply-accumulate, which an accelerator runs on its matrix unit
+    # (targets/simulator.py times it by matrix tiles); everything else is vector work
+    unit: str = "vector"
 
 
 @dataclass

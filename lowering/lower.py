@@ -230,7 +230,7 @@ class _KernelLowering:
             k = tuple(lab for lab in inst.operand_labels[0] if lab not in inst.labels)
             out_labels = tuple(inst.labels)
             labels = out_labels[:-1] + k + out_labels[-1:] if out_labels else k
-            loop = self.nest(labels, Accumulate(name, index, "sum", Op("mul", (a, b), dtype)))
+            loop = self.nest(labels, Accumulate(name, index, "sum", Op("mul", (a, b), dtype), unit="matrix"))
             return [init, loop]
         return [self.nest(inst.labels, Store(name, index, self.expr(inst)))]
 
