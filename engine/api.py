@@ -24,15 +24,21 @@ class CompiledProgram:
     compiled: object  # pipeline.Compiled
     loops: object  # lowering.loops.LoopProgram
     native: object | None  # targets.cpu.Native, when the target runs compiled C
-    executor: str  # "c" | "numpy"
+    executor: str  # "c" | "numpy" | "simulator"
+    report: object | None = None  # the last run's targets.simulator.SimReport, on an accel target
 
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
         args = bind_inputs(self.graph, inputs)
         if self.native is not None and self.native.library is not None:
             return self.native.run(args, out)
-        from ..lowering.execute import execute
+        if self.executor == "simulator":
+            from ..targets.simulator import simulate
 
-        outputs, _ = execute(self.loops, args)
+            outputs, self.report = simulate(self.loops, self.compiled.target, args)
+        else:
+            from ..lowering.execute import execute
+
+            outputs, _ = execute(self.loops, args)
         if out is not None:
             for dst, src in zip(out, outputs):
                 dst[...] = src
@@ -42,8 +48,11 @@ class CompiledProgram:
 
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
             entry: str | None = None, cache_dir: str | Path | None = None, cflags: tuple[str, ...] | None = None,
-            limits=None) -> CompiledProgram:
-    """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path)."""
+            limits=None, without_rules: tuple[str, ...] = ()) -> CompiledProgram:
+    """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path).
+
+    `without_rules` drops built-in rule files (`forwarding`) or built-in rules by name pattern (`stitch-*`).
+    On an accel target calls run on the simulator and leave its report in `.report`."""
     from ..lowering.lower import lower
     from ..targets.target import load_target
     from .check import check_program
@@ -60,10 +69,10 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
         raise StitchError(f"no func named '{entry}' (the program defines {', '.join(graphs)})")
     graph = graphs[entry] if entry else next(iter(graphs.values()))
     tgt = load_target(target)
-    compiled = compile_graph(graph, load_rule_files(list(rules), builtin_rules), tgt, limits or Limits())
+    compiled = compile_graph(graph, load_rule_files(list(rules), builtin_rules, without_rules), tgt, limits or Limits())
     loops = lower(compiled)
     native = None
-    executor = "numpy"
+    executor = "simulator" if tgt.kind == "accel" else "numpy"
     if tgt.kind == "cpu":
         from ..targets.cpu import DEFAULT_FLAGS, build
 

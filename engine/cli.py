@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
     e.set_defaults(run=cmd_eval)
 
-    from .pipeline import add_compile_arguments, compile_command
+    from .pipeline import add_compile_arguments, add_without_rules_argument, compile_command
 
     r = sub.add_parser("run", help="compile for a target and run; --check compares with the reference")
     r.add_argument("file")
@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the compile figures and run_seconds as JSON")
     r.add_argument("--rules", action="append", default=[], metavar="R.rules")
     r.add_argument("--no-builtin-rules", action="store_true")
+    add_without_rules_argument(r)
     r.add_argument("--cache-dir", help="where compiled libraries are kept (default ~/.cache/stitch)")
     r.add_argument("--cflags", help="compiler flags, replacing the defaults (one string)")
     r.set_defaults(run=cmd_run)
@@ -203,7 +204,7 @@ def cmd_run(args) -> int:
     cflags = tuple(args.cflags.split()) if args.cflags else None
     program = compile_program(args.file, target=args.target, rules=args.rules,
                               builtin_rules=not args.no_builtin_rules, entry=args.entry,
-                              cache_dir=args.cache_dir, cflags=cflags)
+                              cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules))
     graph = program.graph
     inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
     start = time.perf_counter()
@@ -223,17 +224,31 @@ def cmd_run(args) -> int:
     if args.json:
         out = program.compiled.to_json()
         out.update({"run_seconds": run_seconds, "executor": program.executor})
+        if program.report is not None:
+            out.update(simulated_json(out, program.report))
         if args.check:
             out["check"] = "ok" if not problems else problems
         print(json.dumps(out, indent=2))
     elif not args.output:
         print(summarize(outputs))
         print(f"ran on {program.executor} in {run_seconds * 1e3:.3f} ms")
+        if program.report is not None:
+            print(program.report.table())
     if problems:
         raise StitchError("the outputs differ from the reference interpreter:\n  " + "\n  ".join(problems))
     if args.check and not args.json:
         print("check: outputs equal the reference within tolerance")
     return 0
+
+
+def simulated_json(compiled: dict, report) -> dict:
+    """The simulator's figures in the compile JSON: its keys per kernel and in total, `cycles` the simulated
+    count (the cost model's estimate kept as `estimated_cycles`)."""
+    sim = report.to_json()
+    kernels = []
+    for k, s in zip(compiled["kernels"], sim.pop("kernels")):
+        kernels.append({**k, "estimated_cycles": k["cycles"], **s})
+    return {"estimated_cycles": compiled["cycles"], **sim, "kernels": kernels}
 
 
 def summarize(outputs: list[np.ndarray]) -> str:

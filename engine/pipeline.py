@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,9 +25,14 @@ if TYPE_CHECKING:
     from .search import SearchResult
 
 
-def load_rule_files(paths: list[str], builtin: bool = True) -> list[RuleFile]:
-    """The built-in rule files (unless disabled) followed by the user's, in order."""
-    files = builtin_rule_files() if builtin else []
+def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, ...] = ()) -> list[RuleFile]:
+    """The built-in rule files (unless disabled) followed by the user's, in order.
+
+    `without` names built-in rule files (`forwarding`) or patterns of built-in rule names
+    (`stitch-*`) to leave out: the seed comparisons compile a program with and without them."""
+    if without and not builtin:
+        raise StitchError("--without-rules leaves out built-in rules, which --no-builtin-rules already leaves out")
+    files = without_rules(builtin_rule_files(), without) if builtin else []
     for p in paths:
         files.append(load_rules(p))
     names = {}
@@ -38,6 +44,24 @@ def load_rule_files(paths: list[str], builtin: bool = True) -> list[RuleFile]:
             )
         names[rf.name] = rf.filename
     return files
+
+
+def without_rules(files: list[RuleFile], names: tuple[str, ...]) -> list[RuleFile]:
+    """`files` less the files named and the rules matching a pattern; a name matching nothing is an error."""
+    for name in names:
+        if not any(rf.name == name or any(fnmatch(r.name, name) for r in rf.rules) for rf in files):
+            raise StitchError(
+                f"--without-rules {name}: no built-in rule file or rule of that name",
+                hint="name a rule file (" + ", ".join(rf.name for rf in files) + ") or a pattern of rule names "
+                     "(stitch-*)")
+    kept = []
+    for rf in files:
+        if rf.name in names:
+            continue
+        rules = tuple(r for r in rf.rules if not any(fnmatch(r.name, name) for name in names))
+        if rules:
+            kept.append(replace(rf, rules=rules))
+    return kept
 
 
 def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = Limits()) -> tuple[EGraphRun, RunReport]:
@@ -116,6 +140,7 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--entry", help="the func to compile (default: the first)")
     p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
     p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
+    add_without_rules_argument(p)
     p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops"], default="schedule",
                    help="what to print (default: schedule)")
     p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
@@ -126,6 +151,12 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--time-limit", type=float, default=Limits.seconds, help="saturation seconds")
     p.add_argument("--match-limit", type=int, default=Limits.match_limit,
                    help="matches per rule per iteration before back-off")
+
+
+def add_without_rules_argument(p) -> None:
+    p.add_argument("--without-rules", action="append", default=[], metavar="NAME",
+                   help="leave out a built-in rule file (algebra, fusion, forwarding) or the built-in rules "
+                        "matching a name pattern, e.g. 'stitch-*' (repeatable)")
 
 
 def compile_command(args) -> int:
@@ -147,7 +178,7 @@ def compile_command(args) -> int:
     if args.time_limit <= 0:
         raise StitchError(f"--time-limit must be positive, got {args.time_limit}")
     limits = Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit)
-    rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules)
+    rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules))
     if args.emit == "egraph" and not args.json:
         run, report = saturate_program(graph, rule_files, limits)
         print(report.render())

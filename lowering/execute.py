@@ -26,8 +26,12 @@ class Traffic:
     per_kernel: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None) -> tuple[list[np.ndarray], Traffic]:
-    """Outputs in return order, and the global traffic of the run."""
+def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None,
+            runner=None) -> tuple[list[np.ndarray], Traffic]:
+    """Outputs in return order, and the global traffic of the run.
+
+    `runner(kernel, memory, global_names)` makes the object that runs one kernel's body (default
+    `TileRun`): the accelerator simulator passes a subclass that also keeps time."""
     memory: dict[str, np.ndarray] = {}
     for b in program.params:
         arr = np.asarray(inputs[b.name])
@@ -42,7 +46,7 @@ def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None) -> 
         for k in program.kernels:
             for b in k.allocs:
                 memory[b.name] = np.zeros(b.shape, np_dtype(b.dtype))
-            run = _Run(memory, global_names)
+            run = runner(k, memory, global_names) if runner else TileRun(memory, global_names)
             run.block(k.body, {})
             traffic.per_kernel[k.name] = (run.read, run.written)
             traffic.read += run.read
@@ -52,7 +56,9 @@ def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None) -> 
     return [np.array(memory[name], copy=True) for name in program.outputs], traffic
 
 
-class _Run:
+class TileRun:
+    """Runs one kernel's statements over `memory`, counting the global bytes they read and write."""
+
     def __init__(self, memory: dict[str, np.ndarray], global_names: set[str]):
         self.memory = memory
         self.global_names = global_names

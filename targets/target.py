@@ -116,6 +116,9 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
         matrix = MatrixUnit(int(m["tile_m"]), int(m["tile_n"]), int(m["tile_k"]), float(m["cycles_per_tile"]))
     if data["kind"] == "accel" and matrix is None:
         raise StitchError("an accel target needs a [matrix] table", Pos(filename, 1, 1), text)
+    if data["kind"] == "accel" and data["cores"] != 1:
+        raise error("cores", f"an accel target has one core (the simulator runs its tiles one after another), "
+                             f"got {data['cores']}")
     op_cycles = {}
     from ..engine.ops import OPS
 
