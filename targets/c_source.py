@@ -16,6 +16,7 @@ import math
 
 from ..engine.ir import dtype_bytes
 from ..lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
+from .c_matmul import match_matmul, render_matmul, vector_typedefs
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
@@ -58,11 +59,12 @@ def buffer_order(program: LoopProgram) -> list[Buffer]:
     return list(seen.values())
 
 
-def c_source(program: LoopProgram) -> str:
+def c_source(program: LoopProgram, vector_bytes: int = 32) -> str:
+    """The C translation unit; `vector_bytes` is the machine's vector width (it shapes the matmul blocks)."""
     globals_ = buffer_order(program)
-    out = [PRELUDE]
+    out = [PRELUDE, vector_typedefs(vector_bytes)]
     for k in program.kernels:
-        out.append(_Kernel(k, {b.name: b for b in globals_}).render())
+        out.append(_Kernel(k, {b.name: b for b in globals_}, vector_bytes).render())
     out.append("void stitch_main(void **b) {")
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")
@@ -81,8 +83,9 @@ def _kernel_name(name: str) -> str:
 
 
 class _Kernel:
-    def __init__(self, kernel: LoopKernel, globals_: dict[str, Buffer]):
+    def __init__(self, kernel: LoopKernel, globals_: dict[str, Buffer], vector_bytes: int):
         self.k = kernel
+        self.vector_bytes = vector_bytes
         self.globals = globals_
         self.buffers = {b.name: b for b in kernel.allocs}
         self.buffers.update(globals_)
@@ -131,7 +134,7 @@ class _Kernel:
             self.scratch(pad, declared)
             in_tile = True
         for s in stmts:
-            if self.simd_sum(s, pad):
+            if self.matmul(s, pad) or self.simd_sum(s, pad):
                 continue
             if isinstance(s, For):
                 parallel = top and s.kind == "parallel"
@@ -146,6 +149,14 @@ class _Kernel:
                 self.lines.append(f"{pad}}}")
             else:
                 self.lines.append(pad + self.leaf(s))
+
+    def matmul(self, s, pad: str) -> bool:
+        """A matmul nest: the register-blocked micro-kernel of c_matmul."""
+        nest = match_matmul(s, lambda name: self.buffers[name].dtype)
+        if nest is None:
+            return False
+        self.lines += render_matmul(nest, self, pad, self.buffers[nest.acc.buffer].dtype, self.vector_bytes)
+        return True
 
     def simd_sum(self, s, pad: str) -> bool:
         """A sum over an innermost reduce loop into one element: a vectorized reduction into a scalar."""

@@ -72,12 +72,12 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
           cc: str | None = None) -> Native:
     """Compile (or fetch from the cache) and load `program`; None library when there is no compiler."""
     cc = cc or compiler()
-    source = c_source(program)
     if cc is None:
         print("stitch: no C compiler found; running on the numpy executor", file=sys.stderr)
         return Native(program, None, None)
     cache_dir = Path(cache_dir or default_cache_dir())
     cache_dir.mkdir(parents=True, exist_ok=True)
+    source = c_source(program, _vector_bytes(cc, tuple(flags)))
     flags = tuple(flags) + _vector_math(cc, cache_dir)
     key = hashlib.sha256("\0".join([source, cc, *flags, _version(cc)]).encode()).hexdigest()[:24]
     lib_path = cache_dir / f"{key}.so"
@@ -124,6 +124,19 @@ def _vector_math(cc: str, cache_dir: Path) -> tuple[str, ...]:
                               capture_output=True)
         _VECTOR_MATH[cc] = flags if proc.returncode == 0 else ()
     return _VECTOR_MATH[cc]
+
+
+_VECTOR_BYTES: dict[tuple, int] = {}
+
+
+def _vector_bytes(cc: str, flags: tuple[str, ...]) -> int:
+    """The widest vector registers these flags let the compiler use (AVX-512, AVX, else SSE/NEON width)."""
+    key = (cc, *flags)
+    if key not in _VECTOR_BYTES:
+        proc = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True)
+        macros = proc.stdout if proc.returncode == 0 else ""
+        _VECTOR_BYTES[key] = 64 if "__AVX512F__ " in macros else 32 if "__AVX__ " in macros else 16
+    return _VECTOR_BYTES[key]
 
 
 _VERSIONS: dict[str, str] = {}

@@ -128,3 +128,26 @@ def test_run_json_reports_run_seconds(tmp_path, capsys):
                  "--cache-dir", str(tmp_path / "c")]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["run_seconds"] > 0 and out["check"] == "ok" and len(out["kernels"]) == 2
+
+
+MATMULS = [
+    "func f(a: {t}[{i}, {k}], b: {t}[{k}, {j}]) -> {t}[{i}, {j}] {{ return matmul(a, b) }}",
+    "func f(a: {t}[3, {i}, {k}], b: {t}[3, {k}, {j}]) -> {t}[3, {i}, {j}] {{ return relu(matmul(exp(a), b)) }}",
+    "func f(a: {t}[{k}, {i}], b: {t}[{j}, {k}]) -> {t}[{j}, {i}] {{ return matmul(b, a) }}",
+]
+
+
+@needs_cc
+@pytest.mark.parametrize("vector_bytes", [16, 32, 64])
+@pytest.mark.parametrize("template", MATMULS)
+@pytest.mark.parametrize("t, i, k, j", [("f32", 7, 5, 37), ("f64", 13, 3, 70), ("f32", 1, 9, 16),
+                                        ("f32", 33, 17, 130), ("f64", 2, 1, 9)])
+def test_register_blocked_matmul_equals_the_reference(template, t, i, k, j, vector_bytes, cache, monkeypatch):
+    """Odd row counts, vector leftovers and scalar leftover columns, at every vector width."""
+    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: vector_bytes)
+    f = stitch.compile(template.format(t=t, i=i, k=k, j=j), cache_dir=cache)
+    if j >= 70 and template == MATMULS[0]:
+        assert f"st_vf{t[1:]} c0_0" in f.native.source_path.read_text()  # the micro-kernel is what ran
+    inputs = random_inputs(f.graph, 3)
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""

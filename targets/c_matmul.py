@@ -1,0 +1,185 @@
+"""A register-blocked micro-kernel for the matmul nests lowering writes.
+
+Lowering writes a matmul tile as
+
+    for i serial { for k reduce { for j serial { C[.., i, j] += mul(A(i, k), B[.., k, j]) } } }
+
+with j contiguous in C and B. Compiled as written, every `+=` goes through
+memory and gcc keeps one vector of C in a register at a time. Here the nest
+becomes blocks of MR rows x NV vectors of C held in registers (GCC vector
+extensions, so the block shape does not depend on what the auto-vectorizer
+decides) across the whole k loop: per k, NV vector loads of B, MR scalars of A
+(computed once per row and k however complex A is: the softmax in attention is
+an A) and MR*NV fused multiply-adds. Leftover rows and vectors run as smaller
+blocks, leftover columns as the scalar nest. Only float C: integer matmuls keep
+the plain loops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..engine.ir import dtype_bytes
+from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op
+
+VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
+
+
+def vector_typedefs(vector_bytes: int) -> str:
+    """Unaligned, aliasing vector types: loads and stores go straight to any element address."""
+    return "".join(f"typedef {c} {name} __attribute__((vector_size({vector_bytes}), aligned({dtype_bytes(t)}), "
+                   f"may_alias));\n"
+                   for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")))
+
+
+@dataclass(frozen=True)
+class MatmulNest:
+    i: For
+    k: For
+    j: For
+    acc: Accumulate
+    a: object  # the factor without j (an expression)
+    b: Load  # the factor contiguous along j
+
+
+def match_matmul(stmt, dtype_of) -> MatmulNest | None:
+    """The i / k / j nest of one float `C[.., i, j] += A(i, k) * B[.., k, j]`, else None."""
+    if not _single_for(stmt):
+        return None
+    i = stmt
+    k = i.body[0]
+    if not _single_for(k):
+        return None
+    j = k.body[0]
+    if not (isinstance(j, For) and len(j.body) == 1):
+        return None
+    acc = j.body[0]
+    if not (isinstance(acc, Accumulate) and acc.op == "sum" and dtype_of(acc.buffer) in VECTOR_TYPES):
+        return None
+    v = acc.value
+    if not (isinstance(v, Op) and v.op == "mul" and len(v.args) == 2 and v.dtype == dtype_of(acc.buffer)):
+        return None
+    if not (_contiguous_in(acc.index, j.var) and _uses(acc.index, i.var) and not _uses(acc.index, k.var)):
+        return None
+    for a, b in (v.args, v.args[::-1]):
+        if (isinstance(b, Load) and _contiguous_in(b.index, j.var) and dtype_of(b.buffer) == v.dtype
+                and not _expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
+                and _expr_dtype(a, dtype_of) == v.dtype):
+            return MatmulNest(i, k, j, acc, a, b)
+    return None
+
+
+def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: int) -> list[str]:
+    """C for the nest: MR x NV register blocks over rows and vector columns, then the leftovers."""
+    lanes = vector_bytes // dtype_bytes(dtype)
+    registers = 32 if vector_bytes >= 64 else 16
+    nv = max(1, min(registers // 8, nest.j.extent // lanes))
+    mr = max(1, min(8, nest.i.extent, (registers - nv - 2) // nv))
+    i, n_i = nest.i.var, nest.i.extent
+    lines = []
+    full_rows = n_i - n_i % mr
+    if full_rows:
+        lines.append(f"{pad}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
+        lines += _row_block(nest, kernel, pad + "  ", mr, nv, lanes, dtype)
+        lines.append(f"{pad}}}")
+    if n_i % mr:
+        lines.append(f"{pad}{{ const int64_t {i} = {full_rows};")
+        lines += _row_block(nest, kernel, pad + "  ", n_i % mr, nv, lanes, dtype)
+        lines.append(f"{pad}}}")
+    return lines
+
+
+def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str) -> list[str]:
+    """Rows i .. i+rows-1: vector blocks across j, then the columns left over one by one."""
+    j, n_j = nest.j.var, nest.j.extent
+    width = nv * lanes
+    full = n_j - n_j % width
+    lines = []
+    if full:
+        lines.append(f"{pad}for (int64_t {j} = 0; {j} < {full}; {j} += {width}) {{")
+        lines += _tile(nest, kernel, pad + "  ", rows, nv, lanes, dtype)
+        lines.append(f"{pad}}}")
+    left_vectors = (n_j - full) // lanes
+    if left_vectors:
+        lines.append(f"{pad}{{ const int64_t {j} = {full};")
+        lines += _tile(nest, kernel, pad + "  ", rows, left_vectors, lanes, dtype)
+        lines.append(f"{pad}}}")
+    start = full + left_vectors * lanes
+    if start < n_j:
+        k = nest.k
+        lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
+        lines.append(f"{pad}  for (int64_t {j} = {start}; {j} < {n_j}; ++{j}) {{")
+        for r in range(rows):
+            lines.append(f"{pad}    {kernel.leaf(_shift(nest.acc, {nest.i.var: r}))}")
+        lines.append(f"{pad}  }}")
+        lines.append(f"{pad}}}")
+    return lines
+
+
+def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str) -> list[str]:
+    """One rows x nv-vector block of C in registers across the whole k loop."""
+    vt = VECTOR_TYPES[dtype]
+    ct = {"f32": "float", "f64": "double"}[dtype]
+    i, j, k = nest.i.var, nest.j.var, nest.k
+    c = {(r, v): f"c{r}_{v}" for r in range(rows) for v in range(nv)}
+
+    def c_addr(r: int, v: int) -> str:
+        return "&" + kernel.access(nest.acc.buffer, _shift_ix(nest.acc.index, {i: r, j: v * lanes}), None)
+
+    lines = [f"{pad}{vt} {', '.join(f'{name} = *({vt} *){c_addr(r, v)}' for (r, v), name in c.items())};"]
+    lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
+    for v in range(nv):
+        b = _shift(nest.b, {j: v * lanes})
+        lines.append(f"{pad}  {vt} b{v} = *({vt} *)&{kernel.expr(b)};")
+    for r in range(rows):
+        lines.append(f"{pad}  {ct} a{r} = {kernel.expr(_shift(nest.a, {i: r}))};")
+        lines.append(f"{pad}  " + " ".join(f"{c[r, v]} += a{r} * b{v};" for v in range(nv)))
+    lines.append(f"{pad}}}")
+    lines += [f"{pad}*({vt} *){c_addr(r, v)} = {name};" for (r, v), name in c.items()]
+    return lines
+
+
+def _single_for(s) -> bool:
+    return isinstance(s, For) and len(s.body) == 1 and isinstance(s.body[0], For)
+
+
+def _uses(index: tuple[Ix, ...], var: str) -> bool:
+    return any(v == var for ix in index for v, _ in ix.terms)
+
+
+def _contiguous_in(index: tuple[Ix, ...], var: str) -> bool:
+    """`var` moves only the last index, by one element per step."""
+    return bool(index) and dict(index[-1].terms).get(var) == 1 and not _uses(index[:-1], var)
+
+
+def _expr_uses(e, var: str) -> bool:
+    if isinstance(e, Load):
+        return _uses(e.index, var)
+    return isinstance(e, Op) and any(_expr_uses(a, var) for a in e.args)
+
+
+def _buffers(e) -> set[str]:
+    if isinstance(e, Load):
+        return {e.buffer}
+    if isinstance(e, Op):
+        return set().union(*(_buffers(a) for a in e.args))
+    return set()
+
+
+def _expr_dtype(e, dtype_of) -> str:
+    return dtype_of(e.buffer) if isinstance(e, Load) else e.dtype
+
+
+def _shift_ix(index: tuple[Ix, ...], by: dict[str, int]) -> tuple[Ix, ...]:
+    """Each index with loop variable v read as v + by[v]."""
+    return tuple(replace(ix, const=ix.const + sum(c * by.get(v, 0) for v, c in ix.terms)) for ix in index)
+
+
+def _shift(e, by: dict[str, int]):
+    if isinstance(e, (Load, Accumulate)):
+        return replace(e, index=_shift_ix(e.index, by), **({"value": _shift(e.value, by)}
+                                                            if isinstance(e, Accumulate) else {}))
+    if isinstance(e, Op):
+        return replace(e, args=tuple(_shift(a, by) for a in e.args))
+    assert isinstance(e, Lit)
+    return e
