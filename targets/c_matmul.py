@@ -23,6 +23,8 @@ from ..engine.ir import dtype_bytes
 from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
+C_FLOAT = {"f32": "float", "f64": "double"}
+A_SCRATCH_BYTES = 64 * 1024  # the most stack one row block's precomputed A may take
 
 
 def vector_typedefs(vector_bytes: int) -> str:
@@ -94,15 +96,16 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: in
     j, n_j = nest.j.var, nest.j.extent
     width = nv * lanes
     full = n_j - n_j % width
-    lines = []
+    lines = _precompute_a(nest, kernel, pad, rows, dtype)
+    a = "a_pre" if lines else None
     if full:
         lines.append(f"{pad}for (int64_t {j} = 0; {j} < {full}; {j} += {width}) {{")
-        lines += _tile(nest, kernel, pad + "  ", rows, nv, lanes, dtype)
+        lines += _tile(nest, kernel, pad + "  ", rows, nv, lanes, dtype, a)
         lines.append(f"{pad}}}")
     left_vectors = (n_j - full) // lanes
     if left_vectors:
         lines.append(f"{pad}{{ const int64_t {j} = {full};")
-        lines += _tile(nest, kernel, pad + "  ", rows, left_vectors, lanes, dtype)
+        lines += _tile(nest, kernel, pad + "  ", rows, left_vectors, lanes, dtype, a)
         lines.append(f"{pad}}}")
     start = full + left_vectors * lanes
     if start < n_j:
@@ -116,10 +119,28 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: in
     return lines
 
 
-def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str) -> list[str]:
+def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str) -> list[str]:
+    """A computed A (not a plain load) for these rows and every k, once, in vectorized loops.
+
+    Inside the tile A is a scalar per row and k; a transcendental there would
+    run one element at a time (and again for every block of columns).
+    """
+    if isinstance(nest.a, Load) or rows * nest.k.extent * dtype_bytes(dtype) > A_SCRATCH_BYTES:
+        return []
+    k = nest.k
+    lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{k.extent}];"]
+    for r in range(rows):
+        lines.append(f"{pad}#pragma omp simd")
+        lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) "
+                     f"a_pre[{r}][{k.var}] = {kernel.expr(_shift(nest.a, {nest.i.var: r}))};")
+    return lines
+
+
+def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str,
+          a_pre: str | None) -> list[str]:
     """One rows x nv-vector block of C in registers across the whole k loop."""
     vt = VECTOR_TYPES[dtype]
-    ct = {"f32": "float", "f64": "double"}[dtype]
+    ct = C_FLOAT[dtype]
     i, j, k = nest.i.var, nest.j.var, nest.k
     c = {(r, v): f"c{r}_{v}" for r in range(rows) for v in range(nv)}
 
@@ -132,7 +153,8 @@ def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dt
         b = _shift(nest.b, {j: v * lanes})
         lines.append(f"{pad}  {vt} b{v} = *({vt} *)&{kernel.expr(b)};")
     for r in range(rows):
-        lines.append(f"{pad}  {ct} a{r} = {kernel.expr(_shift(nest.a, {i: r}))};")
+        a = f"{a_pre}[{r}][{k.var}]" if a_pre else kernel.expr(_shift(nest.a, {i: r}))
+        lines.append(f"{pad}  {ct} a{r} = {a};")
         lines.append(f"{pad}  " + " ".join(f"{c[r, v]} += a{r} * b{v};" for v in range(nv)))
     lines.append(f"{pad}}}")
     lines += [f"{pad}*({vt} *){c_addr(r, v)} = {name};" for (r, v), name in c.items()]

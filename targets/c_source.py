@@ -134,7 +134,7 @@ class _Kernel:
             self.scratch(pad, declared)
             in_tile = True
         for s in stmts:
-            if self.matmul(s, pad) or self.simd_sum(s, pad):
+            if self.matmul(s, pad) or self.simd_reduce(s, pad):
                 continue
             if isinstance(s, For):
                 parallel = top and s.kind == "parallel"
@@ -158,22 +158,40 @@ class _Kernel:
         self.lines += render_matmul(nest, self, pad, self.buffers[nest.acc.buffer].dtype, self.vector_bytes)
         return True
 
-    def simd_sum(self, s, pad: str) -> bool:
-        """A sum over an innermost reduce loop into one element: a vectorized reduction into a scalar."""
+    def simd_reduce(self, s, pad: str) -> bool:
+        """A reduction over an innermost reduce loop into one element, vectorized into a scalar."""
         if not (isinstance(s, For) and s.kind == "reduce" and len(s.body) == 1):
             return False
         leaf = s.body[0]
-        if not (isinstance(leaf, Accumulate) and leaf.op == "sum"):
+        if not isinstance(leaf, Accumulate) or any(v == s.var for ix in leaf.index for v, _ in ix.terms):
             return False
-        if any(v == s.var for ix in leaf.index for v, _ in ix.terms):
+        dtype = self.buffers[leaf.buffer].dtype
+        if leaf.op != "sum" and dtype not in ("f32", "f64", "i32", "i64"):
             return False
-        ctype = C_TYPES[self.buffers[leaf.buffer].dtype]
+        ctype = C_TYPES[dtype]
         target = self.access(leaf.buffer, leaf.index, None)
-        self.lines.append(f"{pad}{{ {ctype} acc = {target};")
-        self.lines.append(f"{pad}  #pragma omp simd reduction(+:acc)")
-        self.lines.append(f"{pad}  for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) acc += {self.expr(leaf.value)};")
-        self.lines.append(f"{pad}  {target} = acc; }}")
+        head = f"for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var})"
+        if leaf.op == "sum":
+            self.lines += [f"{pad}{{ {ctype} acc = {target};", f"{pad}  #pragma omp simd reduction(+:acc)",
+                           f"{pad}  {head} acc += {self.expr(leaf.value)};", f"{pad}  {target} = acc; }}"]
+        elif dtype in ("i32", "i64"):
+            cmp = ">" if leaf.op == "max" else "<"
+            self.lines += [f"{pad}{{ {ctype} acc = {target};", f"{pad}  #pragma omp simd reduction({leaf.op}:acc)",
+                           f"{pad}  {head} {{ {ctype} v = {self.expr(leaf.value)}; acc = v {cmp} acc ? v : acc; }}",
+                           f"{pad}  {target} = acc; }}"]
+        else:
+            self.float_extremum(leaf, target, ctype, head, pad)
         return True
+
+    def float_extremum(self, leaf: Accumulate, target: str, ctype: str, head: str, pad: str) -> None:
+        """max/min into a scalar, NaN propagating as numpy's: the extremum of the non-NaN values and
+        a separate any-NaN flag, both plain vector reductions, combined after the loop."""
+        cmp, start, fn = (">", "-INFINITY", "ST_MAX") if leaf.op == "max" else ("<", "INFINITY", "ST_MIN")
+        self.lines += [f"{pad}{{ {ctype} acc = {start}; int nan = 0;",
+                       f"{pad}  #pragma omp simd reduction({leaf.op}:acc) reduction(|:nan)",
+                       f"{pad}  {head} {{ {ctype} v = {self.expr(leaf.value)}; nan |= v != v; "
+                       f"acc = v {cmp} acc ? v : acc; }}",
+                       f"{pad}  {target} = {fn}({target}, nan ? ({ctype})NAN : acc); }}"]
 
     def leaf(self, s) -> str:
         target = self.access(s.buffer, s.index, None)

@@ -27,7 +27,8 @@ from ..engine.interp import np_dtype
 from ..lowering.loops import LoopProgram
 from .c_source import buffer_order, c_source
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-std=gnu11")
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
+                 "-std=gnu11")
 
 
 def default_cache_dir() -> Path:

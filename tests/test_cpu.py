@@ -151,3 +151,24 @@ def test_register_blocked_matmul_equals_the_reference(template, t, i, k, j, vect
     inputs = random_inputs(f.graph, 3)
     for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
         assert compare(got, want) == ""
+
+
+@needs_cc
+@pytest.mark.parametrize("t", ["f32", "f64", "i32", "i64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_vectorized_extrema_propagate_nan_like_numpy(t, op, cache):
+    f = stitch.compile(f"func f(x: {t}[6, 37]) -> {t}[6, 1] {{ return {op}(mul(x, x), axes=[1], keepdims=true) }}",
+                       cache_dir=cache)
+    assert f"reduction({op}:acc)" in f.native.source_path.read_text()
+    x = random_inputs(f.graph, 5)["x"]
+    if t[0] == "f":
+        x[1, 3] = np.nan  # NaN in the middle, at the end, beside an infinity, and at the start
+        x[2, 36] = np.nan
+        x[3, 0], x[3, 10] = np.inf, np.nan
+        x[4, 0] = np.nan
+        x[5, :] = -np.inf
+    (got,) = f(x=x)
+    (want,) = evaluate(f.graph, {"x": x})
+    assert compare(got, want) == ""
+    if t[0] == "f":
+        assert np.isnan(got[1:5, 0]).all() and not np.isnan(got[[0, 5], 0]).any()
