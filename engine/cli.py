@@ -88,6 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_compile_arguments(k)
     k.set_defaults(run=compile_command)
 
+    i = sub.add_parser("import", help="translate an ONNX model into a .ir program")
+    i.add_argument("file", metavar="MODEL.onnx")
+    i.add_argument("-o", "--output", metavar="FILE.ir", help="write the program here (default: stdout)")
+    i.add_argument("--entry", help="the func's name (default: the ONNX graph's name)")
+    i.add_argument("--fold-constants", action="store_true",
+                   help="small initializers become literals and import-time values instead of parameters")
+    i.add_argument("--weights", metavar="W.npz", help="write the values of the initializer parameters here")
+    i.add_argument("--constant", action="append", default=[], metavar="NAME=VALUES.npy",
+                   help="fix a graph input read as a shape or axes list to these values")
+    i.add_argument("--outputs", metavar="NAME,...", help="import only what these ONNX values need (a subgraph)")
+    i.set_defaults(run=cmd_import)
+
     r = sub.add_parser("rules", help="work with rule files").add_subparsers(metavar="COMMAND")
     rc = r.add_parser("check", help="test every rule of a .rules file for soundness on random instances")
     rc.add_argument("files", nargs="+", metavar="FILE.rules")
@@ -167,6 +179,46 @@ def cmd_eval(args) -> int:
     else:
         print(summarize(outputs))
     return 0
+
+
+def cmd_import(args) -> int:
+    try:
+        from ..frontends.onnx_import import import_onnx
+    except ImportError:
+        raise StitchError("stitch import needs the onnx package: pip install 'stitch[onnx]'") from None
+    constants = {}
+    for item in args.constant:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise StitchError(f"--constant expects NAME=VALUES.npy, got '{item}'")
+        try:
+            constants[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise StitchError(f"{path}: not a readable .npy file ({err})") from None
+    outputs = args.outputs.split(",") if args.outputs else None
+    imported = import_onnx(args.file, entry=args.entry, fold_constants=args.fold_constants,
+                           constant_inputs=constants, outputs=outputs)
+    if args.output:
+        write_text(args.output, imported.text)
+    else:
+        sys.stdout.write(imported.text)
+    if args.weights:
+        try:
+            np.savez(args.weights, **imported.weights)
+        except OSError as err:
+            raise StitchError(f"{args.weights}: cannot write ({err.strerror})") from None
+    elif imported.weights:
+        print(f"note: {len(imported.weights)} parameter(s) hold initializer values; write them with --weights W.npz",
+              file=sys.stderr)
+    return 0
+
+
+def write_text(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as err:
+        raise StitchError(f"{path}: cannot write ({err.strerror})") from None
 
 
 def cmd_rules_check(args) -> int:

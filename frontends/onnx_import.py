@@ -1,0 +1,418 @@
+"""ONNX -> stitch IR: one func from an ONNX graph whose shapes are static.
+
+Every ONNX value becomes either a program value (`Sym`: a parameter or an
+assignment) or a value known at import time (`Known`: Constant nodes, shapes
+of static tensors, initializers read as shapes or axes, graph inputs the
+caller fixes with `constant_inputs`). A node whose inputs are all known is
+evaluated here by onnx's reference evaluator: that is how the shape arithmetic
+in the bodies of `_expanded` functions disappears. The other nodes are
+translated by the table in `onnx_ops.py`. Every node that cannot be translated
+is collected, so one error lists them all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..engine.check import broadcast_shapes, check_program, matmul_shape, normalize_axes, reduce_shape
+from ..engine.errors import StitchError
+from ..engine.interp import NP_DTYPES
+from ..engine.ir import Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, Program, TensorType, Var
+from ..engine.ops import FLOAT, NUMERIC, OPS
+from ..engine.parse import parse_program
+from ..engine.printer import print_program
+
+# ONNX TensorProto element types stitch has (the others are "unsupported dtype").
+ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 6: "i32", 7: "i64", 9: "bool"}
+NP_TO_DTYPE = {np.dtype(v): k for k, v in NP_DTYPES.items()}
+
+# Initializers of at most this many elements become literals or compile-time
+# values with `fold_constants`; bigger ones always stay parameters.
+FOLD_LIMIT = 64
+
+# Nodes never evaluated at import time even when their inputs are known: their outputs are random.
+NOT_FOLDED = {"RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
+
+
+@dataclass(frozen=True)
+class Sym:
+    """A value the program computes (or receives as a parameter)."""
+
+    name: str
+    type: TensorType
+    input: str = ""  # the ONNX graph input it is, if it is one
+
+
+@dataclass(frozen=True, eq=False)
+class Known:
+    """A value known at import time. `param`: the parameter it is when read as data (an initializer);
+    `name`: the ONNX name it had (a parameter holding a known tensor is named after it)."""
+
+    array: np.ndarray
+    param: str = ""
+    name: str = ""
+
+
+Value = Sym | Known
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why one node (or graph input) cannot be imported. kind: op | dtype | shape | input."""
+
+    node: str
+    op_type: str
+    kind: str
+    reason: str
+    input: str = ""  # for kind "input": the graph input whose value would make the node importable
+
+
+class Unsupported(Exception):
+    def __init__(self, kind: str, reason: str, input: str = ""):
+        super().__init__(reason)
+        self.kind, self.reason, self.input = kind, reason, input
+
+
+class OnnxImportError(StitchError):
+    """Every node of the model that stitch cannot import, each with its reason."""
+
+    def __init__(self, model: str, problems: list[Problem]):
+        self.problems = problems
+        lines = [f"{p.op_type} '{p.node}': {p.reason}" for p in problems]
+        hint = ""
+        if self.fixable_inputs:
+            hint = "fix the graph inputs read as shapes or axes: --constant NAME=VALUES.npy (constant_inputs= in Python)"
+        super().__init__(f"cannot import {model}: {len(problems)} node(s) stitch cannot translate:\n  "
+                         + "\n  ".join(lines), hint=hint)
+
+    @property
+    def fixable_inputs(self) -> list[str]:
+        """Graph inputs read as shapes or axes: fixing their values (constant_inputs) may make the model importable."""
+        return sorted({p.input for p in self.problems if p.kind == "input"})
+
+
+@dataclass
+class Imported:
+    """The result of an import: the checked program, its text, and the values of its weight parameters."""
+
+    program: Program
+    text: str
+    weights: dict[str, np.ndarray]  # parameter name -> value, for parameters that came from initializers or constants
+    inputs: dict[str, str]  # ONNX graph input -> parameter name
+    outputs: list[str]  # ONNX graph outputs, in return order
+
+
+def import_onnx(model, entry: str | None = None, fold_constants: bool = False,
+                constant_inputs: dict[str, np.ndarray] | None = None,
+                outputs: list[str] | None = None) -> Imported:
+    """Translate an ONNX model (a path, bytes or a ModelProto) into one stitch func.
+
+    entry: the func's name (default: the graph's). outputs: import only what these
+    ONNX values need (a subgraph); default the graph outputs. constant_inputs: graph
+    inputs fixed to these values (how an input read as a shape or axes list is made static).
+    """
+    model, label = load_model(model)
+    graph = model.graph
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    b = Builder(opset)
+    problems: list[Problem] = []
+    env: dict[str, Value | None] = {}  # None: a value a failed node would have produced
+    for init in graph.initializer:
+        env[init.name] = initializer_value(init, fold_constants)
+    inputs = {}
+    for vi in graph.input:
+        if vi.name in env:
+            continue
+        if constant_inputs and vi.name in constant_inputs:
+            env[vi.name] = Known(np.asarray(constant_inputs[vi.name]), name=vi.name)
+            continue
+        try:
+            env[vi.name] = b.param(vi.name, input_type(vi), input=vi.name)
+            inputs[vi.name] = env[vi.name].name
+        except Unsupported as u:
+            problems.append(Problem(vi.name, "graph input", u.kind, u.reason))
+            env[vi.name] = None
+    wanted = list(outputs) if outputs else [o.name for o in graph.output]
+    for node in needed_nodes(graph, wanted, set(env)):
+        translate_node(b, node, env, problems)
+    returns = []
+    for name in wanted:
+        if name not in env:
+            raise StitchError(f"{label}: no value named '{name}' in the graph")
+        try:
+            returns.append(b.data(env[name], name) if env[name] is not None else None)
+        except Unsupported as u:
+            problems.append(Problem(name, "graph output", u.kind, u.reason))
+    if problems:
+        raise OnnxImportError(label, problems)
+    check_declared_outputs(graph, wanted, [b.type_of(env[n]) for n in wanted], label)
+    return b.finish(entry or graph.name or "main", returns, inputs, wanted)
+
+
+def load_model(model):
+    """A ModelProto from a path, bytes or a ModelProto; a clear error for anything else."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if isinstance(model, onnx.ModelProto):
+        return model, f"model '{model.graph.name}'"
+    label = str(model) if isinstance(model, (str, Path)) else "the model"
+    try:
+        loaded = onnx.load_model_from_string(model) if isinstance(model, bytes) else onnx.load(str(model))
+    except FileNotFoundError:
+        raise StitchError(f"{model}: no such file") from None
+    except (DecodeError, ValueError, RuntimeError, OSError) as err:
+        raise StitchError(f"{label}: not a readable ONNX model ({type(err).__name__}: {err})") from None
+    if not loaded.graph.node and not loaded.graph.output:
+        raise StitchError(f"{label}: not an ONNX model (no graph)")
+    return loaded, label
+
+
+def needed_nodes(graph, wanted: list[str], defined: set[str]) -> list:
+    """The nodes the wanted values depend on, in graph order (the graph is topologically sorted)."""
+    producer = {out: node for node in graph.node for out in node.output if out}
+    need, stack = set(), [w for w in wanted if w not in defined]
+    while stack:
+        node = producer.get(stack.pop())
+        if node is None or id(node) in need:
+            continue
+        need.add(id(node))
+        stack.extend(i for i in node.input if i and i not in defined)
+    return [n for n in graph.node if id(n) in need]
+
+
+def translate_node(b: Builder, node, env: dict, problems: list[Problem]) -> None:
+    from .onnx_ops import translate
+
+    label = node.name or (node.output[0] if node.output else node.op_type)
+    missing = [i for i in node.input if i and i not in env]
+    if missing:
+        raise StitchError(f"node '{label}' ({node.op_type}) reads '{missing[0]}', which nothing defines")
+    ins = [env[i] if i else None for i in node.input]
+    failed_input = any(i and env[i] is None for i in node.input)
+    try:
+        if failed_input:
+            from .onnx_ops import is_supported
+
+            if not is_supported(node):
+                raise Unsupported("op", f"stitch has no translation for {node.op_type}")
+            results = []
+        else:
+            results = translate(b, node, ins)
+    except Unsupported as u:
+        problems.append(Problem(label, node.op_type, u.kind, u.reason, u.input))
+        results = []
+    for k, name in enumerate(node.output):
+        if name:
+            env[name] = results[k] if k < len(results) else None
+
+
+def initializer_value(init, fold_constants: bool) -> Known:
+    from onnx import numpy_helper
+
+    array = numpy_helper.to_array(init)
+    small = fold_constants and array.size <= FOLD_LIMIT
+    return Known(array, "" if small else init.name)
+
+
+def input_type(vi) -> TensorType:
+    """The static TensorType of a graph input, or Unsupported (a dynamic dimension, a dtype stitch lacks)."""
+    t = vi.type
+    if t.WhichOneof("value") != "tensor_type":
+        raise Unsupported("dtype", f"input '{vi.name}' is a {t.WhichOneof('value')}, not a tensor")
+    dtype = onnx_dtype(t.tensor_type.elem_type)
+    if not t.tensor_type.HasField("shape"):
+        raise Unsupported("shape", f"input '{vi.name}' has no static shape (unknown rank)")
+    dims = []
+    for d in t.tensor_type.shape.dim:
+        if not d.HasField("dim_value"):
+            what = f"'{d.dim_param}'" if d.dim_param else "unknown"
+            raise Unsupported("shape", f"input '{vi.name}' has a dynamic dimension ({what})")
+        dims.append(d.dim_value)
+    return TensorType(dtype, check_dims(tuple(dims), vi.name))
+
+
+def check_dims(shape: tuple[int, ...], what: str) -> tuple[int, ...]:
+    if 0 in shape:
+        raise Unsupported("shape", f"{what} has a zero-size dimension {list(shape)} (stitch tensors are never empty)")
+    return shape
+
+
+def onnx_dtype(elem_type: int) -> str:
+    if elem_type not in ONNX_DTYPES:
+        from onnx import TensorProto
+
+        raise Unsupported("dtype", f"dtype {TensorProto.DataType.Name(elem_type)} is not one of stitch's "
+                                   "(float, float16, double, int32, int64, bool)")
+    return ONNX_DTYPES[elem_type]
+
+
+def check_declared_outputs(graph, wanted: list[str], types: list[TensorType], label: str) -> None:
+    """An output type the model declares statically must be the one computed (else the import is wrong)."""
+    declared = {vi.name: vi for vi in list(graph.output) + list(graph.value_info)}
+    for name, typ in zip(wanted, types):
+        vi = declared.get(name)
+        if vi is None or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        tt = vi.type.tensor_type
+        if tt.elem_type in ONNX_DTYPES and ONNX_DTYPES[tt.elem_type] != typ.dtype:
+            raise StitchError(f"{label}: output '{name}' is declared {ONNX_DTYPES[tt.elem_type]}, computed {typ}")
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        if tt.HasField("shape") and None not in dims and tuple(dims) != typ.shape:
+            raise StitchError(f"{label}: output '{name}' is declared with shape {dims}, computed {typ}")
+
+
+@dataclass
+class Builder:
+    """Collects the func's parameters and assignments as the nodes are translated."""
+
+    opset: int
+    params: list[Param] = field(default_factory=list)
+    body: list[Assign] = field(default_factory=list)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    names: set[str] = field(default_factory=lambda: {"func", "return", "true", "false"})
+    materialized: dict[int, Sym] = field(default_factory=dict)
+    types: dict[str, TensorType] = field(default_factory=dict)
+
+    def fresh(self, hint: str) -> str:
+        """A new IR name derived from an ONNX name (which may hold any characters)."""
+        base = sanitize(hint)
+        name, k = base, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        return name
+
+    def param(self, hint: str, typ: TensorType, input: str = "") -> Sym:
+        name = self.fresh(hint)
+        self.params.append(Param(name, typ))
+        self.types[name] = typ
+        return Sym(name, typ, input)
+
+    def type_of(self, v: Value) -> TensorType:
+        if isinstance(v, Sym):
+            return v.type
+        if v.array.dtype not in NP_TO_DTYPE:
+            raise Unsupported("dtype", f"a constant of dtype {v.array.dtype} (stitch has f16 f32 f64 i32 i64 bool)")
+        return TensorType(NP_TO_DTYPE[v.array.dtype], check_dims(v.array.shape, "a constant"))
+
+    def data(self, v: Value, hint: str) -> Var:
+        """`v` as a program value: a known value read as data becomes a parameter holding it."""
+        if isinstance(v, Sym):
+            return Var(v.name)
+        if id(v) not in self.materialized:
+            sym = self.param(v.param or v.name or hint, self.type_of(v))
+            self.weights[sym.name] = v.array
+            self.materialized[id(v)] = sym
+        return Var(self.materialized[id(v)].name)
+
+    def static_ints(self, v: Value | None, what: str) -> list[int]:
+        """A shape or axes list that must be known at import time."""
+        if isinstance(v, Known):
+            return [int(i) for i in v.array.reshape(-1)]
+        if isinstance(v, Sym) and v.input:
+            raise Unsupported("input", f"its {what} is the graph input '{v.input}', known only at run time "
+                                       "(a dynamic shape)", v.input)
+        raise Unsupported("shape", f"its {what} is computed at run time (a dynamic shape)")
+
+    def op(self, op: str, args: list[Value], hint: str, **attrs) -> Sym:
+        """Emit `name = op(args, attrs)`: a scalar known operand becomes a literal, any other a parameter."""
+        spec = OPS[op]
+        values = range(1, len(args)) if spec.group == "select" else range(len(args))
+        exprs = self._operands(op, args, values, hint)
+        types = [self.type_of(a) for a in args]
+        for k, e in enumerate(exprs):
+            if isinstance(e, Const):
+                dt = "bool" if spec.group == "select" and k == 0 else next(
+                    types[j].dtype for j in values if not isinstance(exprs[j], Const))
+                types[k] = TensorType(dt, ())
+        typ = result_type(op, types, attrs, values)
+        ir_attrs = tuple(Attr(k, DTypeName(v) if k == "dtype" else v) for k, v in attrs.items())
+        name = self.fresh(hint)
+        self.body.append(Assign(name, Call(op, tuple(exprs), ir_attrs)))
+        self.types[name] = typ
+        return Sym(name, typ)
+
+    def _operands(self, op: str, args: list[Value], values, hint: str) -> list[Expr]:
+        shapes = [self.type_of(a).shape for a in args]
+        exprs: list[Expr] = []
+        for k, a in enumerate(args):
+            others = [shapes[j] for j in range(len(args)) if j != k]
+            literal = literal_value(a)
+            has_var = any(isinstance(args[j], Sym) for j in values if j != k) or k not in values
+            if literal is not None and OPS[op].elementwise and has_var and _broadcast(others) == _broadcast(shapes):
+                exprs.append(Const(literal))
+            else:
+                exprs.append(self.data(a, hint))
+        return exprs
+
+    def finish(self, name: str, returns: list[Var], inputs: dict[str, str], outputs: list[str]) -> Imported:
+        """Print the func and parse it back, so that the checker validates what `stitch import` writes."""
+        func = Func(sanitize(name), tuple(self.params), tuple(self.types[r.name] for r in returns),
+                    tuple(self.body), tuple(returns))
+        text = print_program(Program((func,)))
+        program = parse_program(text, f"<import of {name}>")
+        check_program(program)
+        return Imported(program, text, dict(self.weights), inputs, outputs)
+
+
+def sanitize(name: str) -> str:
+    """An IR name for an ONNX name (which may hold any characters)."""
+    base = re.sub(r"\W", "_", name, flags=re.ASCII) or "v"
+    return base if re.match(r"[A-Za-z_]", base) else "v" + base
+
+
+def literal_value(v: Value):
+    """The scalar literal a known value can be written as, or None (a tensor, a weight, inf or nan)."""
+    if not isinstance(v, Known) or v.param or v.array.size != 1:
+        return None
+    x = v.array.reshape(-1)[0].item()
+    if isinstance(x, float) and not np.isfinite(x):
+        return None
+    return x
+
+
+def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
+    out: tuple[int, ...] | None = ()
+    for s in shapes:
+        out = broadcast_shapes(out, s) if out is not None else None
+    return out
+
+
+def result_type(op: str, types: list[TensorType], attrs: dict, values) -> TensorType:
+    """The type the checker will infer (its shape helpers), or Unsupported for a dtype the op refuses."""
+    spec = OPS[op]
+    vals = [types[k] for k in values]
+    dtypes = {t.dtype for t in vals}
+    if len(dtypes) > 1:
+        raise Unsupported("dtype", f"{op} on mixed dtypes {', '.join(sorted(dtypes))}")
+    dt = vals[0].dtype
+    if (spec.dtypes == FLOAT and dt not in ("f16", "f32", "f64")) or (spec.dtypes == NUMERIC and dt == "bool"):
+        raise Unsupported("dtype", f"stitch's {op} does not take {dt}")
+    if spec.group in ("unary",):
+        return types[0]
+    if spec.group in ("binary", "compare", "select"):
+        shape = _broadcast([t.shape for t in types])
+        if shape is None:
+            raise Unsupported("shape", f"{op}: shapes {[list(t.shape) for t in types]} do not broadcast")
+        return TensorType("bool" if spec.group == "compare" else dt, shape)
+    if op == "matmul":
+        shape = matmul_shape(types[0].shape, types[1].shape)
+        if isinstance(shape, str):
+            raise Unsupported("shape", f"matmul: {shape}")
+        return TensorType(dt, shape)
+    if spec.group == "reduce":
+        axes = normalize_axes(attrs.get("axes", range(types[0].rank)), types[0].rank)
+        if isinstance(axes, str):
+            raise Unsupported("shape", axes)
+        return TensorType(dt, reduce_shape(types[0].shape, axes, attrs.get("keepdims", False)))
+    if op == "transpose":
+        return TensorType(dt, tuple(types[0].shape[p] for p in attrs["perm"]))
+    if op in ("reshape", "broadcast_to"):
+        return TensorType(dt, tuple(attrs["shape"]))
+    assert op == "cast"
+    return TensorType(attrs["dtype"], types[0].shape)

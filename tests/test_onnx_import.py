@@ -1,0 +1,353 @@
+"""ONNX import: each translated op against onnx's reference evaluator, the errors, the CLI, a model-level example."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+import stitch  # noqa: E402
+from stitch.engine.cli import main  # noqa: E402
+from stitch.engine.interp import evaluate  # noqa: E402
+from stitch.engine.check import check_program  # noqa: E402
+from stitch.engine.parse import parse_program  # noqa: E402
+from stitch.engine.printer import print_program  # noqa: E402
+from stitch.frontends.onnx_import import OnnxImportError, import_onnx  # noqa: E402
+
+F32 = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def model_of(nodes, inputs, outputs, initializers=(), opset=21):
+    """A model from (name, elem_type, shape) inputs and outputs (shape None: left to inference)."""
+    vi = [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs]
+    vo = [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs]
+    graph = helper.make_graph(nodes, "g", vi, vo, [numpy_helper.from_array(a, n) for n, a in initializers])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run_imported(model, feeds: dict[str, np.ndarray], **kwargs) -> list[np.ndarray]:
+    """Import, then evaluate the program with the reference interpreter."""
+    imported = import_onnx(model, **kwargs)
+    graph = next(iter(check_program(imported.program).values()))
+    inputs = {imported.inputs[k]: v for k, v in feeds.items() if k in imported.inputs}
+    inputs.update(imported.weights)
+    with np.errstate(all="ignore"):
+        return evaluate(graph, inputs)
+
+
+def assert_matches_onnx(model, feeds, rtol=1e-5, atol=1e-6, **kwargs):
+    want = ReferenceEvaluator(model).run(None, feeds)
+    got = run_imported(model, feeds, **kwargs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def x_of(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def single(op, shape=(3, 4, 5), opset=21, extra_inputs=(), **attrs):
+    """A one-node model on a float input x (and extra (name, array) inputs given as graph inputs)."""
+    names = ["x"] + [n for n, _ in extra_inputs]
+    node = helper.make_node(op, names, ["y"], **attrs)
+    inputs = [("x", F32, list(shape))] + [(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+                                          for n, a in extra_inputs]
+    return model_of([node], inputs, [("y", F32, None)], opset=opset)
+
+
+@pytest.mark.parametrize("op,attrs,opset", [
+    ("Softmax", {}, 13), ("Softmax", {"axis": 0}, 13), ("LogSoftmax", {"axis": 1}, 13),
+    ("Gelu", {}, 21), ("Gelu", {"approximate": "tanh"}, 21),
+    ("Relu", {}, 21), ("Sigmoid", {}, 21), ("Tanh", {}, 21), ("Erf", {}, 21), ("Neg", {}, 21), ("Abs", {}, 21),
+    ("Reciprocal", {}, 21), ("LeakyRelu", {"alpha": 0.2}, 21), ("Elu", {}, 21), ("Selu", {}, 21),
+    ("Celu", {"alpha": 2.0}, 21), ("HardSigmoid", {}, 21), ("HardSwish", {}, 21), ("Softsign", {}, 21),
+    ("Softplus", {}, 21), ("Mish", {}, 21), ("ThresholdedRelu", {"alpha": 0.5}, 21),
+    ("ReduceMean", {"axes": [1]}, 13), ("ReduceMax", {"axes": [-1], "keepdims": 0}, 13), ("ReduceMin", {}, 13),
+    ("ReduceSum", {"axes": [0, 2]}, 11), ("ReduceL2", {"axes": [1]}, 13), ("ReduceSumSquare", {}, 13),
+    ("ReduceLogSumExp", {"axes": [2], "keepdims": 0}, 13), ("ReduceL1", {"keepdims": 0}, 13),
+    ("Transpose", {}, 21), ("Transpose", {"perm": [1, 0, 2]}, 21), ("Flatten", {"axis": -1}, 21),
+    ("Flatten", {"axis": 0}, 21), ("Squeeze", {}, 11), ("Unsqueeze", {"axes": [0, -1]}, 11),
+    ("Identity", {}, 21), ("Clip", {"min": -0.5, "max": 0.5}, 6),
+])
+def test_single_op_matches_onnx(op, attrs, opset):
+    shape = (3, 1, 5) if op == "Squeeze" else (3, 4, 5)
+    assert_matches_onnx(single(op, shape, opset, **attrs), {"x": x_of(*shape)})
+
+
+@pytest.mark.parametrize("op,axis", [("Softmax", None), ("Softmax", 2), ("LogSoftmax", 0)])
+def test_softmax_before_opset_13_normalizes_the_coerced_2d_rows(op, axis):
+    """Opsets < 13 flatten the axes from `axis` (default 1) on (onnx's reference evaluator does not)."""
+    x = x_of(3, 4, 5)
+    attrs = {} if axis is None else {"axis": axis}
+    k = 1 if axis is None else axis
+    rows = x.reshape(int(np.prod(x.shape[:k])), -1).astype(np.float64)
+    e = np.exp(rows - rows.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    want = (np.log(want) if op == "LogSoftmax" else want).reshape(x.shape)
+    (got,) = run_imported(single(op, x.shape, 11, **attrs), {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("axis,stash,with_bias", [(-1, 1, True), (1, 1, False), (0, 1, True)])
+def test_layer_normalization_matches_onnx(axis, stash, with_bias):
+    shape = (2, 3, 8)
+    norm = shape[axis % 3:]
+    extra = [("scale", x_of(*norm))] + ([("bias", x_of(*norm))] if with_bias else [])
+    model = single("LayerNormalization", shape, 17, extra, axis=axis, epsilon=1e-3, stash_type=stash)
+    assert_matches_onnx(model, {"x": x_of(*shape), **dict(extra)})
+
+
+def test_layer_normalization_f16_computes_in_f32():
+    """Y keeps x's dtype; Mean and InvStdDev have the stash type (the spec's U; onnx's evaluator gives f16)."""
+    node = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean", "inv"], axis=-1)
+    model = model_of([node], [("x", TensorProto.FLOAT16, [4, 8]), ("s", TensorProto.FLOAT16, [8])],
+                     [("y", TensorProto.FLOAT16, None), ("mean", F32, None), ("inv", F32, None)], opset=17)
+    x, s = x_of(4, 8, dtype=np.float16), x_of(8, dtype=np.float16)
+    y, mean, inv = run_imported(model, {"x": x, "s": s})
+    assert (y.dtype, mean.dtype, inv.dtype) == (np.float16, np.float32, np.float32)
+    (want,) = ReferenceEvaluator(model).run(["y"], {"x": x, "s": s})
+    np.testing.assert_allclose(y, want, rtol=2e-3, atol=2e-3)
+    np.testing.assert_allclose(mean[:, 0], x.astype(np.float32).mean(axis=1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("attrs,c_shape", [({}, None), ({"transA": 1, "transB": 1}, (5,)),
+                                           ({"alpha": 0.5, "beta": 2.0}, (3, 5)), ({"beta": 0.5}, (1,))])
+def test_gemm_matches_onnx(attrs, c_shape):
+    a_shape = (4, 3) if attrs.get("transA") else (3, 4)
+    b_shape = (5, 4) if attrs.get("transB") else (4, 5)
+    extra = [("b", x_of(*b_shape))] + ([("c", x_of(*c_shape))] if c_shape else [])
+    assert_matches_onnx(single("Gemm", a_shape, 13, extra, **attrs), {"x": x_of(*a_shape), **dict(extra)})
+
+
+@pytest.mark.parametrize("target,want", [([0, -1], (3, 20)), ([-1], (60,)), ([5, 0, 3], (5, 4, 3))])
+def test_reshape_target_from_an_initializer(target, want):
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    model = model_of([node], [("x", F32, [3, 4, 5])], [("y", F32, None)], [("shape", np.array(target, np.int64))])
+    imported = import_onnx(model)
+    assert imported.program.funcs[0].results[0].shape == want
+    assert imported.weights == {}  # read as a shape, never a parameter
+    assert_matches_onnx(model, {"x": x_of(3, 4, 5)})
+
+
+def test_axes_given_as_a_graph_input_need_a_constant():
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)
+    model = model_of([node], [("x", F32, [3, 4]), ("axes", TensorProto.INT64, [1])], [("y", F32, None)])
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    assert err.value.fixable_inputs == ["axes"]
+    assert "known only at run time" in str(err.value)
+    axes = np.array([1], np.int64)
+    x = x_of(3, 4)
+    (got,) = run_imported(model, {"x": x}, constant_inputs={"axes": axes})
+    np.testing.assert_allclose(got, x.sum(axis=1), rtol=1e-6)
+
+
+def test_noop_with_empty_axes_is_the_identity():
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], noop_with_empty_axes=1)
+    model = model_of([node], [("x", F32, [3, 4])], [("y", F32, None)], [("axes", np.array([], np.int64))])
+    x = x_of(3, 4)
+    np.testing.assert_array_equal(run_imported(model, {"x": x})[0], x)
+
+
+@pytest.mark.parametrize("op", ["Max", "Min", "Sum", "Mean"])
+def test_variadic_ops(op):
+    node = helper.make_node(op, ["a", "b", "c"], ["y"])
+    model = model_of([node], [("a", F32, [3, 4]), ("b", F32, [4]), ("c", F32, [1, 4])], [("y", F32, None)])
+    assert_matches_onnx(model, {"a": x_of(3, 4), "b": x_of(4), "c": x_of(1, 4)})
+
+
+@pytest.mark.parametrize("op", ["Less", "Greater", "Equal", "LessOrEqual", "GreaterOrEqual"])
+def test_comparisons_and_where(op):
+    cmp = helper.make_node(op, ["a", "b"], ["c"])
+    sel = helper.make_node("Where", ["c", "a", "b"], ["y"])
+    model = model_of([cmp, sel], [("a", F32, [3, 4]), ("b", F32, [4])], [("y", F32, None), ("c", TensorProto.BOOL, None)])
+    a = np.round(x_of(3, 4))
+    b = np.round(x_of(4))
+    b[0] = np.nan  # NaN compares false, also in LessOrEqual
+    assert_matches_onnx(model, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("x_type,y_type", [(np.float32, np.int64), (np.int64, np.int64), (np.int32, np.float32)])
+def test_pow_keeps_the_base_dtype(x_type, y_type):
+    node = helper.make_node("Pow", ["x", "y"], ["z"])
+    xt, yt = (helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in (x_type, y_type))
+    model = model_of([node], [("x", xt, [4]), ("y", yt, [4])], [("z", xt, None)])
+    assert_matches_onnx(model, {"x": np.array([1, 2, 3, 4], x_type), "y": np.array([2, 3, 1, 0], y_type)})
+
+
+def test_expand_unsqueeze_cast_castlike():
+    nodes = [helper.make_node("Unsqueeze", ["x", "ax"], ["u"]), helper.make_node("Expand", ["u", "shape"], ["e"]),
+             helper.make_node("Cast", ["e"], ["c"], to=TensorProto.DOUBLE),
+             helper.make_node("CastLike", ["c", "x"], ["y"])]
+    inits = [("ax", np.array([0], np.int64)), ("shape", np.array([2, 1, 4], np.int64))]
+    model = model_of(nodes, [("x", F32, [3, 4])], [("y", F32, None)], inits)
+    assert_matches_onnx(model, {"x": x_of(3, 4)})
+
+
+def test_constants_become_literals_or_weights():
+    """A scalar Constant is a literal; a tensor Constant is a parameter whose value comes with the import."""
+    nodes = [helper.make_node("Constant", [], ["half"], value=numpy_helper.from_array(np.array(0.5, np.float32))),
+             helper.make_node("Constant", [], ["row"], value=numpy_helper.from_array(np.arange(4, dtype=np.float32))),
+             helper.make_node("Mul", ["x", "half"], ["m"]), helper.make_node("Add", ["m", "row"], ["y"])]
+    model = model_of(nodes, [("x", F32, [3, 4])], [("y", F32, None)])
+    imported = import_onnx(model)
+    assert "mul(x, 0.5)" in imported.text
+    assert list(imported.weights) == ["row"]
+    assert_matches_onnx(model, {"x": x_of(3, 4)})
+
+
+def test_fold_constants_turns_small_initializers_into_literals():
+    node = helper.make_node("Mul", ["x", "s"], ["y"])
+    model = model_of([node], [("x", F32, [3])], [("y", F32, None)], [("s", np.array([2.0], np.float32))])
+    assert "s: f32[1]" in import_onnx(model).text
+    folded = import_onnx(model, fold_constants=True)
+    assert folded.weights == {} and "mul(x, 2.0)" in folded.text
+
+
+def test_shape_arithmetic_is_evaluated_at_import_time():
+    """Shape -> Concat -> Reshape (the pattern of expanded function bodies) needs no run-time shape."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"], end=1),
+             helper.make_node("Constant", [], ["minus1"], value=numpy_helper.from_array(np.array([-1], np.int64))),
+             helper.make_node("Concat", ["s", "minus1"], ["t"], axis=0), helper.make_node("Reshape", ["x", "t"], ["y"])]
+    model = model_of(nodes, [("x", F32, [3, 4, 5])], [("y", F32, None)])
+    assert import_onnx(model).program.funcs[0].results[0].shape == (3, 20)
+
+
+def test_outputs_select_a_subgraph():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Cos", ["r"], ["y"])]
+    model = model_of(nodes, [("x", F32, [3])], [("y", F32, None)])
+    imported = import_onnx(model, outputs=["r"], entry="part")
+    assert imported.text.startswith("func part(x: f32[3]) -> f32[3]")
+
+
+def test_names_are_sanitized_and_round_trip():
+    nodes = [helper.make_node("Relu", ["in.put:0"], ["1st out"])]
+    model = model_of(nodes, [("in.put:0", F32, [2])], [("1st out", F32, None)])
+    imported = import_onnx(model)
+    assert imported.inputs == {"in.put:0": "in_put_0"}
+    assert print_program(parse_program(imported.text)) == imported.text
+
+
+# -- errors -------------------------------------------------------------------
+
+
+def test_every_unsupported_node_is_listed_at_once():
+    nodes = [helper.make_node("Cos", ["x"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "b"], ["c"], name="second"), helper.make_node("Relu", ["x"], ["d"])]
+    model = model_of(nodes, [("x", F32, [3])], [("c", F32, None), ("d", F32, None)])
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    problems = [(p.node, p.op_type, p.kind) for p in err.value.problems]
+    assert problems == [("first", "Cos", "op"), ("second", "Conv", "op")]
+    assert "Cos 'first'" in str(err.value) and "Conv 'second'" in str(err.value)
+
+
+def test_dynamic_shapes_and_unsupported_dtypes_are_listed():
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Add", ["u", "u"], ["b"]),
+             helper.make_node("Cast", ["a"], ["c"], to=TensorProto.UINT8, name="narrow")]
+    model = model_of(nodes, [("x", F32, ["batch", 4]), ("u", TensorProto.UINT8, [4])],
+                     [("b", TensorProto.UINT8, None), ("c", TensorProto.UINT8, None)])
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    kinds = {(p.node, p.kind) for p in err.value.problems}
+    assert kinds == {("x", "shape"), ("u", "dtype")}  # Cast is not reached: its input already failed
+    assert "dynamic dimension ('batch')" in str(err.value)
+
+
+def test_integer_div_is_an_unsupported_dtype():
+    node = helper.make_node("Div", ["a", "b"], ["y"], name="idiv")
+    model = model_of([node], [("a", TensorProto.INT32, [3]), ("b", TensorProto.INT32, [3])],
+                     [("y", TensorProto.INT32, None)])
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    assert [(p.node, p.kind) for p in err.value.problems] == [("idiv", "dtype")]
+
+
+def test_zero_size_dimension_is_an_unsupported_shape():
+    model = single("Relu", (3, 0))
+    with pytest.raises(OnnxImportError, match="zero-size"):
+        import_onnx(model)
+
+
+# -- the command line ---------------------------------------------------------
+
+
+def test_cli_import_writes_program_and_weights(tmp_path, capsys):
+    w = x_of(8, 4)
+    node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    path = tmp_path / "m.onnx"
+    onnx.save(model_of([node], [("x", F32, [2, 8])], [("y", F32, None)], [("w", w)]), path)
+    out, weights = tmp_path / "m.ir", tmp_path / "w.npz"
+    assert main(["import", str(path), "-o", str(out), "--weights", str(weights), "--entry", "mm"]) == 0
+    assert out.read_text().startswith("func mm(x: f32[2, 8], w: f32[8, 4])")
+    with np.load(weights) as data:
+        np.testing.assert_array_equal(data["w"], w)
+    assert main(["check", str(out)]) == 0
+
+
+def test_cli_import_constant_input(tmp_path, capsys):
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    path = tmp_path / "m.onnx"
+    onnx.save(model_of([node], [("x", F32, [2, 6]), ("shape", TensorProto.INT64, [2])], [("y", F32, None)]), path)
+    assert main(["import", str(path)]) == 1
+    assert "graph input 'shape', known only at run time" in capsys.readouterr().err
+    np.save(tmp_path / "s.npy", np.array([3, 4], np.int64))
+    assert main(["import", str(path), "--constant", f"shape={tmp_path / 's.npy'}"]) == 0
+    assert "reshape(x, shape=[3, 4])" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,message", [(b"\x01\x02garbage", "not a readable ONNX model"),
+                                             (None, "no such file")])
+def test_cli_import_bad_files(tmp_path, capsys, content, message):
+    path = tmp_path / "m.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["import", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_import_unsupported_op(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    nodes = [helper.make_node("Cos", ["x"], ["a"], name="c1"), helper.make_node("Sin", ["x"], ["b"], name="s1")]
+    onnx.save(model_of(nodes, [("x", F32, [3])], [("a", F32, None), ("b", F32, None)]), path)
+    assert main(["import", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "2 node(s)" in err and "Cos 'c1'" in err and "Sin 's1'" in err
+
+
+# -- a model: a transformer block's layer norm and MLP ---------------------------
+
+
+def transformer_mlp_model(d=32, hidden=64, tokens=8):
+    """LayerNorm -> MatMul + bias -> Gelu -> Gemm -> residual add, with weights as initializers."""
+    weights = [("gamma", x_of(d)), ("beta", x_of(d)), ("w1", x_of(d, hidden) * 0.2), ("b1", x_of(hidden)),
+               ("w2", x_of(hidden, d) * 0.2), ("b2", x_of(d))]
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1, epsilon=1e-5),
+        helper.make_node("MatMul", ["ln", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Gelu", ["hb"], ["g"], approximate="tanh"),
+        helper.make_node("Gemm", ["g", "w2", "b2"], ["o"]),
+        helper.make_node("Add", ["x", "o"], ["y"]),
+    ]
+    return model_of(nodes, [("x", F32, [tokens, d])], [("y", F32, [tokens, d])], weights, opset=21)
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+def test_transformer_block_mlp_compiles_and_matches_onnx(target):
+    model = transformer_mlp_model()
+    x = x_of(8, 32)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    imported = import_onnx(model, entry="block")
+    program = stitch.compile(imported.text, target=target)
+    (got,) = program(x=x, **imported.weights)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert len(program.compiled.schedule.kernels) < len(imported.program.funcs[0].body)  # something fused
