@@ -25,10 +25,13 @@ PRELUDE = r"""#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#define ST_MAX(a, b) (((a) != (a) || (a) > (b)) ? (a) : (b))
-#define ST_MIN(a, b) (((a) != (a) || (a) < (b)) ? (a) : (b))
-#define ST_IMAX(a, b) ((a) > (b) ? (a) : (b))
-#define ST_IMIN(a, b) ((a) < (b) ? (a) : (b))
+/* each operand is evaluated once: nested ops would otherwise grow the source exponentially */
+#define ST_MAX(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); (a_ != a_ || a_ > b_) ? a_ : b_; })
+#define ST_MIN(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); (a_ != a_ || a_ < b_) ? a_ : b_; })
+#define ST_IMAX(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); a_ > b_ ? a_ : b_; })
+#define ST_IMIN(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); a_ < b_ ? a_ : b_; })
+#define ST_RELU(a) ({ __typeof__(a) a_ = (a); (a_ != a_ || a_ > 0) ? a_ : (__typeof__(a))0; })
+#define ST_IABS(a) ({ __typeof__(a) a_ = (a); a_ < 0 ? -a_ : a_; })
 #ifdef STITCH_LIBMVEC
 /* glibc's vector math library: lets loops calling these vectorize */
 #pragma omp declare simd notinbranch
@@ -138,7 +141,7 @@ class _Kernel:
                 continue
             if isinstance(s, For):
                 parallel = top and s.kind == "parallel"
-                if parallel:
+                if parallel and _work(s) >= PARALLEL_WORK:
                     self.lines.append(f"{pad}#pragma omp parallel for schedule(static)")
                 self.lines.append(f"{pad}for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{")
                 if parallel and not in_tile:
@@ -224,6 +227,17 @@ class _Kernel:
         return _op(e, [self.expr(a) for a in e.args], [_dtype_of(a, self.buffers) for a in e.args])
 
 
+PARALLEL_WORK = 1 << 16  # element updates below which a kernel runs on the calling thread alone
+
+
+def _work(stmt) -> int:
+    """Element updates the statement performs: waking the other threads costs more than a tiny kernel,
+    and far more when a core is busy with another process and a worker waits for a time slice."""
+    if isinstance(stmt, For):
+        return stmt.extent * sum(_work(s) for s in stmt.body)
+    return 1
+
+
 def _written(stmt) -> set[str]:
     if isinstance(stmt, For):
         out = set()
@@ -282,12 +296,11 @@ def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:
     if op == "neg":
         return f"(({ct})(-({a})))"
     if op == "relu":
-        zero = f"(({ct})0)"
-        return f"((({a}) != ({a}) || ({a}) > {zero}) ? ({a}) : {zero})"
+        return f"(({ct})ST_RELU({a}))"
     if op == "abs":
         if is_float:
             return f"(({ct})fabs{suffix}({a}))"
-        return f"(({ct})(({a}) < 0 ? -({a}) : ({a})))"
+        return f"(({ct})ST_IABS({a}))"
     if op == "rsqrt":
         return f"(({ct})(1 / sqrt{suffix}({a})))"
     if op == "sigmoid":

@@ -172,3 +172,12 @@ def test_vectorized_extrema_propagate_nan_like_numpy(t, op, cache):
     assert compare(got, want) == ""
     if t[0] == "f":
         assert np.isnan(got[1:5, 0]).all() and not np.isnan(got[[0, 5], 0]).any()
+
+
+@needs_cc
+def test_only_kernels_with_enough_work_start_threads(cache):
+    """Waking OpenMP workers costs more than a tiny kernel (milliseconds when a core is busy elsewhere)."""
+    tiny = stitch.compile(EXAMPLES / "mlp.ir", cache_dir=cache)
+    big = stitch.compile(EXAMPLES / "softmax.ir", cache_dir=cache)
+    assert "omp parallel" not in tiny.native.source_path.read_text()
+    assert "#pragma omp parallel for" in big.native.source_path.read_text()

@@ -1,0 +1,95 @@
+"""Peers for the run-time benchmark: the same stitch graph written in torch, compiled with torch.compile.
+
+The torch function is built by walking the graph's nodes (engine/graph.py) and
+mapping each op to its torch counterpart, so every example is covered without
+hand-written torch code. Outputs go into tensors allocated once
+(`out.copy_(value)` inside the compiled function, which Inductor fuses into
+the kernel that computes the value), so torch is timed with reused outputs
+like stitch's `out=` column.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from stitch.engine.graph import Graph
+
+_UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
+          "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf"}
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "pow": "pow", "maximum": "maximum",
+           "minimum": "minimum", "less": "lt", "greater": "gt", "equal": "eq", "matmul": "matmul"}
+_REDUCE = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}
+
+
+def importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _torch_dtypes() -> dict:
+    import torch
+
+    return {"f16": torch.float16, "f32": torch.float32, "f64": torch.float64, "i32": torch.int32,
+            "i64": torch.int64, "bool": torch.bool}
+
+
+def torch_function(graph: Graph):
+    """A torch function f(*params, *outs) computing the graph and copying its results into outs."""
+    import torch
+
+    dtypes = _torch_dtypes()
+    consts = {n.id: torch.tensor(np.asarray(n.attr("value")), dtype=dtypes[n.type.dtype])
+              for n in graph.nodes if n.op == "const"}
+
+    def node_value(n, args):
+        if n.op in _UNARY:
+            return getattr(torch, _UNARY[n.op])(args[0])
+        if n.op in _BINARY:
+            return getattr(torch, _BINARY[n.op])(args[0], args[1])
+        if n.op in _REDUCE:
+            axes = list(n.attr("axes"))
+            kwargs = {"dtype": dtypes[n.type.dtype]} if n.op in ("sum", "mean") else {}
+            return getattr(torch, _REDUCE[n.op])(args[0], dim=axes, keepdim=n.attr("keepdims"), **kwargs)
+        if n.op == "where":
+            return torch.where(*args)
+        if n.op == "transpose":
+            return args[0].permute(list(n.attr("perm")))
+        if n.op == "reshape":
+            return args[0].reshape(list(n.attr("shape")))
+        if n.op == "broadcast_to":
+            return args[0].expand(list(n.attr("shape")))
+        if n.op == "cast":
+            return args[0].to(dtypes[n.type.dtype])
+        raise NotImplementedError(f"no torch for op {n.op}")
+
+    def run(*tensors):
+        params, outs = tensors[:len(graph.params)], tensors[len(graph.params):]
+        env = dict(zip(graph.params, params))
+        for n in graph.nodes:
+            if n.op == "const":
+                env[n.id] = consts[n.id]
+            elif n.op != "param":
+                env[n.id] = node_value(n, [env[i] for i in n.inputs])
+        for out, o in zip(outs, graph.outputs):
+            out.copy_(env[o])
+
+    return run
+
+
+def torch_compiled(graph: Graph, inputs: dict[str, np.ndarray], threads: int):
+    """A no-argument callable running the torch.compile'd graph on `inputs` into preallocated outputs."""
+    import torch
+
+    torch.set_num_threads(threads)
+    params = [torch.from_numpy(inputs[name]) for name in graph.param_names]
+    outs = [torch.empty(t.shape, dtype=_torch_dtypes()[t.dtype]) for t in graph.output_types]
+    fn = torch.compile(torch_function(graph), dynamic=False)
+    with torch.no_grad():
+        fn(*params, *outs)
+
+    def call():
+        with torch.no_grad():
+            fn(*params, *outs)
+
+    return call
