@@ -96,7 +96,13 @@ class TileRun:
             ufunc = _ACCUMULATE[leaf.op]
             target[()] = ufunc(target[()], ufunc.reduce(value, axis=None)) if value.size else target[()]
         else:
-            _ACCUMULATE[leaf.op].at(target, index, value)
+            ufunc = _ACCUMULATE[leaf.op]
+            folded = tuple(a for a, loop in enumerate(loops) if all(loop.var not in dict(ix.terms) for ix in leaf.index))
+            if folded:  # loops the accumulator's index ignores (reduce loops) fold first: one at() per cell, not per term
+                value = ufunc.reduce(value, axis=folded, dtype=value.dtype, keepdims=True)
+                first = tuple(slice(0, 1) if a in folded else slice(None) for a in range(rank))
+                index = tuple(i[first] for i in index)
+            ufunc.at(target, index, value)
         for name, cells in touched.items():
             distinct = np.unique(np.concatenate(cells)) if len(cells) > 1 else np.unique(cells[0])
             self.read += distinct.size * self.memory[name].itemsize

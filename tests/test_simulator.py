@@ -1,0 +1,284 @@
+"""The accelerator simulator: reference results, the cost model's bytes, the README's cycle formulas,
+on-chip capacity, and the seed comparisons (forwarding, stitching)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import stitch
+from stitch.engine.check import check_program
+from stitch.engine.cli import main
+from stitch.engine.errors import StitchError
+from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.parse import parse_file
+from stitch.engine.pipeline import compile_graph, load_rule_files
+from stitch.engine.testing import graphs
+from stitch.engine.tolerance import compare
+from stitch.lowering.execute import execute
+from stitch.lowering.loops import Accumulate, Buffer, For, Ix, Load, LoopKernel, LoopProgram, Op, Store
+from stitch.lowering.lower import lower
+from stitch.targets.simulator import simulate
+from stitch.targets.target import load_target, parse_target
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ACCEL = load_target("accel")
+ACCEL_TOML = (Path(stitch.__file__).resolve().parent / "targets" / "accel.toml").read_text()
+
+
+def accel(**changes):
+    """The built-in accel target with some keys replaced."""
+    text = ACCEL_TOML
+    for key, value in changes.items():
+        lines = text.splitlines()
+        (i,) = [i for i, line in enumerate(lines) if line.startswith(f"{key} =")]
+        lines[i] = f"{key} = {json.dumps(value)}"
+        text = "\n".join(lines)
+    return parse_target(text)
+
+
+def example(name: str):
+    return next(iter(check_program(parse_file(EXAMPLES / f"{name}.ir")).values()))
+
+
+def assert_matches_reference(graph, outputs, inputs):
+    for k, (got, want) in enumerate(zip(outputs, evaluate(graph, inputs))):
+        problem = compare(got, want)
+        assert not problem, f"out{k}: {problem}"
+
+
+def simulated(graph, target=ACCEL, without=(), seed=0):
+    compiled = compile_graph(graph, load_rule_files([], without=without), target)
+    program = lower(compiled)
+    inputs = random_inputs(graph, seed)
+    outputs, report = simulate(program, target, inputs)
+    return compiled, program, inputs, outputs, report
+
+
+# ---------------------------------------------------------------------------
+# results and bytes
+
+
+@settings(max_examples=25)
+@given(graphs(dtypes=("f32", "i32", "bool", "f64"), max_ops=8, max_rank=3, max_dim=5), st.integers(0, 1000),
+       st.booleans())
+def test_generated_programs_simulate_like_the_reference_and_move_the_estimated_bytes(graph, seed, overlap):
+    target = accel(overlap_dma=overlap)
+    compiled, program, inputs, outputs, report = simulated(graph, target, seed=seed)
+    assert_matches_reference(graph, outputs, inputs)
+    _, traffic = execute(program, inputs)
+    assert report.global_bytes == compiled.cost.global_bytes == traffic.read + traffic.written
+    assert [(k.global_bytes_read, k.global_bytes_written) for k in report.kernels] == list(traffic.per_kernel.values())
+    # the time model's bookkeeping: steps add up to the kernel, the kernel to the launch plus its steps
+    dma, compute = report.total("dma_cycles"), report.total("matrix_cycles") + report.total("vector_cycles")
+    launches = ACCEL.launch_cycles * len(program.kernels)
+    if overlap:
+        assert launches + max(dma, compute) <= report.cycles <= launches + dma + compute
+    else:
+        assert report.cycles == launches + dma + compute
+    has_matmul = any(i.node.op == "matmul" for k in compiled.schedule.kernels for i in k.instances)
+    assert (report.total("matrix_cycles") > 0) == has_matmul
+
+
+@pytest.mark.parametrize("name", ["mlp", "layernorm", "two_outputs"])
+def test_examples_simulate_like_the_reference_and_move_the_estimated_bytes(name):
+    graph = example(name)
+    compiled, program, inputs, outputs, report = simulated(graph)
+    assert_matches_reference(graph, outputs, inputs)
+    _, traffic = execute(program, inputs)
+    assert report.global_bytes == compiled.cost.global_bytes == traffic.read + traffic.written
+    for k, kc in zip(report.kernels, compiled.cost.kernels):
+        assert k.peak_onchip_bytes <= kc.footprint <= ACCEL.onchip_bytes
+
+
+# ---------------------------------------------------------------------------
+# the README's formulas on hand-computable kernels (accel: 64 B/cycle, 64 lanes, 16x16x16 tiles of 16 cycles,
+# launch 1000 cycles)
+
+
+def one_kernel(body, allocs=(), params=(("x", (16, 16)), ("w", (16, 16))), out=(16, 16)) -> LoopProgram:
+    return LoopProgram("hand", [Buffer(n, "global", "f32", s) for n, s in params], ["out"], [],
+                       [LoopKernel("k0", list(allocs), body)], [Buffer("out", "global", "f32", out)])
+
+
+def nest(loops, leaf):
+    for var, extent, kind in reversed(loops):
+        leaf = For(var, extent, kind, [leaf])
+    return leaf
+
+
+def hand_inputs(program):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    return {b.name: rng.random(b.shape, dtype=np.float32) for b in program.params}
+
+
+def test_one_matrix_tile_costs_its_cycles_per_tile_and_its_operands_dma():
+    i, j, r = Ix.var("i"), Ix.var("j"), Ix.var("r")
+    acc = Buffer("acc", "local", "f32", (16, 16))
+    matmul = nest([("i", 16, "serial"), ("r", 16, "reduce"), ("j", 16, "serial")],
+                  Accumulate("acc", (i, j), "sum", Op("mul", (Load("x", (i, r)), Load("w", (r, j))), "f32"), "matrix"))
+    store = nest([("i", 16, "serial"), ("j", 16, "serial")], Store("out", (i, j), Load("acc", (i, j))))
+    program = one_kernel([matmul, store], [acc])
+    inputs = hand_inputs(program)
+    for overlap in (True, False):
+        (out,), report = simulate(program, accel(overlap_dma=overlap), inputs)
+        (k,) = report.kernels
+        assert abs(out - inputs["x"] @ inputs["w"]).max() < 1e-4
+        assert k.matrix_cycles == 16  # ceil(16/16) * ceil(16/16) * ceil(16/16) * 16
+        assert k.dma_cycles == 32 + 16  # x and w: ceil(2048 / 64); out: ceil(1024 / 64)
+        assert k.vector_cycles == 0  # the copy out of the accumulator does no vector work
+        assert k.cycles == (1000 + max(48, 16) if overlap else 1000 + 48 + 16)
+        assert k.peak_onchip_bytes == 1024
+
+
+def test_a_partial_matrix_tile_counts_whole_tiles():
+    i, j, r = Ix.var("i"), Ix.var("j"), Ix.var("r")
+    acc = Buffer("acc", "local", "f32", (17, 8))
+    matmul = nest([("i", 17, "serial"), ("r", 40, "reduce"), ("j", 8, "serial")],
+                  Accumulate("acc", (i, j), "sum", Op("mul", (Load("x", (i, r)), Load("w", (r, j))), "f32"), "matrix"))
+    store = nest([("i", 17, "serial"), ("j", 8, "serial")], Store("out", (i, j), Load("acc", (i, j))))
+    program = one_kernel([matmul, store], [acc], params=(("x", (17, 40)), ("w", (40, 8))), out=(17, 8))
+    (k,) = simulate(program, ACCEL, hand_inputs(program))[1].kernels
+    assert k.matrix_cycles == 2 * 1 * 3 * 16  # ceil(17/16) * ceil(8/16) * ceil(40/16) * 16
+
+
+def test_one_vector_op_costs_lane_passes_times_its_op_cycles():
+    i = Ix.var("i")
+    body = [nest([("i", 200, "serial")], Store("out", (i,), Op("exp", (Load("x", (i,)),), "f32")))]
+    program = one_kernel(body, params=(("x", (200,)),), out=(200,))
+    inputs = hand_inputs(program)
+    (k,) = simulate(program, accel(overlap_dma=False), inputs)[1].kernels
+    assert k.vector_cycles == 4 * 4  # ceil(200 / 64) passes, exp = 4 cycles
+    assert k.dma_cycles == 25  # ceil((800 + 800) / 64)
+    assert k.cycles == 1000 + 25 + 16
+
+
+def test_one_dma_per_tile_and_tiles_overlap_separately():
+    """A copy in two tiles: each tile is one step, max(dma, compute) per step with overlap."""
+    i = Ix.var("i")
+    body = [For("to", 2, "parallel", [nest([("i", 100, "serial")],
+                                           Store("out", (Ix.var("to", 100) + i,), Load("x", (Ix.var("to", 100) + i,))))])]
+    program = one_kernel(body, params=(("x", (200,)),), out=(200,))
+    (out,), report = simulate(program, ACCEL, hand_inputs(program))
+    (k,) = report.kernels
+    assert k.tiles == 2
+    assert k.dma_cycles == 2 * 13  # per tile ceil(800 / 64)
+    assert k.cycles == 1000 + 26 and k.vector_cycles == 0
+
+
+def test_seed_mlp_cycles_by_hand():
+    """examples/mlp.ir on accel (--emit loops): x staged once (192 B), then per 1x32 tile the matmul streams
+    w's 48x32 slice (6144 B) through one 1x32x48 matrix job (1*2*3 tiles of 16 cycles) and the epilogue reads
+    32 bias values and writes 32 outputs (ceil(32/64) lane pass of add and relu)."""
+    *_, report = simulated(example("mlp"))
+    (k,) = report.kernels
+    assert k.tiles == 2 and k.matrix_cycles == 2 * 96 and k.vector_cycles == 2 * 2
+    first = max(3 + 96 + 4, 96 + 2)  # staging x belongs to the first tile
+    second = max(96 + 4, 96 + 2)
+    assert k.dma_cycles == 3 + 2 * (96 + 4)
+    assert k.cycles == 1000 + first + second == 1203
+
+
+# ---------------------------------------------------------------------------
+# on-chip capacity
+
+
+def test_a_stitched_tile_that_does_not_fit_is_split_into_kernels_or_refused():
+    graph = example("layernorm")
+    small = accel(onchip_bytes=128)
+    _, program, inputs, outputs, report = simulated(graph, small)
+    assert len(program.kernels) > 1  # the stitched kernel needs 256 B for its smallest tile
+    assert all(k.peak_onchip_bytes <= 128 for k in report.kernels)
+    assert_matches_reference(graph, outputs, inputs)
+    with pytest.raises(StitchError, match="no schedule of 'layernorm' fits"):
+        compile_graph(graph, load_rule_files([]), accel(onchip_bytes=32))
+
+
+def test_the_simulator_refuses_a_kernel_whose_on_chip_bytes_exceed_the_target():
+    graph = example("layernorm")
+    program = lower(compile_graph(graph, load_rule_files([]), ACCEL))  # tiles chosen for 256 KiB
+    need = program.kernels[0].merged_bytes
+    with pytest.raises(StitchError) as err:
+        simulate(program, accel(onchip_bytes=4096), random_inputs(graph, 0))
+    assert f"kernel k0 needs {need} bytes on chip" in str(err.value) and "has 4096" in str(err.value)
+
+
+def test_accel_targets_have_one_core():
+    with pytest.raises(StitchError, match="one core"):
+        accel(cores=2)
+
+
+# ---------------------------------------------------------------------------
+# the seed scenarios
+
+
+@pytest.mark.parametrize("name", ["mlp"])
+def test_forwarding_keeps_the_matmul_tile_out_of_global_memory(name):
+    graph = example(name)
+    fwd, fwd_program, *_, fwd_report = simulated(graph)
+    plain, plain_program, *_, plain_report = simulated(graph, without=("forwarding",))
+    assert fwd_program.intermediates == [] and fwd_report.global_bytes == fwd.cost.compulsory_bytes
+    (tile,) = plain_program.intermediates  # without forwarding the matmul result goes through global memory
+    assert plain_report.global_bytes - fwd_report.global_bytes == 2 * tile.nbytes  # written, then read back
+    assert plain_report.total("global_bytes_written") - fwd_report.total("global_bytes_written") == tile.nbytes
+    assert fwd_report.cycles < plain_report.cycles
+
+
+def test_stitching_the_seed_layer_norm_saves_bytes_and_cycles():
+    graph = example("layernorm")
+    stitched, *_, report = simulated(graph)
+    split, split_program, *_, split_report = simulated(graph, without=("stitch-*",))
+    assert len(stitched.schedule.kernels) == 1 < len(split_program.kernels)
+    assert report.global_bytes == stitched.cost.compulsory_bytes < split_report.global_bytes
+    assert report.cycles < split_report.cycles
+
+
+def test_without_rules_leaves_out_files_and_patterns_and_names_the_valid_ones():
+    names = [rf.name for rf in load_rule_files([], without=("forwarding",))]
+    assert names == ["algebra", "fusion"]
+    fusion = {rf.name: rf for rf in load_rule_files([], without=("stitch-*",))}["fusion"]
+    assert fusion.rules and not any(r.name.startswith("stitch-") for r in fusion.rules)
+    with pytest.raises(StitchError) as err:
+        load_rule_files([], without=("forwardin",))
+    assert "forwardin" in str(err.value) and "algebra, forwarding, fusion" in err.value.render()
+
+
+# ---------------------------------------------------------------------------
+# the command line and the API
+
+
+def test_run_accel_json_reports_the_simulation(capsys):
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--target", "accel", "--json", "--check"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["executor"] == "simulator" and out["check"] == "ok"
+    keys = ("cycles", "global_bytes_read", "global_bytes_written", "peak_onchip_bytes", "matrix_cycles",
+            "vector_cycles", "dma_cycles")
+    for key in keys:
+        assert key in out and all(key in k for k in out["kernels"])
+    assert out["cycles"] == 1203 and out["global_bytes_read"] + out["global_bytes_written"] == out["global_bytes"]
+    assert "estimated_cycles" in out
+
+
+def test_run_accel_prints_a_table_and_without_rules_is_checked(capsys):
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--target", "accel", "--without-rules", "forwarding"]) == 0
+    text = capsys.readouterr().out
+    assert "simulated on accel: 2211 cycles" in text
+    assert text.splitlines()[-1].split()[:3] == ["total", "4", "2211"]
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--target", "accel", "--without-rules", "nope"]) == 1
+    assert "--without-rules nope" in capsys.readouterr().err
+    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--target", "accel", "--without-rules", "forwarding",
+                 "--emit", "loops"]) == 0
+    assert "alloc global t4" in capsys.readouterr().out
+
+
+def test_compile_api_keeps_the_simulation_report():
+    program = stitch.compile(EXAMPLES / "layernorm.ir", target="accel", without_rules=("stitch-*",))
+    assert program.executor == "simulator" and program.report is None
+    outputs = program(**random_inputs(program.graph, 3))
+    assert len(program.report.kernels) == 3 and outputs[0].shape == (32, 32, 32)
