@@ -29,7 +29,7 @@ offsets, and `merged_bytes` is that buffer's size rounded up to its alignment
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 
 from ..engine.ir import dtype_bytes
 from .liveness import live_ranges, ranges_overlap
@@ -40,10 +40,11 @@ def merge_allocations(program: LoopProgram, alignment: int = 0) -> LoopProgram:
     """A copy of `program` whose kernels each have one liveness-planned merged shared buffer."""
     if alignment < 0 or alignment & (alignment - 1):
         raise ValueError(f"alignment must be 0 or a power of two, not {alignment}")
-    merged = copy.deepcopy(program)
-    for kernel in merged.kernels:
-        kernel.offsets, kernel.merged_bytes = _plan(kernel, alignment)
-    return merged
+    kernels = []
+    for kernel in program.kernels:
+        offsets, merged_bytes = _plan(kernel, alignment)
+        kernels.append(replace(kernel, offsets=offsets, merged_bytes=merged_bytes))
+    return replace(program, kernels=kernels)
 
 
 def shared_bytes(kernel: LoopKernel) -> tuple[int, int]:

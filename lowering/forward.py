@@ -11,13 +11,15 @@ the one the schedule placed it in (`shared` or `local`).
 
 from __future__ import annotations
 
-import copy
+from dataclasses import replace
 
 from .loops import Accumulate, Buffer, For, Ix, Load, LoopProgram, Op, Store
 
 
 def forward_buffers(program: LoopProgram) -> LoopProgram:
-    program = copy.deepcopy(program)
+    """A new program; statements are rebuilt where they change, so `program` is left as it was."""
+    kernels = [replace(k, allocs=list(k.allocs), forwardable=dict(k.forwardable)) for k in program.kernels]
+    program = replace(program, kernels=kernels, intermediates=list(program.intermediates))
     outputs = set(program.outputs)
     users: dict[str, set[str]] = {}
     for k in program.kernels:
