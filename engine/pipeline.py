@@ -125,8 +125,10 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target, limits: Limi
     data = EGraphData.from_json(run.serialize().to_json())
     extracted = extract_schedule(data, target)
     # Say why the most-fused alternative was not taken, when it was refused.
-    fused = schedule_cost(build_schedule(data, extract_tree(data, MOST_FUSED)), target)
-    blocked = fused.problems if len(fused.kernels) < len(extracted.cost.kernels) else []
+    fused = build_schedule(data, extract_tree(data, MOST_FUSED))
+    blocked = []
+    if len(fused.kernels) < len(extracted.cost.kernels):  # priced only then: it costs a search step
+        blocked = schedule_cost(fused, target).problems
     if not extracted.cost.feasible:
         raise StitchError(
             f"no schedule of '{graph.name}' fits target '{target.name}': " + "; ".join(extracted.cost.problems),
