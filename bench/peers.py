@@ -82,6 +82,7 @@ def torch_compiled(graph: Graph, inputs: dict[str, np.ndarray], threads: int):
     import torch
 
     torch.set_num_threads(threads)
+    torch._dynamo.reset()  # each graph runs through the same `run` code: start its guards afresh
     params = [torch.from_numpy(inputs[name]) for name in graph.param_names]
     outs = [torch.empty(t.shape, dtype=_torch_dtypes()[t.dtype]) for t in graph.output_types]
     fn = torch.compile(torch_function(graph), dynamic=False)

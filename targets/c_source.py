@@ -227,7 +227,7 @@ class _Kernel:
         return _op(e, [self.expr(a) for a in e.args], [_dtype_of(a, self.buffers) for a in e.args])
 
 
-PARALLEL_WORK = 1 << 16  # element updates below which a kernel runs on the calling thread alone
+PARALLEL_WORK = 1 << 18  # element updates below which a kernel runs on the calling thread alone
 
 
 def _work(stmt) -> int:

@@ -27,8 +27,8 @@ from ..engine.interp import np_dtype
 from ..lowering.loops import LoopProgram
 from .c_source import buffer_order, c_source
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
-                 "-std=gnu11")
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
+                 "-fno-trapping-math", "-std=gnu11")
 
 
 def default_cache_dir() -> Path:
@@ -78,8 +78,12 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
         return Native(program, None, None)
     cache_dir = Path(cache_dir or default_cache_dir())
     cache_dir.mkdir(parents=True, exist_ok=True)
-    source = c_source(program, _vector_bytes(cc, tuple(flags)))
-    flags = tuple(flags) + _vector_math(cc, cache_dir)
+    vector_bytes = _vector_bytes(cc, tuple(flags))
+    source = c_source(program, vector_bytes)
+    # gcc's default on AVX-512 machines is 256-bit loops; 512 doubles the throughput of
+    # vectorized transcendentals (bias+GELU, 1 thread: 35 -> 18 ms)
+    wide = ("-mprefer-vector-width=512",) if vector_bytes == 64 else ()
+    flags = tuple(flags) + wide + _vector_math(cc, cache_dir)
     key = hashlib.sha256("\0".join([source, cc, *flags, _version(cc)]).encode()).hexdigest()[:24]
     lib_path = cache_dir / f"{key}.so"
     src_path = cache_dir / f"{key}.c"
