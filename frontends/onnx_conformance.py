@@ -66,6 +66,13 @@ def load_cases(cache_dir: str | Path | None = None) -> list[Case]:
     return cases
 
 
+def as_array(value) -> np.ndarray:
+    """A data set value as numpy (some cases store TensorProtos, as the ONNX backend runner accepts)."""
+    from onnx import TensorProto, numpy_helper
+
+    return numpy_helper.to_array(value) if isinstance(value, TensorProto) else np.asarray(value)
+
+
 def graph_inputs(model) -> list[str]:
     """The graph inputs a data set feeds, in order (inputs that are initializers have defaults)."""
     inits = {i.name for i in model.graph.initializer}
@@ -78,7 +85,7 @@ def import_case(case: Case):
 
     model = onnx.load_model_from_string(case.model)
     names = graph_inputs(model)
-    feeds = dict(zip(names, case.data_sets[0][0])) if case.data_sets else {}
+    feeds = {n: as_array(v) for n, v in zip(names, case.data_sets[0][0])} if case.data_sets else {}
     try:
         try:
             return import_onnx(model), feeds
@@ -93,13 +100,16 @@ def import_case(case: Case):
         raise
 
 
+KIND_LABELS = {"op": "unsupported op", "dtype": "unsupported dtype", "shape": "unsupported shape",
+               "input": "dynamic shape"}
+
+
 def skip_reason(err: OnnxImportError) -> str:
-    reasons = dict.fromkeys(f"{p.kind}: {p.reason}" if p.kind != "op" else p.reason for p in err.problems)
-    return "; ".join(reasons)
+    return "; ".join(dict.fromkeys(f"{KIND_LABELS[p.kind]}: {p.reason}" for p in err.problems))
 
 
 def program_inputs(imported, names: list[str], values) -> dict[str, np.ndarray]:
-    feeds = {imported.inputs[n]: v for n, v in zip(names, values) if n in imported.inputs}
+    feeds = {imported.inputs[n]: as_array(v) for n, v in zip(names, values) if n in imported.inputs}
     feeds.update(imported.weights)
     params = {p.name for p in imported.program.funcs[0].params}
     return {k: v for k, v in feeds.items() if k in params}
@@ -107,7 +117,7 @@ def program_inputs(imported, names: list[str], values) -> dict[str, np.ndarray]:
 
 def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> str:
     """'' when equal at ONNX's tolerance (np.testing.assert_allclose; exact for ints and bools)."""
-    got, want = np.asarray(got), np.asarray(want)
+    got, want = np.asarray(got), as_array(want)
     if got.dtype != want.dtype or got.shape != want.shape:
         return f"got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}"
     try:

@@ -43,7 +43,7 @@ class Sym:
     """A value the program computes (or receives as a parameter)."""
 
     name: str
-    type: TensorType
+    type: TensorType | None  # None: a graph input whose type stitch lacks (Builder.bad_inputs says why)
     input: str = ""  # the ONNX graph input it is, if it is one
 
 
@@ -133,9 +133,9 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool = False,
         try:
             env[vi.name] = b.param(vi.name, input_type(vi), input=vi.name)
             inputs[vi.name] = env[vi.name].name
-        except Unsupported as u:
-            problems.append(Problem(vi.name, "graph input", u.kind, u.reason))
-            env[vi.name] = None
+        except Unsupported as u:  # reported by the nodes that read it as data (as a shape it may be fixed)
+            env[vi.name] = Sym("", None, vi.name)
+            b.bad_inputs[vi.name] = u
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):
         translate_node(b, node, env, problems)
@@ -246,8 +246,8 @@ def onnx_dtype(elem_type: int) -> str:
     if elem_type not in ONNX_DTYPES:
         from onnx import TensorProto
 
-        raise Unsupported("dtype", f"dtype {TensorProto.DataType.Name(elem_type)} is not one of stitch's "
-                                   "(float, float16, double, int32, int64, bool)")
+        raise Unsupported("dtype", f"{TensorProto.DataType.Name(elem_type)} (stitch has float, float16, double, "
+                                   "int32, int64, bool)")
     return ONNX_DTYPES[elem_type]
 
 
@@ -277,6 +277,7 @@ class Builder:
     names: set[str] = field(default_factory=lambda: {"func", "return", "true", "false"})
     materialized: dict[int, Sym] = field(default_factory=dict)
     types: dict[str, TensorType] = field(default_factory=dict)
+    bad_inputs: dict[str, Unsupported] = field(default_factory=dict)
 
     def fresh(self, hint: str) -> str:
         """A new IR name derived from an ONNX name (which may hold any characters)."""
@@ -295,6 +296,8 @@ class Builder:
 
     def type_of(self, v: Value) -> TensorType:
         if isinstance(v, Sym):
+            if v.type is None:
+                raise self.bad_inputs[v.input]
             return v.type
         if v.array.dtype not in NP_TO_DTYPE:
             raise Unsupported("dtype", f"a constant of dtype {v.array.dtype} (stitch has f16 f32 f64 i32 i64 bool)")
@@ -303,6 +306,7 @@ class Builder:
     def data(self, v: Value, hint: str) -> Var:
         """`v` as a program value: a known value read as data becomes a parameter holding it."""
         if isinstance(v, Sym):
+            self.type_of(v)
             return Var(v.name)
         if id(v) not in self.materialized:
             sym = self.param(v.param or v.name or hint, self.type_of(v))

@@ -61,7 +61,8 @@ def is_supported(proto) -> bool:
 def foldable(node: Node, ins: list[Value | None]) -> bool:
     """Inputs all known (and none of them a weight parameter): evaluate at import time."""
     given = [i for i in ins if i is not None]
-    return bool(given) and node.op_type not in NOT_FOLDED and all(
+    subgraphs = any(a.type in (a.GRAPH, a.GRAPHS) for a in node.proto.attribute)  # they read outer values
+    return bool(given) and not subgraphs and node.op_type not in NOT_FOLDED and all(
         isinstance(i, Known) and not i.param for i in given)
 
 

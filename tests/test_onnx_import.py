@@ -256,9 +256,10 @@ def test_dynamic_shapes_and_unsupported_dtypes_are_listed():
                      [("b", TensorProto.UINT8, None), ("c", TensorProto.UINT8, None)])
     with pytest.raises(OnnxImportError) as err:
         import_onnx(model)
-    kinds = {(p.node, p.kind) for p in err.value.problems}
-    assert kinds == {("x", "shape"), ("u", "dtype")}  # Cast is not reached: its input already failed
-    assert "dynamic dimension ('batch')" in str(err.value)
+    kinds = {(p.node, p.op_type, p.kind) for p in err.value.problems}
+    assert kinds == {("a", "Add", "shape"), ("b", "Add", "dtype")}  # Cast is not reached: its input already failed
+    assert "input 'x' has a dynamic dimension ('batch')" in str(err.value)
+    assert "UINT8 (stitch has float, float16, double, int32, int64, bool)" in str(err.value)
 
 
 def test_integer_div_is_an_unsupported_dtype():

@@ -1,0 +1,64 @@
+"""The onnx package's node test cases, imported, compiled and run on cpu and accel (see frontends/onnx_conformance.py).
+
+A case the importer refuses (an unsupported op, dtype or dynamic shape) is
+skipped with its reason; every other case must match ONNX's expected outputs
+at the case's tolerance, except the known failures listed below with their
+cause. With CI=true every case runs on accel and a deterministic quarter of
+them on cpu (the C compiler costs ~0.3 s a program); without it, all on both.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+
+pytest.importorskip("onnx")
+
+from stitch.frontends.onnx_conformance import KIND_LABELS, load_cases, run_case  # noqa: E402
+
+CASES = {c.name: c for c in load_cases()}
+
+F16_ORDER = ("f16 results 1 ulp off: stitch sums and fuses in another order than numpy, and ONNX's default "
+             "rtol 1e-3 is finer than an f16 ulp (9.8e-4 relative); stitch's own f16 tolerance is 1e-2")
+GCC_MASKED_LOAD = ("gcc 12.2 -O3 miscompiles the vectorized where(less(x, c), mul(x, s), x) on this tile shape "
+                   "(an if-converted masked load of s reads zeros); the C source is right")
+
+# (name, target) -> cause: differences from ONNX that are not the importer's. Not strict: a case that
+# passes (another compiler, another tile) passes.
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    **{(name, target): F16_ORDER for name in ["test_attention_4d_fp16_expanded",
+                                              "test_attention_4d_causal_fp16_expanded",
+                                              "test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded"]
+       for target in ("cpu", "accel")},
+    ("test_prelu_example", "cpu"): GCC_MASKED_LOAD,
+    ("test_prelu_example_expanded", "cpu"): GCC_MASKED_LOAD,
+}
+
+
+def targets_for(name: str) -> tuple[str, ...]:
+    if os.environ.get("CI") != "true" or zlib.crc32(name.encode()) % 4 == 0:
+        return ("accel", "cpu")
+    return ("accel",)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_node_case(name):
+    results = run_case(CASES[name], targets_for(name))
+    if results[0].status == "skipped":  # only for an unsupported op, dtype or shape
+        assert all(part.split(":")[0] in KIND_LABELS.values() for part in results[0].reason.split("; "))
+        pytest.skip(results[0].reason)
+    failed = [r for r in results if r.status == "failed"]
+    unknown = [f"{r.target}: {r.reason}" for r in failed if (name, r.target) not in KNOWN_FAILURES]
+    assert not unknown, "\n".join(unknown)
+    if failed:
+        pytest.xfail("; ".join(dict.fromkeys(KNOWN_FAILURES[name, r.target] for r in failed)))
+
+
+def test_the_suite_is_not_empty():
+    """The importer must cover the ops the issue names: at least these cases are imported and run."""
+    for name in ["test_softmax_axis_0_expanded", "test_layer_normalization_4d_axis1_expanded", "test_gelu_tanh_1",
+                 "test_gemm_all_attributes", "test_reduce_sum_keepdims_example", "test_reshape_negative_dim"]:
+        results = run_case(CASES[name], ("accel",))
+        assert [r.status for r in results] == ["passed"], results
