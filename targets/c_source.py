@@ -32,6 +32,9 @@ PRELUDE = r"""#include <math.h>
 #define ST_IMIN(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); a_ < b_ ? a_ : b_; })
 #define ST_RELU(a) ({ __typeof__(a) a_ = (a); (a_ != a_ || a_ > 0) ? a_ : (__typeof__(a))0; })
 #define ST_IABS(a) ({ __typeof__(a) a_ = (a); a_ < 0 ? -a_ : a_; })
+/* both arms evaluated: a load only in one arm becomes an AVX-512 masked load, which gcc 12.2
+   -O3 -march=native miscompiles (where(less(x, 0), mul(x, s), x) read garbage for s) */
+#define ST_WHERE(c, a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); (c) ? a_ : b_; })
 #ifdef STITCH_LIBMVEC
 /* glibc's vector math library: lets loops calling these vectorize */
 #pragma omp declare simd notinbranch
@@ -292,7 +295,7 @@ def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:
         fn = ("ST_MAX" if op == "maximum" else "ST_MIN") if is_float else ("ST_IMAX" if op == "maximum" else "ST_IMIN")
         return f"(({ct}){fn}({a}, {args[1]}))"
     if op == "where":
-        return f"(({a}) ? ({args[1]}) : ({args[2]}))"
+        return f"(({ct})ST_WHERE({a}, {args[1]}, {args[2]}))"
     if op == "neg":
         return f"(({ct})(-({a})))"
     if op == "relu":

@@ -181,3 +181,15 @@ def test_only_kernels_with_enough_work_start_threads(cache):
     big = stitch.compile(EXAMPLES / "softmax.ir", cache_dir=cache)
     assert "omp parallel" not in tiny.native.source_path.read_text()
     assert "#pragma omp parallel for" in big.native.source_path.read_text()
+
+
+@needs_cc
+def test_where_with_a_load_in_one_arm(cache):
+    """gcc 12.2 -O3 -march=native miscompiled this (the ONNX PRelu case) when only one arm loaded `s`."""
+    f = stitch.compile("func f(x: f32[3, 4, 5], s: f32[3, 4, 5]) -> f32[3, 4, 5] "
+                       "{ return where(less(x, 0.0), mul(x, s), x) }", cache_dir=cache)
+    rng = np.random.default_rng(0)
+    x = rng.random((3, 4, 5), dtype=np.float32) - 0.5
+    s = rng.random((3, 4, 5), dtype=np.float32)
+    (got,) = f(x=x, s=s)
+    np.testing.assert_array_equal(got, np.where(x < 0, x * s, x))
