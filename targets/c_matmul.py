@@ -61,10 +61,10 @@ def match_matmul(stmt, dtype_of) -> MatmulNest | None:
     v = acc.value
     if not (isinstance(v, Op) and v.op == "mul" and len(v.args) == 2 and v.dtype == dtype_of(acc.buffer)):
         return None
-    if not (_contiguous_in(acc.index, j.var) and _uses(acc.index, i.var) and not _uses(acc.index, k.var)):
+    if not (contiguous_in(acc.index, j.var) and _uses(acc.index, i.var) and not _uses(acc.index, k.var)):
         return None
     for a, b in (v.args, v.args[::-1]):
-        if (isinstance(b, Load) and _contiguous_in(b.index, j.var) and dtype_of(b.buffer) == v.dtype
+        if (isinstance(b, Load) and contiguous_in(b.index, j.var) and dtype_of(b.buffer) == v.dtype
                 and not _expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
                 and _expr_dtype(a, dtype_of) == v.dtype):
             return MatmulNest(i, k, j, acc, a, b)
@@ -145,7 +145,7 @@ def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dt
     c = {(r, v): f"c{r}_{v}" for r in range(rows) for v in range(nv)}
 
     def c_addr(r: int, v: int) -> str:
-        return "&" + kernel.access(nest.acc.buffer, _shift_ix(nest.acc.index, {i: r, j: v * lanes}), None)
+        return "&" + kernel.access(nest.acc.buffer, shift_ix(nest.acc.index, {i: r, j: v * lanes}), None)
 
     lines = [f"{pad}{vt} {', '.join(f'{name} = *({vt} *){c_addr(r, v)}' for (r, v), name in c.items())};"]
     lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
@@ -169,7 +169,7 @@ def _uses(index: tuple[Ix, ...], var: str) -> bool:
     return any(v == var for ix in index for v, _ in ix.terms)
 
 
-def _contiguous_in(index: tuple[Ix, ...], var: str) -> bool:
+def contiguous_in(index: tuple[Ix, ...], var: str) -> bool:
     """`var` moves only the last index, by one element per step."""
     return bool(index) and dict(index[-1].terms).get(var) == 1 and not _uses(index[:-1], var)
 
@@ -192,14 +192,14 @@ def _expr_dtype(e, dtype_of) -> str:
     return dtype_of(e.buffer) if isinstance(e, Load) else e.dtype
 
 
-def _shift_ix(index: tuple[Ix, ...], by: dict[str, int]) -> tuple[Ix, ...]:
+def shift_ix(index: tuple[Ix, ...], by: dict[str, int]) -> tuple[Ix, ...]:
     """Each index with loop variable v read as v + by[v]."""
     return tuple(replace(ix, const=ix.const + sum(c * by.get(v, 0) for v, c in ix.terms)) for ix in index)
 
 
 def _shift(e, by: dict[str, int]):
     if isinstance(e, (Load, Accumulate)):
-        return replace(e, index=_shift_ix(e.index, by), **({"value": _shift(e.value, by)}
+        return replace(e, index=shift_ix(e.index, by), **({"value": _shift(e.value, by)}
                                                             if isinstance(e, Accumulate) else {}))
     if isinstance(e, Op):
         return replace(e, args=tuple(_shift(a, by) for a in e.args))

@@ -16,7 +16,7 @@ import math
 
 from ..engine.ir import dtype_bytes
 from ..lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
-from .c_matmul import match_matmul, render_matmul, vector_typedefs
+from .c_matmul import contiguous_in, match_matmul, render_matmul, shift_ix, vector_typedefs
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
@@ -133,7 +133,7 @@ class _Kernel:
                 self.lines.append(f"{pad}{C_TYPES[b.dtype]} {_ident(b.name)}[{n}];")
         declared.update(b.name for b in self.k.allocs)
 
-    def block(self, stmts, depth: int, top: bool, declared: set[str]) -> None:
+    def block(self, stmts, depth: int, top: bool, declared: set[str], loops: tuple[For, ...] = ()) -> None:
         pad = "  " * depth
         in_tile = not top
         if top and not any(isinstance(s, For) and s.kind == "parallel" for s in stmts):
@@ -146,15 +146,46 @@ class _Kernel:
                 parallel = top and s.kind == "parallel"
                 if parallel and _work(s) >= PARALLEL_WORK:
                     self.lines.append(f"{pad}#pragma omp parallel for schedule(static)")
+                self.prefetch(s, loops, pad)
                 self.lines.append(f"{pad}for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{")
                 if parallel and not in_tile:
                     self.scratch(pad + "  ", set(declared))
-                    self.block(s.body, depth + 1, False, set(declared) | set(self.buffers))
+                    self.block(s.body, depth + 1, False, set(declared) | set(self.buffers), loops + (s,))
                 else:
-                    self.block(s.body, depth + 1, False, declared)
+                    self.block(s.body, depth + 1, False, declared, loops + (s,))
                 self.lines.append(f"{pad}}}")
             else:
                 self.lines.append(pad + self.leaf(s))
+
+    def prefetch(self, inner: For, loops: tuple[For, ...], pad: str) -> None:
+        """Prefetch the rows a few iterations ahead for global accesses that read or write short
+        contiguous runs far apart (a tile's rows of a larger array): the hardware prefetcher follows
+        a stream only within a page, so each such row would otherwise start with a full miss
+        (layernorm 512x64x256, 1 thread: 24 -> 15.5 ms)."""
+        if not all(isinstance(x, (Store, Accumulate)) for x in inner.body):
+            return
+        accesses = {}
+        for leaf in inner.body:
+            accesses[(leaf.buffer, leaf.index, None)] = 1
+            for load in _loads(leaf.value):
+                accesses.setdefault((load.buffer, load.index, load.view), 0)
+        for (name, index, view), write in accesses.items():
+            b = self.buffers[name]
+            if b.scope != "global" or not contiguous_in(index, inner.var):
+                continue
+            run = inner.extent * dtype_bytes(b.dtype)
+            outer = next((u for u in reversed(loops) if u.extent > 1 and _flat_coef(index, u.var, view or b.shape)),
+                         None)
+            if outer is None or run > PREFETCH_RUN or _flat_coef(index, outer.var, view or b.shape) <= inner.extent:
+                continue
+            ahead = min(outer.extent // 2, max(4, PREFETCH_AHEAD // run))
+            if ahead < 1:
+                continue
+            line = max(1, 64 // dtype_bytes(b.dtype))
+            target = self.access(name, shift_ix(index, {outer.var: ahead}), view)
+            self.lines.append(f"{pad}if ({outer.var} < {outer.extent - ahead}) for (int64_t {inner.var} = 0; "
+                              f"{inner.var} < {inner.extent}; {inner.var} += {line}) "
+                              f"__builtin_prefetch(&{target}, {write}, 3);")
 
     def matmul(self, s, pad: str) -> bool:
         """A matmul nest: the register-blocked micro-kernel of c_matmul."""
@@ -239,6 +270,27 @@ def _work(stmt) -> int:
     if isinstance(stmt, For):
         return stmt.extent * sum(_work(s) for s in stmt.body)
     return 1
+
+
+PREFETCH_RUN = 2048  # contiguous bytes per row up to which rows are prefetched
+PREFETCH_AHEAD = 8192  # bytes of rows to prefetch ahead
+
+
+def _loads(e) -> list[Load]:
+    if isinstance(e, Load):
+        return [e]
+    if isinstance(e, Op):
+        return [x for a in e.args for x in _loads(a)]
+    return []
+
+
+def _flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
+    """Elements the flat address moves per step of `var`."""
+    coef, stride = 0, 1
+    for ix, extent in reversed(list(zip(index, shape))):
+        coef += dict(ix.terms).get(var, 0) * stride
+        stride *= extent
+    return coef
 
 
 def _written(stmt) -> set[str]:

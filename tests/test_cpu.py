@@ -193,3 +193,12 @@ def test_where_with_a_load_in_one_arm(cache):
     s = rng.random((3, 4, 5), dtype=np.float32)
     (got,) = f(x=x, s=s)
     np.testing.assert_array_equal(got, np.where(x < 0, x * s, x))
+
+
+@needs_cc
+def test_rows_far_apart_are_prefetched_and_contiguous_rows_are_not(cache):
+    strided = stitch.compile(EXAMPLES / "layernorm_large.ir", cache_dir=cache)  # 512 B runs, 64 KiB apart
+    contiguous = stitch.compile(EXAMPLES / "softmax.ir", cache_dir=cache)
+    assert "__builtin_prefetch(&b_x[" in strided.native.source_path.read_text()
+    assert "__builtin_prefetch(&b_out0[" in strided.native.source_path.read_text()
+    assert "__builtin_prefetch" not in contiguous.native.source_path.read_text()
