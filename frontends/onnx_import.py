@@ -85,7 +85,8 @@ class OnnxImportError(StitchError):
         lines = [f"{p.op_type} '{p.node}': {p.reason}" for p in problems]
         hint = ""
         if self.fixable_inputs:
-            hint = "fix the graph inputs read as shapes or axes: --constant NAME=VALUES.npy (constant_inputs= in Python)"
+            hint = ("fix the graph inputs read as shapes or axes: --constant NAME=VALUES.npy "
+                    "(constant_inputs= in Python)")
         super().__init__(f"cannot import {model}: {len(problems)} node(s) stitch cannot translate:\n  "
                          + "\n  ".join(lines), hint=hint)
 

@@ -149,7 +149,7 @@ def convert_pow(b, node, ins):
 
 def convert_div(b, node, ins):
     if b.type_of(ins[0]).dtype not in ("f16", "f32", "f64"):
-        raise Unsupported("dtype", f"integer Div truncates; stitch's div takes floats only, got "
+        raise Unsupported("dtype", f"integer Div truncates, stitch's div takes floats only, got "
                                    f"{b.type_of(ins[0]).dtype}")
     return [b.op("div", ins[:2], node.out)]
 
@@ -446,7 +446,8 @@ def convert_selu(b, node, ins):
     """gamma * (x if x > 0 else alpha * (exp(x) - 1))."""
     x = ins[0]
     float_of(b, x)
-    alpha, gamma = float(node.attr("alpha", 1.67326319217681884765625)), float(node.attr("gamma", 1.05070102214813232421875))
+    alpha = float(node.attr("alpha", 1.67326319217681884765625))
+    gamma = float(node.attr("gamma", 1.05070102214813232421875))
     neg = b.op("mul", [b.op("sub", [b.op("exp", [x], node.out), const(1.0)], node.out), const(alpha)], node.out)
     y = b.op("where", [b.op("greater", [x, const(0.0)], node.out), x, neg], node.out)
     return [b.op("mul", [y, const(gamma)], node.out)]

@@ -167,7 +167,8 @@ def test_variadic_ops(op):
 def test_comparisons_and_where(op):
     cmp = helper.make_node(op, ["a", "b"], ["c"])
     sel = helper.make_node("Where", ["c", "a", "b"], ["y"])
-    model = model_of([cmp, sel], [("a", F32, [3, 4]), ("b", F32, [4])], [("y", F32, None), ("c", TensorProto.BOOL, None)])
+    model = model_of([cmp, sel], [("a", F32, [3, 4]), ("b", F32, [4])],
+                     [("y", F32, None), ("c", TensorProto.BOOL, None)])
     a = np.round(x_of(3, 4))
     b = np.round(x_of(4))
     b[0] = np.nan  # NaN compares false, also in LessOrEqual
