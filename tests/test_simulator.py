@@ -282,3 +282,15 @@ def test_compile_api_keeps_the_simulation_report():
     assert program.executor == "simulator" and program.report is None
     outputs = program(**random_inputs(program.graph, 3))
     assert len(program.report.kernels) == 3 and outputs[0].shape == (32, 32, 32)
+
+
+def test_run_on_a_users_accel_toml_without_overlap_adds_dma_and_compute(tmp_path, capsys):
+    toml = tmp_path / "slow.toml"
+    toml.write_text(ACCEL_TOML.replace("overlap_dma = true", "overlap_dma = false")
+                    .replace("global_bandwidth = 64.0", "global_bandwidth = 8.0"))
+    assert main(["run", str(EXAMPLES / "layernorm.ir"), "--target", str(toml), "--json", "--check"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["target"] == "accel" and out["check"] == "ok"
+    (k,) = out["kernels"]
+    assert k["cycles"] == 1000 + k["dma_cycles"] + k["matrix_cycles"] + k["vector_cycles"] == out["cycles"]
+    assert k["dma_cycles"] == out["global_bytes"] / 8  # every nest's bytes are a multiple of 8 here
