@@ -183,9 +183,11 @@ def cmd_eval(args) -> int:
 
 def cmd_import(args) -> int:
     try:
-        from ..frontends.onnx_import import import_onnx
+        import onnx  # noqa: F401  (an optional extra)
     except ImportError:
         raise StitchError("stitch import needs the onnx package: pip install 'stitch[onnx]'") from None
+    from ..frontends.onnx_import import import_onnx
+
     constants = {}
     for item in args.constant:
         name, sep, path = item.partition("=")

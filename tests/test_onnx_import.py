@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -314,6 +316,17 @@ def test_cli_import_bad_files(tmp_path, capsys, content, message):
     assert main(["import", str(path)]) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_cli_import_without_onnx_names_the_extra(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ImportError
+    assert main(["import", "model.onnx"]) == 1
+    assert "pip install 'stitch[onnx]'" in capsys.readouterr().err
+
+
+def test_cli_import_bad_constant_option(tmp_path, capsys):
+    assert main(["import", "m.onnx", "--constant", "shape"]) == 1
+    assert "--constant expects NAME=VALUES.npy" in capsys.readouterr().err
 
 
 def test_cli_import_unsupported_op(tmp_path, capsys):
