@@ -103,9 +103,12 @@ class TileRun:
                 first = tuple(slice(0, 1) if a in folded else slice(None) for a in range(rank))
                 index = tuple(i[first] for i in index)
             ufunc.at(target, index, value)
-        for name, cells in touched.items():
-            distinct = np.unique(np.concatenate(cells)) if len(cells) > 1 else np.unique(cells[0])
-            self.read += distinct.size * self.memory[name].itemsize
+        for name, accesses in touched.items():
+            if len(accesses) == 1 and accesses[0][0] is not None:
+                distinct = accesses[0][0]
+            else:
+                distinct = np.unique(np.concatenate([_flat(bidx, shape) for _, bidx, shape in accesses])).size
+            self.read += distinct * self.memory[name].itemsize
         if leaf.buffer in self.global_names:
             flat = np.ravel_multi_index(index, target.shape) if index else np.zeros(1, int)
             cells = len(np.unique(flat)) * target.itemsize
@@ -128,8 +131,7 @@ class TileRun:
                 bidx = ()
                 out = arr[()]
             if e.buffer in self.global_names:
-                flat = np.ravel_multi_index(bidx, arr.shape).ravel() if bidx else np.zeros(1, int)
-                touched.setdefault(e.buffer, []).append(flat)
+                touched.setdefault(e.buffer, []).append((_distinct(e.index, grid), bidx, arr.shape))
             return out
         assert isinstance(e, Op)
         args = [self.expr(a, grid, touched) for a in e.args]
@@ -148,6 +150,26 @@ def _perfect_nest(loop: For):
     if len(body) == 1 and isinstance(body[0], (Store, Accumulate)):
         return loops, body[0]
     return None
+
+
+def _distinct(index: tuple[Ix, ...], grid: dict) -> int | None:
+    """How many distinct cells an access touches, when that needs no counting: each index position
+    moves with at most one loop of the nest and no loop drives two positions (then every combination
+    of those loops is a different cell). None otherwise."""
+    seen = set()
+    for ix in index:
+        loops = [var for var, coef in ix.terms if isinstance(grid[var], np.ndarray)]
+        if len(loops) > 1 or seen.intersection(loops):
+            return None
+        seen.update(loops)
+    n = 1
+    for var in seen:
+        n *= grid[var].size
+    return n
+
+
+def _flat(bidx, shape):
+    return np.ravel_multi_index(bidx, shape).ravel() if bidx else np.zeros(1, int)
 
 
 def _index(ix: Ix, grid: dict):
