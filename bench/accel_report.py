@@ -6,7 +6,7 @@ For each scenario the program is compiled for `accel` twice, with the built-in
 rules and without the rules in question (`--without-rules`), run on the
 simulator with the same inputs, checked against the reference interpreter, and
 the simulator's figures printed with what the rules save. mlp_large takes a
-minute or so: the simulator runs every tile in numpy.
+few seconds: the simulator runs every tile in numpy.
 """
 
 from __future__ import annotations
