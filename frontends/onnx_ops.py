@@ -562,3 +562,199 @@ CONVERTERS = {
     "Mish": convert_mish,
     "ThresholdedRelu": convert_thresholded_relu,
 }
+
+
+# -- normalizations and layout ops expressed with reshape/transpose --------------
+
+
+def channel_param(b: Builder, p: Value, rank: int, hint: str) -> Value:
+    """A per-channel [C] parameter shaped [C, 1, ...] to broadcast along axis 1 of a rank-`rank` tensor."""
+    c = b.type_of(p).shape
+    return reshape(b, p, c + (1,) * (rank - 2), hint)
+
+
+def normalize(b: Builder, x: Value, axes: tuple[int, ...], eps: float, hint: str) -> tuple[Sym, Sym, Sym]:
+    """(x - mean) * rsqrt(var + eps) over `axes`, with the mean and the inverse standard deviation."""
+    mean = b.op("mean", [x], hint, axes=axes, keepdims=True)
+    d = b.op("sub", [x, mean], hint)
+    var = b.op("mean", [b.op("mul", [d, d], hint)], hint, axes=axes, keepdims=True)
+    inv = b.op("rsqrt", [b.op("add", [var, const(eps)], hint)], hint)
+    return b.op("mul", [d, inv], hint), mean, inv
+
+
+def convert_rms_norm(b, node, ins):
+    """x * rsqrt(mean(x^2) + eps) * scale over the axes from `axis`, computed in stash_type."""
+    x = ins[0]
+    t = b.type_of(x)
+    float_of(b, x)
+    axes = tuple(range(node.attr("axis", -1) % t.rank, t.rank))
+    xs = cast(b, x, onnx_dtype(node.attr("stash_type", 1)), node.out)
+    ms = b.op("mean", [b.op("mul", [xs, xs], node.out)], node.out, axes=axes, keepdims=True)
+    inv = b.op("rsqrt", [b.op("add", [ms, const(float(node.attr("epsilon", 1e-5)))], node.out)], node.out)
+    return [b.op("mul", [cast(b, b.op("mul", [xs, inv], node.out), t.dtype, node.out), ins[1]], node.out)]
+
+
+def convert_batch_norm(b, node, ins):
+    """Inference: (x - mean) * rsqrt(var + eps) * scale + bias, per channel (axis 1)."""
+    if node.attr("training_mode", 0):
+        raise Unsupported("op", "BatchNormalization in training mode")
+    x, scale, bias, mean, var = ins[:5]
+    rank = rank_of(b, x)
+    inv = b.op("rsqrt", [b.op("add", [channel_param(b, var, rank, node.out),
+                                      const(float(node.attr("epsilon", 1e-5)))], node.out)], node.out)
+    d = b.op("sub", [x, channel_param(b, mean, rank, node.out)], node.out)
+    y = b.op("mul", [b.op("mul", [d, inv], node.out), channel_param(b, scale, rank, node.out)], node.out)
+    return [b.op("add", [y, channel_param(b, bias, rank, node.out)], node.out)]
+
+
+def convert_instance_norm(b, node, ins):
+    x = ins[0]
+    rank = rank_of(b, x)
+    y, _, _ = normalize(b, x, tuple(range(2, rank)), float(node.attr("epsilon", 1e-5)), node.out)
+    y = b.op("mul", [y, channel_param(b, ins[1], rank, node.out)], node.out)
+    return [b.op("add", [y, channel_param(b, ins[2], rank, node.out)], node.out)]
+
+
+def convert_group_norm(b, node, ins):
+    """Opset 21: normalize each group of channels, then per-channel scale and bias, in stash_type."""
+    if node.opset < 21:
+        raise Unsupported("op", "GroupNormalization before opset 21 (per-group scale and bias)")
+    x = ins[0]
+    t = b.type_of(x)
+    groups = node.attr("num_groups")
+    xs = cast(b, x, onnx_dtype(node.attr("stash_type", 1)), node.out)
+    grouped = reshape(b, xs, (t.shape[0], groups, t.size // (t.shape[0] * groups)), node.out)
+    y, _, _ = normalize(b, grouped, (2,), float(node.attr("epsilon", 1e-5)), node.out)
+    y = cast(b, reshape(b, y, t.shape, node.out), t.dtype, node.out)
+    y = b.op("mul", [y, channel_param(b, ins[1], t.rank, node.out)], node.out)
+    return [b.op("add", [y, channel_param(b, ins[2], t.rank, node.out)], node.out)]
+
+
+def convert_mvn(b, node, ins):
+    """(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9), as the ONNX function body computes it."""
+    x = ins[0]
+    axes = tuple(a % rank_of(b, x) for a in node.attr("axes", [0, 2, 3]))
+    mean = b.op("mean", [x], node.out, axes=axes, keepdims=True)
+    mean_sq = b.op("mean", [b.op("mul", [x, x], node.out)], node.out, axes=axes, keepdims=True)
+    std = b.op("sqrt", [b.op("sub", [mean_sq, b.op("mul", [mean, mean], node.out)], node.out)], node.out)
+    return [b.op("div", [b.op("sub", [x, mean], node.out), b.op("add", [std, const(1e-9)], node.out)], node.out)]
+
+
+def convert_lp_norm(b, node, ins):
+    """x / ||x||_p along `axis` (p 1 or 2); 0 where the norm is 0."""
+    x = ins[0]
+    axis = (node.attr("axis", -1) % rank_of(b, x),)
+    p = node.attr("p", 2)
+    if p == 2:
+        norm = b.op("sqrt", [b.op("sum", [b.op("mul", [x, x], node.out)], node.out, axes=axis, keepdims=True)],
+                    node.out)
+    elif p == 1:
+        norm = b.op("sum", [b.op("abs", [x], node.out)], node.out, axes=axis, keepdims=True)
+    else:
+        raise Unsupported("op", f"LpNormalization with p={p}")
+    zero = b.op("equal", [norm, const(0.0)], node.out)
+    return [b.op("where", [zero, const(0.0), b.op("div", [x, norm], node.out)], node.out)]
+
+
+def global_pool(op: str):
+    def convert(b, node, ins):
+        return [b.op(op, [ins[0]], node.out, axes=tuple(range(2, rank_of(b, ins[0]))), keepdims=True)]
+
+    return convert
+
+
+def convert_depth_to_space(b, node, ins):
+    n, c, h, w = b.type_of(ins[0]).shape
+    bs = node.attr("blocksize")
+    if node.attr("mode", "DCR") == "DCR":
+        split, perm = (n, bs, bs, c // bs**2, h, w), (0, 3, 4, 1, 5, 2)
+    else:
+        split, perm = (n, c // bs**2, bs, bs, h, w), (0, 1, 4, 2, 5, 3)
+    moved = b.op("transpose", [reshape(b, ins[0], split, node.out)], node.out, perm=perm)
+    return [reshape(b, moved, (n, c // bs**2, h * bs, w * bs), node.out)]
+
+
+def convert_space_to_depth(b, node, ins):
+    n, c, h, w = b.type_of(ins[0]).shape
+    bs = node.attr("blocksize")
+    split = reshape(b, ins[0], (n, c, h // bs, bs, w // bs, bs), node.out)
+    perm = (0, 3, 5, 1, 2, 4) if node.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+    moved = b.op("transpose", [split], node.out, perm=perm)
+    return [reshape(b, moved, (n, c * bs * bs, h // bs, w // bs), node.out)]
+
+
+def convert_dropout(b, node, ins):
+    """Inference only (training_mode absent or false): the identity, and an all-true mask."""
+    training = ins[2] if len(ins) > 2 else None
+    if training is not None and (not isinstance(training, Known) or training.array.any()):
+        raise Unsupported("op", "Dropout in training mode (random)")
+    x = ins[0]
+    if sum(1 for o in node.proto.output if o) < 2:
+        return [x]
+    return [x, b.op("equal", [b.op("equal", [x, x], node.out), b.op("equal", [x, x], node.out)], node.out)]
+
+
+def convert_swish(b, node, ins):
+    x = ins[0]
+    scaled = b.op("mul", [x, const(float(node.attr("alpha", 1.0)))], node.out)
+    return [b.op("mul", [x, b.op("sigmoid", [scaled], node.out)], node.out)]
+
+
+def convert_isnan(b, node, ins):
+    return [b.op("equal", [b.op("equal", ins[:1] * 2, node.out), const(False)], node.out)]
+
+
+def convert_isinf(b, node, ins):
+    """x beyond the dtype's largest finite value, on the sides asked for (NaN is neither)."""
+    x = ins[0]
+    from ..engine.interp import np_dtype
+
+    big = float(np.finfo(np_dtype(float_of(b, x))).max)
+    pos, neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
+    if pos and neg:
+        return [b.op("greater", [b.op("abs", [x], node.out), const(big)], node.out)]
+    if pos:
+        return [b.op("greater", [x, const(big)], node.out)]
+    if neg:
+        return [b.op("less", [x, const(-big)], node.out)]
+    return [b.op("equal", [b.op("equal", [x, x], node.out), b.op("less", [x, x], node.out)], node.out)]
+
+
+def convert_sign(b, node, ins):
+    """greater(x, 0) - less(x, 0), and NaN stays NaN."""
+    x = ins[0]
+    dt = b.type_of(x).dtype
+    zero = const(0.0 if dt in ("f16", "f32", "f64") else 0)
+    up = b.op("cast", [b.op("greater", [x, zero], node.out)], node.out, dtype=dt)
+    down = b.op("cast", [b.op("less", [x, zero], node.out)], node.out, dtype=dt)
+    s = b.op("sub", [up, down], node.out)
+    return [b.op("where", [b.op("equal", [x, x], node.out), s, x], node.out)] if dt.startswith("f") else [s]
+
+
+def convert_shrink(b, node, ins):
+    x = ins[0]
+    lambd, bias = float(node.attr("lambd", 0.5)), float(node.attr("bias", 0.0))
+    above = b.op("where", [b.op("greater", [x, const(lambd)], node.out), b.op("sub", [x, const(bias)], node.out),
+                           const(0.0)], node.out)
+    below = b.op("less", [x, const(-lambd)], node.out)
+    return [b.op("where", [below, b.op("add", [x, const(bias)], node.out), above], node.out)]
+
+
+CONVERTERS.update({
+    "RMSNormalization": convert_rms_norm,
+    "BatchNormalization": convert_batch_norm,
+    "InstanceNormalization": convert_instance_norm,
+    "GroupNormalization": convert_group_norm,
+    "MeanVarianceNormalization": convert_mvn,
+    "LpNormalization": convert_lp_norm,
+    "GlobalAveragePool": global_pool("mean"),
+    "GlobalMaxPool": global_pool("max"),
+    "DepthToSpace": convert_depth_to_space,
+    "SpaceToDepth": convert_space_to_depth,
+    "Dropout": convert_dropout,
+    "Swish": convert_swish,
+    "IsNaN": convert_isnan,
+    "IsInf": convert_isinf,
+    "Sign": convert_sign,
+    "Shrink": convert_shrink,
+})

@@ -119,6 +119,47 @@ def test_layer_normalization_f16_computes_in_f32():
     np.testing.assert_allclose(mean[:, 0], x.astype(np.float32).mean(axis=1), rtol=1e-5, atol=1e-6)
 
 
+NCHW = (2, 4, 3, 6)
+
+
+@pytest.mark.parametrize("op,opset,extra,attrs", [
+    ("RMSNormalization", 23, [("scale", (3, 6))], {"axis": 2}),
+    ("BatchNormalization", 15, [("s", (4,)), ("b", (4,)), ("m", (4,)), ("v", (4,))], {"epsilon": 1e-3}),
+    ("InstanceNormalization", 6, [("s", (4,)), ("b", (4,))], {}),
+    ("GroupNormalization", 21, [("s", (4,)), ("b", (4,))], {"num_groups": 2}),
+    ("MeanVarianceNormalization", 13, [], {}),
+    ("LpNormalization", 1, [], {"axis": 1}),
+    ("GlobalAveragePool", 1, [], {}), ("GlobalMaxPool", 1, [], {}),
+    ("DepthToSpace", 13, [], {"blocksize": 2, "mode": "CRD"}), ("DepthToSpace", 13, [], {"blocksize": 2}),
+    ("SpaceToDepth", 13, [], {"blocksize": 3}), ("Shrink", 9, [], {"lambd": 0.3, "bias": 0.1}),
+    ("Sign", 13, [], {}), ("Swish", 24, [], {"alpha": 0.5}),
+])
+def test_normalizations_and_layout_ops_match_onnx(op, opset, extra, attrs):
+    arrays = [(n, np.abs(x_of(*shape)) + 0.5 if n == "v" else x_of(*shape)) for n, shape in extra]
+    assert_matches_onnx(single(op, NCHW, opset, arrays, **attrs), {"x": x_of(*NCHW), **dict(arrays)},
+                        rtol=1e-4, atol=1e-5)
+
+
+def test_l1_normalization_divides_by_the_sum_of_magnitudes():
+    """The spec's L1 norm (onnx's reference evaluator sums x without abs)."""
+    x = x_of(3, 4)
+    (got,) = run_imported(single("LpNormalization", (3, 4), 1, axis=0, p=1), {"x": x})
+    np.testing.assert_allclose(got, x / np.abs(x).sum(axis=0, keepdims=True), rtol=1e-5)
+
+
+def test_isnan_isinf_and_inference_dropout():
+    x = np.array([1.0, np.nan, np.inf, -np.inf, -2.0], np.float32)
+    nodes = [helper.make_node("IsNaN", ["x"], ["nan"]), helper.make_node("IsInf", ["x"], ["inf"]),
+             helper.make_node("IsInf", ["x"], ["neg"], detect_positive=0),
+             helper.make_node("Dropout", ["x"], ["y", "mask"])]
+    bools = [(n, TensorProto.BOOL, None) for n in ("nan", "inf", "neg")]
+    model = model_of(nodes, [("x", F32, [5])], bools + [("y", F32, None), ("mask", TensorProto.BOOL, None)])
+    nan, inf, neg, y, mask = run_imported(model, {"x": x})
+    assert nan.tolist() == [False, True, False, False, False]
+    assert inf.tolist() == [False, False, True, True, False] and neg.tolist() == [False, False, False, True, False]
+    np.testing.assert_array_equal(y, x) and mask.all()
+
+
 @pytest.mark.parametrize("attrs,c_shape", [({}, None), ({"transA": 1, "transB": 1}, (5,)),
                                            ({"alpha": 0.5, "beta": 2.0}, (3, 5)), ({"beta": 0.5}, (1,))])
 def test_gemm_matches_onnx(attrs, c_shape):
