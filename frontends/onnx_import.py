@@ -124,19 +124,7 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool = False,
     env: dict[str, Value | None] = {}  # None: a value a failed node would have produced
     for init in graph.initializer:
         env[init.name] = initializer_value(init, fold_constants)
-    inputs = {}
-    for vi in graph.input:
-        if vi.name in env:
-            continue
-        if constant_inputs and vi.name in constant_inputs:
-            env[vi.name] = Known(np.asarray(constant_inputs[vi.name]), name=vi.name)
-            continue
-        try:
-            env[vi.name] = b.param(vi.name, input_type(vi), input=vi.name)
-            inputs[vi.name] = env[vi.name].name
-        except Unsupported as u:  # reported by the nodes that read it as data (as a shape it may be fixed)
-            env[vi.name] = Sym("", None, vi.name)
-            b.bad_inputs[vi.name] = u
+    inputs = bind_graph_inputs(b, graph, env, constant_inputs or {})
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):
         translate_node(b, node, env, problems)
@@ -152,6 +140,24 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool = False,
         raise OnnxImportError(label, problems)
     check_declared_outputs(graph, wanted, [b.type_of(env[n]) for n in wanted], label)
     return b.finish(entry or graph.name or "main", returns, inputs, wanted)
+
+
+def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict) -> dict[str, str]:
+    """Parameters for the graph inputs (not initializers, not fixed by the caller); {input: parameter}."""
+    inputs = {}
+    for vi in graph.input:
+        if vi.name in env:
+            continue
+        if vi.name in constant_inputs:
+            env[vi.name] = Known(np.asarray(constant_inputs[vi.name]), name=vi.name)
+            continue
+        try:
+            env[vi.name] = b.param(vi.name, input_type(vi), input=vi.name)
+            inputs[vi.name] = env[vi.name].name
+        except Unsupported as u:  # reported by the nodes that read it as data (as a shape it may be fixed)
+            env[vi.name] = Sym("", None, vi.name)
+            b.bad_inputs[vi.name] = u
+    return inputs
 
 
 def load_model(model):
