@@ -202,3 +202,21 @@ def test_rows_far_apart_are_prefetched_and_contiguous_rows_are_not(cache):
     assert "__builtin_prefetch(&b_x[" in strided.native.source_path.read_text()
     assert "__builtin_prefetch(&b_out0[" in strided.native.source_path.read_text()
     assert "__builtin_prefetch" not in contiguous.native.source_path.read_text()
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.ir")), ids=lambda p: p.stem)
+def test_benchmark_torch_translation_equals_the_reference(path):
+    """The torch.compile column times the same program: its torch function, run eagerly, gives the same outputs."""
+    torch = pytest.importorskip("torch")
+    import sys
+
+    sys.path.insert(0, str(EXAMPLES.parent / "bench"))
+    from peers import torch_function
+
+    graph = stitch.compile(path).graph
+    inputs = random_inputs(graph, 2)
+    wants = evaluate(graph, inputs)
+    outs = [torch.from_numpy(np.empty_like(w)) for w in wants]
+    torch_function(graph)(*[torch.from_numpy(inputs[n]) for n in graph.param_names], *outs)
+    for got, want in zip(outs, wants):
+        assert compare(got.numpy(), want) == ""
