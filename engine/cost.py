@@ -21,14 +21,16 @@ Per kernel:
   the kernel and read once. Otherwise tiles are visited in order (outermost
   tiled axis first) and an input's slice stays on chip until an axis it varies
   along moves on, so a matmul's right operand is read again for each tile of
-  rows (`rereads`). The output is written once. Lowering
-  reads and writes exactly these bytes.
+  rows (`rereads`). Where that order matters, every order of the tiled axes is
+  priced and the cheapest kept (`tile_orders`). The output is written once.
+  Lowering reads and writes exactly these bytes, in that order.
 - Work: each instance computes its slice per tile; inline values are recomputed
   per use, so recomputation is priced.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -132,15 +134,16 @@ def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resid
 
 
 def choose_tile(kernel: Kernel, parallel: list[str], types, target: Target,
-                resident: set[str] = frozenset()) -> tuple[dict[str, int], int]:
-    """Grow the tile innermost-axis first while it fits and leaves enough tiles for every core."""
+                resident: set[str] = frozenset(), grow: list[str] | None = None) -> tuple[dict[str, int], int]:
+    """Grow the tile one axis at a time (`grow`, default innermost first) while it fits and leaves
+    enough tiles for every core."""
     terms = footprint_terms(kernel, types, resident, parallel)
     tile = {a: 1 for a in parallel}
     fp = footprint(kernel, tile, types, target.alignment, resident, terms)
     if fp > target.onchip_bytes:
         return tile, fp
     want_tiles = 2 * target.cores
-    for axis in reversed(parallel):
+    for axis in grow or reversed(parallel):
         for size in divisors(kernel.extents[axis])[1:]:
             trial = dict(tile, **{axis: size})
             fp_trial = footprint(kernel, trial, types, target.alignment, resident, terms)
@@ -215,9 +218,34 @@ def indexing_problem(kernel: Kernel, parallel: list[str]) -> str:
 
 
 def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
+    """The kernel priced with its cheapest order of tile loops (see `tile_orders`)."""
     parallel = parallel_axes(kernel)
     resident = resident_inputs(kernel, parallel, types, target)
-    tile, fp = choose_tile(kernel, parallel, types, target, resident)
+    best = None
+    for order, grow in tile_orders(kernel, parallel, resident):
+        kc = _kernel_cost(kernel, order, grow, resident, types, target)
+        if best is None or (kc.cycles, kc.bytes_read) < (best.cycles, best.bytes_read):
+            best = kc  # equal time (compute-bound): fewer bytes
+    return best
+
+
+def tile_orders(kernel: Kernel, parallel: list[str], resident: set[str]) -> list[tuple[list[str], list[str]]]:
+    """(loop order, tile growth order) pairs worth pricing, the root's axis order (grown innermost
+    first) first. The others only when the order can change what is read (an input that does not
+    vary along every tiled axis is re-read as `rereads` says, e.g. a matmul's operands), and only
+    for 2 or 3 tiled axes."""
+    default = [(parallel, list(reversed(parallel)))]
+    if len(parallel) < 2 or len(parallel) > 3:
+        return default
+    if all(cid in resident or all(a in labels for a in parallel) for cid, labels in kernel.inputs.items()):
+        return default
+    orders = [list(p) for p in itertools.permutations(parallel)]
+    return default + [(o, g) for o in orders for g in orders if (o, g) != default[0]]
+
+
+def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], resident: set[str], types,
+                 target: Target) -> KernelCost:
+    tile, fp = choose_tile(kernel, parallel, types, target, resident, grow)
     tiles = count_tiles(kernel, tile)
     problem = kernel.problem or indexing_problem(kernel, parallel)
     if not problem and fp > target.onchip_bytes:
