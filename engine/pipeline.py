@@ -143,7 +143,7 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
     p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
     add_without_rules_argument(p)
-    p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops"], default="schedule",
+    p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"], default="schedule",
                    help="what to print (default: schedule)")
     p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the compile figures")
@@ -194,7 +194,7 @@ def compile_command(args) -> int:
     compiled = compile_graph(graph, rule_files, target, limits)
     if args.dot:
         write_text(args.dot, compiled.run.serialize().to_dot())
-    if args.json or args.emit == "loops":
+    if args.json or args.emit in ("loops", "c"):
         from ..lowering.alloc import shared_bytes
         from ..lowering.loops import print_loops
         from ..lowering.lower import lower
@@ -209,6 +209,10 @@ def compile_command(args) -> int:
         print(json.dumps(out, indent=2))
     elif args.emit == "loops":
         print(print_loops(program), end="")
+    elif args.emit == "c":
+        from ..targets.cpu import c_for_target
+
+        sys.stdout.write(c_for_target(program, target))
     elif args.emit == "egraph":
         print(compiled.report.render())
     else:

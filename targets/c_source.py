@@ -65,19 +65,49 @@ def buffer_order(program: LoopProgram) -> list[Buffer]:
     return list(seen.values())
 
 
-def c_source(program: LoopProgram, vector_bytes: int = 32) -> str:
-    """The C translation unit; `vector_bytes` is the machine's vector width (it shapes the matmul blocks)."""
+def c_source(program: LoopProgram, vector_bytes: int = 32, parts: int = 1) -> str:
+    """The C translation unit; `vector_bytes` is the machine's vector width (it shapes the matmul blocks).
+
+    With `parts` > 1 the kernels are dealt into that many groups of about equal source size, each
+    under `#if STITCH_PART == i` (stitch_main in part 0), so the compiler can build the parts in
+    parallel (`cpu.build`); compiled without STITCH_PART defined, the file is one whole unit."""
     globals_ = buffer_order(program)
+    signature = ", ".join(f"{C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in globals_)
+    kernels = [(k.name, _Kernel(k, {b.name: b for b in globals_}, vector_bytes).render(signature))
+               for k in program.kernels]
     out = [PRELUDE, vector_typedefs(vector_bytes)]
-    for k in program.kernels:
-        out.append(_Kernel(k, {b.name: b for b in globals_}, vector_bytes).render())
+    out += [f"{_PROTO} void {_kernel_name(name)}({signature});" for name, _ in kernels]
+    for part, group in enumerate(_deal(kernels, parts)):
+        out.append(_part_guard(part, parts))
+        out += [text for _, text in group]
+        out.append("#endif" if parts > 1 else "")
+    out.append(_part_guard(0, parts))
     out.append("void stitch_main(void **b) {")
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")
     for k in program.kernels:
         out.append(f"  {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in globals_)});")
     out.append("}")
+    out.append("#endif" if parts > 1 else "")
     return "\n".join(out) + "\n"
+
+
+_PROTO = '__attribute__((visibility("hidden")))'
+
+
+def _part_guard(part: int, parts: int) -> str:
+    return f"#if !defined(STITCH_PART) || STITCH_PART == {part}" if parts > 1 else ""
+
+
+def _deal(kernels: list[tuple[str, str]], parts: int) -> list[list[tuple[str, str]]]:
+    """Kernels into `parts` groups, largest source first into the smallest group (program order kept)."""
+    groups: list[list[int]] = [[] for _ in range(max(parts, 1))]
+    sizes = [0] * len(groups)
+    for i in sorted(range(len(kernels)), key=lambda i: -len(kernels[i][1])):
+        g = sizes.index(min(sizes))
+        groups[g].append(i)
+        sizes[g] += len(kernels[i][1])
+    return [[kernels[i] for i in sorted(g)] for g in groups]
 
 
 def _ident(name: str) -> str:
@@ -97,9 +127,8 @@ class _Kernel:
         self.buffers.update(globals_)
         self.lines: list[str] = []
 
-    def render(self) -> str:
-        params = ", ".join(f"{C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in self.globals.values())
-        self.lines.append(f"static void {_kernel_name(self.k.name)}({params}) {{")
+    def render(self, signature: str) -> str:
+        self.lines.append(f"{_PROTO} void {_kernel_name(self.k.name)}({signature}) {{")
         outer = [b for b in self.k.allocs if self._written_outside_tiles(b.name)]
         for b in outer:
             self.lines.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = "

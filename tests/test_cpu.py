@@ -220,3 +220,36 @@ def test_benchmark_torch_translation_equals_the_reference(path):
     torch_function(graph)(*[torch.from_numpy(inputs[n]) for n in graph.param_names], *outs)
     for got, want in zip(outs, wants):
         assert compare(got.numpy(), want) == ""
+
+
+@needs_cc
+def test_large_sources_build_in_parts_at_once(cache, monkeypatch):
+    """Above PART_BYTES the kernels are dealt into one unit per core, compiled together, linked."""
+    monkeypatch.setattr(cpu, "PART_BYTES", 200)
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: 3)
+    started = []
+    real_popen = cpu.subprocess.Popen
+
+    def counting_popen(cmd, *args, **kwargs):
+        started.extend(a for a in cmd if a.startswith("-DSTITCH_PART="))  # run() uses Popen too
+        return real_popen(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(cpu.subprocess, "Popen", counting_popen)
+    text = (EXAMPLES / "attention.ir").read_text()  # 2 kernels: parts 0 and 1, part 2 holds nothing
+    compiled = stitch.compile(text, cache_dir=cache)
+    assert sorted(started) == ["-DSTITCH_PART=0", "-DSTITCH_PART=1", "-DSTITCH_PART=2"]
+    source = compiled.native.source_path.read_text()
+    assert source.count("STITCH_PART == ") == 4  # two kernels, an empty part, stitch_main
+    inputs = random_inputs(compiled.graph, 1)
+    for got, want in zip(compiled(**inputs), evaluate(compiled.graph, inputs)):
+        assert compare(got, want) == ""
+
+
+@needs_cc
+def test_emit_c_prints_the_unit_build_compiles(cache, capsys):
+    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--emit", "c"]) == 0
+    printed = capsys.readouterr().out
+    built = stitch.compile(EXAMPLES / "mlp.ir", cache_dir=cache).native.source_path.read_text()
+    assert printed == built and "void stitch_main(void **b)" in printed
+    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--emit", "c", "--target", "accel"]) == 1
+    assert "C is generated for cpu targets" in capsys.readouterr().err
