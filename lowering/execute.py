@@ -103,15 +103,18 @@ class TileRun:
                 first = tuple(slice(0, 1) if a in folded else slice(None) for a in range(rank))
                 index = tuple(i[first] for i in index)
             ufunc.at(target, index, value)
-        for name, accesses in touched.items():
+        for name, by_index in touched.items():
+            accesses = list(by_index.values())  # one per distinct index expression
             if len(accesses) == 1 and accesses[0][0] is not None:
                 distinct = accesses[0][0]
             else:
                 distinct = np.unique(np.concatenate([_flat(bidx, shape) for _, bidx, shape in accesses])).size
             self.read += distinct * self.memory[name].itemsize
         if leaf.buffer in self.global_names:
-            flat = np.ravel_multi_index(index, target.shape) if index else np.zeros(1, int)
-            cells = len(np.unique(flat)) * target.itemsize
+            cells = _distinct(leaf.index, grid)
+            if cells is None:
+                cells = len(np.unique(np.ravel_multi_index(index, target.shape))) if index else 1
+            cells *= target.itemsize
             self.written += cells
             if isinstance(leaf, Accumulate):  # accumulating in global memory reads it too
                 self.read += cells
@@ -130,8 +133,8 @@ class TileRun:
             else:
                 bidx = ()
                 out = arr[()]
-            if e.buffer in self.global_names:
-                touched.setdefault(e.buffer, []).append((_distinct(e.index, grid), bidx, arr.shape))
+            if e.buffer in self.global_names and e.index not in touched.setdefault(e.buffer, {}):
+                touched[e.buffer][e.index] = (_distinct(e.index, grid), bidx, arr.shape)
             return out
         assert isinstance(e, Op)
         args = [self.expr(a, grid, touched) for a in e.args]
