@@ -17,7 +17,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -42,9 +43,18 @@ class Native:
     program: LoopProgram
     library: ctypes.CDLL | None
     source_path: Path | None
+    # global temporaries between kernels, allocated on the first call and reused (no page faults
+    # after it); the lock keeps two threads calling at once from sharing them
+    scratch: dict[str, np.ndarray] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None = None) -> list[np.ndarray]:
+        with self.lock:
+            return self._run(inputs, out)
+
+    def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None) -> list[np.ndarray]:
         buffers = []
+        temporaries = {b.name for b in self.program.intermediates} - set(self.program.outputs)
         arrays: dict[str, np.ndarray] = {}
         outputs = dict.fromkeys(self.program.outputs)
         provided = dict(zip(outputs, out)) if out is not None else {}
@@ -55,6 +65,10 @@ class Native:
                 arr = provided[b.name]
                 if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype) or not arr.flags.c_contiguous:
                     raise StitchError(f"out= array for {b.name} must be a C-contiguous {b.dtype}{list(b.shape)}")
+            elif b.name in temporaries:
+                if b.name not in self.scratch:
+                    self.scratch[b.name] = np.empty(b.shape, np_dtype(b.dtype))
+                arr = self.scratch[b.name]
             else:
                 arr = np.empty(b.shape, np_dtype(b.dtype))
             arrays[b.name] = arr

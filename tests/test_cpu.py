@@ -253,3 +253,17 @@ def test_emit_c_prints_the_unit_build_compiles(cache, capsys):
     assert printed == built and "void stitch_main(void **b)" in printed
     assert main(["compile", str(EXAMPLES / "mlp.ir"), "--emit", "c", "--target", "accel"]) == 1
     assert "C is generated for cpu targets" in capsys.readouterr().err
+
+
+@needs_cc
+def test_global_temporaries_are_allocated_once_and_reused(cache):
+    """A kernel-to-kernel temporary is scratch the program keeps: no page faults after the first call."""
+    compiled = stitch.compile(EXAMPLES / "attention.ir", cache_dir=cache)
+    assert compiled.loops.intermediates, "attention is 2 kernels with a global temporary between them"
+    first_inputs, second_inputs = random_inputs(compiled.graph, 1), random_inputs(compiled.graph, 2)
+    compiled(**first_inputs)
+    held = {name: arr.ctypes.data for name, arr in compiled.native.scratch.items()}
+    assert set(held) == {b.name for b in compiled.loops.intermediates}
+    for got, want in zip(compiled(**second_inputs), evaluate(compiled.graph, second_inputs)):
+        assert compare(got, want) == ""
+    assert {name: arr.ctypes.data for name, arr in compiled.native.scratch.items()} == held
