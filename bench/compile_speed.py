@@ -38,7 +38,7 @@ def stages(text: str, target, limits: Limits) -> dict:
     run = EGraphRun(graph, builtin_rule_files())
     report = run.run(limits)
     t2 = time.perf_counter()
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
     t3 = time.perf_counter()
     result = extract_schedule(data, target)
     t4 = time.perf_counter()

@@ -44,7 +44,9 @@ class EGraphData:
         return sum(len(v) for v in self.classes.values())
 
     @classmethod
-    def from_json(cls, text: str, roots: list[str] | None = None) -> "EGraphData":
+    def from_json(cls, text: str, roots: list[str] | None = None,
+                  exact_ints: dict[tuple[float, str], int] | None = None) -> "EGraphData":
+        """`exact_ints`: integer literals beyond 2**53 (saturate.exact_int_constants), back from their f64."""
         js = json.loads(text)
         nodes = js["nodes"]
         value_cache: dict[str, object] = {}
@@ -78,7 +80,7 @@ class EGraphData:
                     (shapes if ctor == "shape" else dtypes)[target] = value(primitive_of_class[n["eclass"]])
                 continue
             kids = n["children"]
-            classes.setdefault(n["eclass"], []).append(_enode(ctor, kids, nodes, value))
+            classes.setdefault(n["eclass"], []).append(_enode(ctor, kids, nodes, value, exact_ints or {}))
         data = cls(classes, list(js.get("root_eclasses", [])) if roots is None else roots)
         for cid in classes:
             if cid in shapes and cid in dtypes:
@@ -86,14 +88,15 @@ class EGraphData:
         return data
 
 
-def _enode(ctor: str, kids: list[str], nodes: dict, value) -> ENode:
+def _enode(ctor: str, kids: list[str], nodes: dict, value, exact_ints: dict) -> ENode:
     cls = lambda nid: nodes[nid]["eclass"]  # noqa: E731
     if ctor in PLACEMENT_OF:
         return ENode(ctor, PLACEMENT_OF[ctor], (cls(kids[0]),))
     if ctor == "Input":
         return ENode(ctor, "param", (), (("name", value(kids[0])),))
     if ctor == "Const":
-        return ENode(ctor, "const", (), (("value", value(kids[0])), ("dtype", value(kids[1]))))
+        v, dtype = value(kids[0]), value(kids[1])
+        return ENode(ctor, "const", (), (("value", exact_ints.get((v, dtype), v)), ("dtype", dtype)))
     ops, attr_names = FAMILIES[ctor]
     rest = list(kids)
     op = value(rest.pop(0)) if ctor in NAMED_FAMILIES else ops[0]

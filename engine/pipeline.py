@@ -122,7 +122,7 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target, limits: Limi
 
     start = time.perf_counter()
     run, report = saturate_program(graph, rule_files, limits)
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
     extracted = extract_schedule(data, target)
     # Say why the most-fused alternative was not taken, when it was refused.
     fused = build_schedule(data, extract_tree(data, MOST_FUSED))

@@ -62,6 +62,28 @@ class RunReport:
         return "\n".join(lines)
 
 
+def exact_int_constants(graph: Graph) -> dict[tuple[float, str], int]:
+    """The integer literals an f64 cannot hold (beyond 2**53), keyed as the e-graph stores them.
+
+    The e-graph keeps a literal's value as an f64, so that rules match literals of every dtype;
+    rules only introduce small literals, so an inexact f64 can only be one of the program's own
+    and this table gives its value back at extraction. Two such literals with the same f64 in one
+    program would be confused: that is an error."""
+    table: dict[tuple[float, str], int] = {}
+    for node in graph.nodes:
+        if node.op != "const" or node.type.dtype not in ("i32", "i64"):
+            continue
+        value = int(node.attr("value"))
+        key = (float(value), node.type.dtype)
+        if float(value) == value:
+            continue
+        if table.setdefault(key, value) != value:
+            raise StitchError(f"integer literals {table[key]} and {value} are too close to tell apart "
+                              "(stitch keeps literals beyond 2**53 apart only when their float64 values differ)",
+                              node.pos, hint="compute one from the other, or pass it as a parameter")
+    return table
+
+
 class EGraphRun:
     """A program's e-graph with the rule files loaded; saturate it with `run`."""
 
@@ -78,6 +100,7 @@ class EGraphRun:
             self._exec(text, f"rule file {rf.filename}")
         text, self.roots = graph_to_egglog(graph)
         self._exec(text, "the program")
+        self.exact_ints = exact_int_constants(graph)
 
     def _exec(self, text: str, what: str):
         try:

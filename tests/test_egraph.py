@@ -222,3 +222,25 @@ def test_right_side_cannot_be_a_bare_placement():
 
     with pytest.raises(StitchError, match="bare placement"):
         parse_rules("rule bad: exp(?x) => global(exp(?x))", "p.rules")
+
+
+def test_integer_literals_beyond_float64_survive_the_egraph():
+    """The e-graph keeps literals as f64; INT64_MAX must still come back exact (it wrapped to INT64_MIN)."""
+    from stitch.engine.api import compile as compile_program
+    from stitch.lowering.execute import execute
+
+    text = "func f(x: i64[3]) -> i64[3] { return neg(add(9223372036854775807, x)) }"
+    program = compile_program(text, target="accel")
+    inputs = {"x": np.array([0, 1, 5], np.int64)}
+    want = evaluate(program.graph, inputs)[0]
+    np.testing.assert_array_equal(execute(program.loops, inputs)[0][0], want)
+    assert list(want) == [-(2**63) + 1, -(2**63), 2**63 - 4]  # wraps as numpy does
+
+
+def test_integer_literals_an_f64_cannot_tell_apart_are_an_error(tmp_path, capsys):
+    path = tmp_path / "close.ir"
+    path.write_text("func f(x: i64[3]) -> i64[3] {\n"
+                    "  return sub(add(x, 9223372036854775807), 9223372036854775806)\n}\n")
+    assert main(["compile", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "too close to tell apart" in err and "close.ir:2:" in err
