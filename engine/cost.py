@@ -108,9 +108,9 @@ def staged(kernel: Kernel, cid: str, labels, parallel: list[str]) -> bool:
 
 
 def footprint_terms(kernel: Kernel, types, resident: set[str],
-                    parallel: list[str]) -> tuple[int, list[tuple[tuple, int]]]:
-    """The tile's on-chip buffers: (bytes held whatever the tile, [(axis map, bytes per element)])."""
-    fixed = sum(types[cid].nbytes for cid in resident)
+                    parallel: list[str]) -> tuple[list[int], list[tuple[tuple, int]]]:
+    """The tile's on-chip buffers: (sizes of the buffers held whatever the tile, [(axis map, bytes per element)])."""
+    fixed = [types[cid].nbytes for cid in resident]
     terms = [
         (labels, dtype_bytes(types[cid].dtype))
         for cid, labels in kernel.inputs.items()
@@ -122,7 +122,7 @@ def footprint_terms(kernel: Kernel, types, resident: set[str],
 def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resident: set[str] = frozenset(),
               terms=None) -> int:
     fixed, terms = terms or footprint_terms(kernel, types, resident, list(tile))
-    total = align(fixed, alignment) if fixed else 0
+    total = sum(align(n, alignment) for n in fixed)  # each its own buffer, aligned as the merge places it
     extents = kernel.extents
     for labels, nbytes in terms:
         n = nbytes

@@ -89,6 +89,21 @@ def test_lowering_pipeline_verifies_and_merging_never_grows(graph, target):
         assert merged <= unmerged + target.alignment * len(kernel.allocs)
 
 
+@settings(max_examples=25)
+@given(graphs(dtypes=("f32", "f16", "i64", "bool"), max_ops=8, max_rank=3, max_dim=6), st.sampled_from(TARGETS))
+def test_lowered_onchip_bytes_never_exceed_the_cost_models_footprint(graph, target):
+    """What the cost model sized to fit is what lowering allocates, or less: the simulator and the
+    verifier never refuse a kernel extraction accepted (resident inputs are aligned one by one)."""
+    from stitch.lowering.alloc import shared_bytes
+
+    c, program = lowered(graph, target)
+    assert len(program.kernels) == len(c.cost.kernels)
+    for kernel, kc in zip(program.kernels, c.cost.kernels):
+        merged, _ = shared_bytes(kernel)
+        local = sum(b.nbytes for b in kernel.allocs if b.scope == "local")
+        assert merged + local <= kc.footprint, print_loops(program)
+
+
 def test_compile_emit_loops_and_json_shared_bytes(capsys):
     import json
 
