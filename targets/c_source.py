@@ -238,7 +238,9 @@ class _Kernel:
         target = self.access(leaf.buffer, leaf.index, None)
         head = f"for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var})"
         if leaf.op == "sum":
-            self.lines += [f"{pad}{{ {ctype} acc = {target};", f"{pad}  #pragma omp simd reduction(+:acc)",
+            # f16 sums accumulate in float and round once, as numpy's half-precision sum does
+            acc_type = "float" if dtype == "f16" else ctype
+            self.lines += [f"{pad}{{ {acc_type} acc = {target};", f"{pad}  #pragma omp simd reduction(+:acc)",
                            f"{pad}  {head} acc += {self.expr(leaf.value)};", f"{pad}  {target} = acc; }}"]
         elif dtype in ("i32", "i64"):
             cmp = ">" if leaf.op == "max" else "<"
