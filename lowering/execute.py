@@ -87,9 +87,14 @@ class TileRun:
             grid[loop.var] = np.arange(loop.extent).reshape(shape)
         full = tuple(loop.extent for loop in loops)
         touched: dict[str, list] = {}
-        value = np.broadcast_to(self.expr(leaf.value, grid, touched), full)
-        index = tuple(np.broadcast_to(_index(ix, grid), full) for ix in leaf.index)
         target = self.memory[leaf.buffer]
+        widened = _f16_matmul(leaf, target)
+        if widened:  # numpy's f16 matmul: products and sums in float, one rounding per cell
+            a, b = (self.expr(arg, grid, touched).astype(np.float32) for arg in leaf.value.args)
+            value = np.broadcast_to(a * b, full)
+        else:
+            value = np.broadcast_to(self.expr(leaf.value, grid, touched), full)
+        index = tuple(np.broadcast_to(_index(ix, grid), full) for ix in leaf.index)
         if isinstance(leaf, Store):
             target[index] = value
         elif not index:  # a scalar accumulator: fold every iteration into it
@@ -102,7 +107,12 @@ class TileRun:
                 value = ufunc.reduce(value, axis=folded, dtype=value.dtype, keepdims=True)
                 first = tuple(slice(0, 1) if a in folded else slice(None) for a in range(rank))
                 index = tuple(i[first] for i in index)
-            ufunc.at(target, index, value)
+            if widened:
+                wide = target.astype(np.float32)
+                ufunc.at(wide, index, value)
+                target[...] = wide
+            else:
+                ufunc.at(target, index, value)
         for name, by_index in touched.items():
             accesses = list(by_index.values())  # one per distinct index expression
             if len(accesses) == 1 and accesses[0][0] is not None:
@@ -142,6 +152,11 @@ class TileRun:
 
 
 _ACCUMULATE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def _f16_matmul(leaf, target: np.ndarray) -> bool:
+    return (isinstance(leaf, Accumulate) and leaf.unit == "matrix" and leaf.op == "sum"
+            and target.dtype == np.float16 and isinstance(leaf.value, Op) and leaf.value.op == "mul")
 
 
 def _perfect_nest(loop: For):

@@ -169,7 +169,7 @@ class _Kernel:
             self.scratch(pad, declared)
             in_tile = True
         for s in stmts:
-            if self.matmul(s, pad) or self.simd_reduce(s, pad):
+            if self.matmul(s, pad) or self.f16_matmul(s, pad) or self.simd_reduce(s, pad):
                 continue
             if isinstance(s, For):
                 parallel = top and s.kind == "parallel"
@@ -222,6 +222,52 @@ class _Kernel:
         if nest is None:
             return False
         self.lines += render_matmul(nest, self, pad, self.buffers[nest.acc.buffer].dtype, self.vector_bytes)
+        return True
+
+    def f16_matmul(self, s, pad: str) -> bool:
+        """An f16 matmul nest, with numpy's f16 matmul semantics: products and sums in float, one
+        rounding per output element. The accumulator's cells of one row block live in a float
+        shadow across the reduce loop (rounding them at every step drifts by several ulp)."""
+        loops = [s]
+        while isinstance(loops[-1], For) and len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], For):
+            loops.append(loops[-1].body[0])
+        if not (isinstance(s, For) and len(loops[-1].body) == 1):
+            return False
+        leaf = loops[-1].body[0]
+        if not (isinstance(leaf, Accumulate) and leaf.unit == "matrix" and leaf.op == "sum"
+                and self.buffers[leaf.buffer].dtype == "f16" and isinstance(leaf.value, Op)
+                and leaf.value.op == "mul"):
+            return False
+        indexed = {v for ix in leaf.index for v, _ in ix.terms}
+        first = next((i for i, loop in enumerate(loops) if loop.var not in indexed), None)
+        if first is None:
+            return False
+        outer, inner = loops[:first], loops[first:]
+        cells = [loop for loop in inner if loop.var in indexed]
+        size, offset = 1, "0"
+        for loop in cells:
+            offset = f"({offset}) * {loop.extent} + {loop.var}" if size > 1 else loop.var
+            size *= loop.extent
+        target = self.access(leaf.buffer, leaf.index, None)
+        a, b = (f"(float)({self.expr(arg)})" for arg in leaf.value.args)
+        depth = len(pad) // 2
+        lines = []
+        for i, loop in enumerate(outer):
+            lines.append("  " * i + f"for (int64_t {loop.var} = 0; {loop.var} < {loop.extent}; ++{loop.var}) {{")
+        inside = "  " * len(outer)
+        lines.append(f"{inside}{{ float acc_f[{size}];")
+
+        def over(loop_list, body):
+            head = [inside + "  " * (k + 1) + f"for (int64_t {lp.var} = 0; {lp.var} < {lp.extent}; ++{lp.var})"
+                    for k, lp in enumerate(loop_list)]
+            return head + [inside + "  " * (len(loop_list) + 1) + body]
+
+        lines += over(cells, f"acc_f[{offset}] = (float){target};")
+        lines += over(inner, f"acc_f[{offset}] += {a} * {b};")
+        lines += over(cells, f"{target} = (_Float16)acc_f[{offset}];")
+        lines.append(f"{inside}}}")
+        lines += ["  " * i + "}" for i in reversed(range(len(outer)))]
+        self.lines += ["  " * depth + line for line in lines]
         return True
 
     def simd_reduce(self, s, pad: str) -> bool:
