@@ -306,12 +306,11 @@ def simulated_json(compiled: dict, report) -> dict:
 
 
 def summarize(outputs: list[np.ndarray]) -> str:
-    from .interp import NP_DTYPES
+    from .interp import DTYPE_OF_NP
 
-    names = {np.dtype(v): k for k, v in NP_DTYPES.items()}
     lines = []
     for k, v in enumerate(outputs):
-        typ = f"{names[v.dtype]}[{', '.join(map(str, v.shape))}]"
+        typ = f"{DTYPE_OF_NP[v.dtype]}[{', '.join(map(str, v.shape))}]"
         if v.size and v.dtype != np.bool_:
             stats = f"min={v.min():.6g} max={v.max():.6g} mean={v.astype(np.float64).mean():.6g}"
         else:

@@ -29,6 +29,9 @@ def np_dtype(dtype: str) -> np.dtype:
     return np.dtype(NP_DTYPES[dtype])
 
 
+DTYPE_OF_NP = {np.dtype(v): k for k, v in NP_DTYPES.items()}  # numpy dtype -> IR dtype name
+
+
 def _unary(op: str, x: np.ndarray) -> np.ndarray:
     dt = x.dtype
     if op == "neg":

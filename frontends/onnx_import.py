@@ -20,7 +20,7 @@ import numpy as np
 
 from ..engine.check import broadcast_shapes, check_program, matmul_shape, normalize_axes, reduce_shape
 from ..engine.errors import StitchError
-from ..engine.interp import NP_DTYPES
+from ..engine.interp import DTYPE_OF_NP
 from ..engine.ir import Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, Program, TensorType, Var
 from ..engine.ops import FLOAT, NUMERIC, OPS
 from ..engine.parse import parse_program
@@ -28,7 +28,6 @@ from ..engine.printer import print_program
 
 # ONNX TensorProto element types stitch has (the others are "unsupported dtype").
 ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 6: "i32", 7: "i64", 9: "bool"}
-NP_TO_DTYPE = {np.dtype(v): k for k, v in NP_DTYPES.items()}
 
 # Initializers of at most this many elements become literals or compile-time
 # values with `fold_constants`; bigger ones always stay parameters.
@@ -306,9 +305,9 @@ class Builder:
             if v.type is None:
                 raise self.bad_inputs[v.input]
             return v.type
-        if v.array.dtype not in NP_TO_DTYPE:
+        if v.array.dtype not in DTYPE_OF_NP:
             raise Unsupported("dtype", f"a constant of dtype {v.array.dtype} (stitch has f16 f32 f64 i32 i64 bool)")
-        return TensorType(NP_TO_DTYPE[v.array.dtype], check_dims(v.array.shape, "a constant"))
+        return TensorType(DTYPE_OF_NP[v.array.dtype], check_dims(v.array.shape, "a constant"))
 
     def data(self, v: Value, hint: str) -> Var:
         """`v` as a program value: a known value read as data becomes a parameter holding it."""

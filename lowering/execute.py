@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.interp import elementwise, np_dtype
-from .loops import Accumulate, For, Ix, Lit, Load, LoopProgram, Op, Store
+from ..engine.interp import DTYPE_OF_NP, elementwise, np_dtype
+from .loops import Accumulate, For, Ix, Lit, Load, LoopProgram, Op, Store, accumulates_in_float, perfect_nest
 
 
 @dataclass
@@ -68,7 +68,7 @@ class TileRun:
     def block(self, stmts, env: dict) -> None:
         for s in stmts:
             if isinstance(s, For):
-                nest = _perfect_nest(s)
+                nest = perfect_nest(s)
                 if nest is not None and s.kind != "parallel":
                     self.nest(nest[0], nest[1], env)
                 else:
@@ -88,7 +88,7 @@ class TileRun:
         full = tuple(loop.extent for loop in loops)
         touched: dict[str, list] = {}
         target = self.memory[leaf.buffer]
-        widened = _f16_matmul(leaf, target)
+        widened = accumulates_in_float(leaf, DTYPE_OF_NP.get(target.dtype))
         if widened:  # numpy's f16 matmul: products and sums in float, one rounding per cell
             a, b = (self.expr(arg, grid, touched).astype(np.float32) for arg in leaf.value.args)
             value = np.broadcast_to(a * b, full)
@@ -152,22 +152,6 @@ class TileRun:
 
 
 _ACCUMULATE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
-
-
-def _f16_matmul(leaf, target: np.ndarray) -> bool:
-    return (isinstance(leaf, Accumulate) and leaf.unit == "matrix" and leaf.op == "sum"
-            and target.dtype == np.float16 and isinstance(leaf.value, Op) and leaf.value.op == "mul")
-
-
-def _perfect_nest(loop: For):
-    """(loops, leaf) if `loop` is a chain of single-statement loops ending in one store."""
-    loops = [loop]
-    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], For) and loops[-1].body[0].kind != "parallel":
-        loops.append(loops[-1].body[0])
-    body = loops[-1].body
-    if len(body) == 1 and isinstance(body[0], (Store, Accumulate)):
-        return loops, body[0]
-    return None
 
 
 def _distinct(index: tuple[Ix, ...], grid: dict) -> int | None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .loops import Accumulate, Buffer, For, Ix, Load, LoopProgram, Op, Store
+from .liveness import buffers_touched
+from .loops import Accumulate, Buffer, For, Ix, Load, LoopProgram, Op, Store, leaves
 
 
 def forward_buffers(program: LoopProgram) -> LoopProgram:
@@ -47,33 +48,13 @@ def _loops(stmts):
             yield from _loops(s.body)
 
 
-def _leaves(stmts):
-    for s in stmts:
-        if isinstance(s, For):
-            yield from _leaves(s.body)
-        else:
-            yield s
-
-
-def _loads(e):
-    if isinstance(e, Load):
-        yield e
-    elif isinstance(e, Op):
-        for a in e.args:
-            yield from _loads(a)
-
-
 def _accessed(stmts) -> set[str]:
-    names = set()
-    for leaf in _leaves(stmts):
-        names.add(leaf.buffer)
-        names.update(load.buffer for load in _loads(leaf.value))
-    return names
+    return set().union(*(buffers_touched(leaf) for leaf in leaves(stmts)))
 
 
 def _tile_shape(stmts, name: str, buf: Buffer, tile_vars: set[str]) -> tuple[int, ...]:
     """Per dimension: the tile size (the coefficient of its tile loop), else the whole extent, 1 for a constant."""
-    for leaf in _leaves(stmts):
+    for leaf in leaves(stmts):
         if leaf.buffer == name:
             index = leaf.index
             break

@@ -25,9 +25,7 @@ absent from the result; they conflict with nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from .loops import Accumulate, Expr, For, Load, LoopKernel, Op, Stmt, Store
+from .loops import Accumulate, For, LoopKernel, Stmt, Store, loads
 
 
 def live_ranges(kernel: LoopKernel) -> dict[str, tuple[int, int]]:
@@ -59,15 +57,6 @@ def ranges_overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool
 def buffers_touched(leaf: Store | Accumulate) -> set[str]:
     """The buffers a leaf statement reads or writes."""
     return {leaf.buffer} | {load.buffer for load in loads(leaf.value)}
-
-
-def loads(expr: Expr) -> Iterator[Load]:
-    """Every Load in an expression, left to right."""
-    if isinstance(expr, Load):
-        yield expr
-    elif isinstance(expr, Op):
-        for arg in expr.args:
-            yield from loads(arg)
 
 
 def _collect(stmts: list[Stmt], in_tiles: bool, region: int | None, next_region: list[int],

@@ -16,6 +16,7 @@ and scalar ops. Everything prints as text (`print_loops`), the form
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -147,6 +148,47 @@ class LoopProgram:
                 if b.name == name:
                     return b
         raise KeyError(name)
+
+
+# ---------------------------------------------------------------------------
+# walking
+
+
+def loads(expr: Expr) -> Iterator[Load]:
+    """Every Load in an expression, left to right."""
+    if isinstance(expr, Load):
+        yield expr
+    elif isinstance(expr, Op):
+        for arg in expr.args:
+            yield from loads(arg)
+
+
+def leaves(stmts: list[Stmt]) -> Iterator[Union[Store, Accumulate]]:
+    """Every Store / Accumulate under `stmts`, in program order."""
+    for s in stmts:
+        if isinstance(s, For):
+            yield from leaves(s.body)
+        else:
+            yield s
+
+
+def perfect_nest(loop: For) -> tuple[list[For], Union[Store, Accumulate]] | None:
+    """(loops, leaf) if `loop` is a chain of single-statement loops (none of them a tile loop
+    below the first) ending in one statement."""
+    loops = [loop]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], For) and loops[-1].body[0].kind != "parallel":
+        loops.append(loops[-1].body[0])
+    body = loops[-1].body
+    if len(body) == 1 and isinstance(body[0], (Store, Accumulate)):
+        return loops, body[0]
+    return None
+
+
+def accumulates_in_float(leaf, dtype: str) -> bool:
+    """An f16 matmul's multiply-accumulate: as numpy's f16 matmul, products and sums are float and
+    each cell is rounded once (the C target and the numpy executor both honour this)."""
+    return (isinstance(leaf, Accumulate) and leaf.unit == "matrix" and leaf.op == "sum" and dtype == "f16"
+            and isinstance(leaf.value, Op) and leaf.value.op == "mul")
 
 
 # ---------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from ..engine.ir import dtype_bytes
 from .alloc import shared_bytes
-from .liveness import live_ranges, loads, ranges_overlap
-from .loops import Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, Store, print_kernel, print_loops
+from .liveness import live_ranges, ranges_overlap
+from .loops import Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, Store, loads, print_kernel, print_loops
 
 
 class VerifyError(Exception):

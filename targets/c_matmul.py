@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..engine.ir import dtype_bytes
-from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op
+from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op, loads
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 C_FLOAT = {"f32": "float", "f64": "double"}
@@ -175,17 +175,11 @@ def contiguous_in(index: tuple[Ix, ...], var: str) -> bool:
 
 
 def _expr_uses(e, var: str) -> bool:
-    if isinstance(e, Load):
-        return _uses(e.index, var)
-    return isinstance(e, Op) and any(_expr_uses(a, var) for a in e.args)
+    return any(_uses(load.index, var) for load in loads(e))
 
 
 def _buffers(e) -> set[str]:
-    if isinstance(e, Load):
-        return {e.buffer}
-    if isinstance(e, Op):
-        return set().union(*(_buffers(a) for a in e.args))
-    return set()
+    return {load.buffer for load in loads(e)}
 
 
 def _expr_dtype(e, dtype_of) -> str:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 
 from ..engine.ir import dtype_bytes
-from ..lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store
+from ..lowering.loops import (Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store,
+                              accumulates_in_float, leaves, loads, perfect_nest)
 from .c_matmul import contiguous_in, match_matmul, render_matmul, shift_ix, vector_typedefs
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
@@ -141,7 +142,7 @@ class _Kernel:
 
     def _written_outside_tiles(self, name: str) -> bool:
         for s in self.k.body:
-            if not (isinstance(s, For) and s.kind == "parallel") and name in _written(s):
+            if not (isinstance(s, For) and s.kind == "parallel") and name in {leaf.buffer for leaf in leaves([s])}:
                 return True
         return False
 
@@ -196,7 +197,7 @@ class _Kernel:
         accesses = {}
         for leaf in inner.body:
             accesses[(leaf.buffer, leaf.index, None)] = 1
-            for load in _loads(leaf.value):
+            for load in loads(leaf.value):
                 accesses.setdefault((load.buffer, load.index, load.view), 0)
         for (name, index, view), write in accesses.items():
             b = self.buffers[name]
@@ -228,16 +229,10 @@ class _Kernel:
         """An f16 matmul nest, with numpy's f16 matmul semantics: products and sums in float, one
         rounding per output element. The accumulator's cells of one row block live in a float
         shadow across the reduce loop (rounding them at every step drifts by several ulp)."""
-        loops = [s]
-        while isinstance(loops[-1], For) and len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], For):
-            loops.append(loops[-1].body[0])
-        if not (isinstance(s, For) and len(loops[-1].body) == 1):
+        nest = perfect_nest(s) if isinstance(s, For) else None
+        if nest is None or not accumulates_in_float(nest[1], self.buffers[nest[1].buffer].dtype):
             return False
-        leaf = loops[-1].body[0]
-        if not (isinstance(leaf, Accumulate) and leaf.unit == "matrix" and leaf.op == "sum"
-                and self.buffers[leaf.buffer].dtype == "f16" and isinstance(leaf.value, Op)
-                and leaf.value.op == "mul"):
-            return False
+        loops, leaf = nest
         indexed = {v for ix in leaf.index for v, _ in ix.terms}
         first = next((i for i, loop in enumerate(loops) if loop.var not in indexed), None)
         if first is None:
@@ -353,14 +348,6 @@ PREFETCH_RUN = 2048  # contiguous bytes per row up to which rows are prefetched
 PREFETCH_AHEAD = 8192  # bytes of rows to prefetch ahead
 
 
-def _loads(e) -> list[Load]:
-    if isinstance(e, Load):
-        return [e]
-    if isinstance(e, Op):
-        return [x for a in e.args for x in _loads(a)]
-    return []
-
-
 def _flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
     """Elements the flat address moves per step of `var`."""
     coef, stride = 0, 1
@@ -368,15 +355,6 @@ def _flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
         coef += dict(ix.terms).get(var, 0) * stride
         stride *= extent
     return coef
-
-
-def _written(stmt) -> set[str]:
-    if isinstance(stmt, For):
-        out = set()
-        for s in stmt.body:
-            out |= _written(s)
-        return out
-    return {stmt.buffer}
 
 
 def _ix(ix: Ix) -> str:
