@@ -66,16 +66,23 @@ def buffer_order(program: LoopProgram) -> list[Buffer]:
     return list(seen.values())
 
 
-def c_source(program: LoopProgram, vector_bytes: int = 32, parts: int = 1) -> str:
-    """The C translation unit; `vector_bytes` is the machine's vector width (it shapes the matmul blocks).
+# Generated C above this many bytes is split into parts, one compiler per core: gcc's time grows
+# with the unit (a 500-op program: ~250 KB, ~10 s in one unit on this machine).
+PART_BYTES = 120_000
 
-    With `parts` > 1 the kernels are dealt into that many groups of about equal source size, each
-    under `#if STITCH_PART == i` (stitch_main in part 0), so the compiler can build the parts in
-    parallel (`cpu.build`); compiled without STITCH_PART defined, the file is one whole unit."""
+
+def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1) -> tuple[str, int]:
+    """The C translation unit and the number of parts it is dealt into; `vector_bytes` is the
+    machine's vector width (it shapes the matmul blocks).
+
+    Kernels over PART_BYTES of source in all are dealt into up to `max_parts` groups of about equal
+    size, each under `#if STITCH_PART == i` (stitch_main in part 0), so the compiler can build the
+    parts in parallel (`cpu.build`); compiled without STITCH_PART defined, the file is one unit."""
     globals_ = buffer_order(program)
     signature = ", ".join(f"{C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in globals_)
     kernels = [(k.name, _Kernel(k, {b.name: b for b in globals_}, vector_bytes).render(signature))
                for k in program.kernels]
+    parts = min(max_parts, sum(len(text) for _, text in kernels) // PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes)]
     out += [f"{_PROTO} void {_kernel_name(name)}({signature});" for name, _ in kernels]
     for part, group in enumerate(_deal(kernels, parts)):
@@ -90,7 +97,7 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, parts: int = 1) -> st
         out.append(f"  {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in globals_)});")
     out.append("}")
     out.append("#endif" if parts > 1 else "")
-    return "\n".join(out) + "\n"
+    return "\n".join(out) + "\n", parts
 
 
 _PROTO = '__attribute__((visibility("hidden")))'

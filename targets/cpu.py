@@ -89,7 +89,7 @@ def c_for_target(program: LoopProgram, target, flags: tuple[str, ...] = DEFAULT_
         raise StitchError(f"C is generated for cpu targets; '{target.name}' is an {target.kind} target "
                           "(run it with stitch run --target ...)")
     cc = compiler()
-    return c_source(program, _vector_bytes(cc, tuple(flags)) if cc else 32)
+    return c_source(program, _vector_bytes(cc, tuple(flags)) if cc else 32)[0]
 
 
 def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str, ...] = DEFAULT_FLAGS,
@@ -102,10 +102,7 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
     cache_dir = Path(cache_dir or default_cache_dir())
     cache_dir.mkdir(parents=True, exist_ok=True)
     vector_bytes = _vector_bytes(cc, tuple(flags))
-    source = c_source(program, vector_bytes)
-    parts = min(os.cpu_count() or 1, len(source) // PART_BYTES + 1)
-    if parts > 1:
-        source = c_source(program, vector_bytes, parts)
+    source, parts = c_source(program, vector_bytes, max_parts=os.cpu_count() or 1)
     # gcc's default on AVX-512 machines is 256-bit loops; 512 doubles the throughput of
     # vectorized transcendentals (bias+GELU, 1 thread: 35 -> 18 ms)
     wide = ("-mprefer-vector-width=512",) if vector_bytes == 64 else ()
@@ -127,11 +124,6 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
         os.replace(tmp_lib, lib_path)
     sum_path.write_text(_digest(lib_path))
     return Native(program, _load(lib_path), src_path)
-
-
-# Generated C above this many bytes is compiled in parts, one compiler per core: gcc's time grows
-# with the unit (a 500-op program: ~250 KB, ~10 s in one unit on this machine).
-PART_BYTES = 120_000
 
 
 def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, tmp: Path) -> None:
