@@ -16,7 +16,7 @@ from pathlib import Path
 
 import stitch
 from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.tolerance import compare
+from stitch.engine.tolerance import differences
 from stitch.targets.target import load_target
 
 EXAMPLES = Path(stitch.__file__).resolve().parent / "examples"
@@ -36,7 +36,7 @@ def simulate(name: str, without: tuple[str, ...]) -> dict:
     program = stitch.compile(EXAMPLES / f"{name}.ir", target="accel", without_rules=without)
     inputs = random_inputs(program.graph, 0)
     outputs = program(**inputs)
-    problems = [p for p in (compare(g, w) for g, w in zip(outputs, evaluate(program.graph, inputs))) if p]
+    problems = differences(outputs, evaluate(program.graph, inputs))
     if problems:
         raise SystemExit(f"{name} without {without}: outputs differ from the reference: {problems}")
     report = program.report

@@ -172,10 +172,7 @@ def cmd_eval(args) -> int:
     inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
     outputs = evaluate(graph, inputs)
     if args.output:
-        try:
-            np.savez(args.output, **{f"out{k}": v for k, v in enumerate(outputs)})
-        except OSError as err:
-            raise StitchError(f"{args.output}: cannot write ({err.strerror})") from None
+        save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
     else:
         print(summarize(outputs))
     return 0
@@ -205,10 +202,7 @@ def cmd_import(args) -> int:
     else:
         sys.stdout.write(imported.text)
     if args.weights:
-        try:
-            np.savez(args.weights, **imported.weights)
-        except OSError as err:
-            raise StitchError(f"{args.weights}: cannot write ({err.strerror})") from None
+        save_npz(args.weights, imported.weights)
     elif imported.weights:
         print(f"note: {len(imported.weights)} parameter(s) hold initializer values; write them with --weights W.npz",
               file=sys.stderr)
@@ -219,6 +213,13 @@ def write_text(path: str, text: str) -> None:
     try:
         with open(path, "w") as f:
             f.write(text)
+    except OSError as err:
+        raise StitchError(f"{path}: cannot write ({err.strerror})") from None
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    try:
+        np.savez(path, **arrays)
     except OSError as err:
         raise StitchError(f"{path}: cannot write ({err.strerror})") from None
 
@@ -253,7 +254,7 @@ def cmd_run(args) -> int:
 
     from .api import compile as compile_program
     from .interp import evaluate, random_inputs
-    from .tolerance import compare
+    from .tolerance import differences
 
     cflags = tuple(args.cflags.split()) if args.cflags else None
     program = compile_program(args.file, target=args.target, rules=args.rules,
@@ -264,17 +265,9 @@ def cmd_run(args) -> int:
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
-    problems = []
-    if args.check:
-        for k, (got, want) in enumerate(zip(outputs, evaluate(graph, inputs))):
-            problem = compare(got, want)
-            if problem:
-                problems.append(f"out{k}: {problem}")
+    problems = differences(outputs, evaluate(graph, inputs)) if args.check else []
     if args.output:
-        try:
-            np.savez(args.output, **{f"out{k}": v for k, v in enumerate(outputs)})
-        except OSError as err:
-            raise StitchError(f"{args.output}: cannot write ({err.strerror})") from None
+        save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
     if args.json:
         out = program.compiled.to_json()
         out.update({"run_seconds": run_seconds, "executor": program.executor})

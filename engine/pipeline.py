@@ -11,7 +11,6 @@ import json
 import sys
 from dataclasses import dataclass, replace
 from fnmatch import fnmatch
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import StitchError
@@ -162,7 +161,7 @@ def add_without_rules_argument(p) -> None:
 
 
 def compile_command(args) -> int:
-    from .cli import load_graph
+    from .cli import load_graph, write_text
     from .printer import print_func
 
     graph = load_graph(args.file, args.entry)
@@ -220,10 +219,3 @@ def compile_command(args) -> int:
         for reason in compiled.fusion_blocked:
             print(f"note: more kernels than the most-fused schedule because {reason}")
     return 0
-
-
-def write_text(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text)
-    except OSError as err:
-        raise StitchError(f"{path}: cannot write ({err.strerror})") from None

@@ -13,6 +13,11 @@ import numpy as np
 RTOL = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
 
 
+def differences(outputs: list[np.ndarray], wants: list[np.ndarray]) -> list[str]:
+    """'outK: what differs' for every output not equal to the reference's within tolerance."""
+    return [f"out{k}: {problem}" for k, (got, want) in enumerate(zip(outputs, wants)) if (problem := compare(got, want))]
+
+
 def compare(got: np.ndarray, want: np.ndarray) -> str:
     """'' when `got` equals `want` within tolerance, else what differs."""
     if got.shape != want.shape or got.dtype != want.dtype:

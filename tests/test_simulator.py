@@ -18,7 +18,7 @@ from stitch.engine.interp import evaluate, random_inputs
 from stitch.engine.parse import parse_file
 from stitch.engine.pipeline import compile_graph, load_rule_files
 from stitch.engine.testing import graphs
-from stitch.engine.tolerance import compare
+from stitch.engine.tolerance import differences
 from stitch.lowering.execute import execute
 from stitch.lowering.loops import Accumulate, Buffer, For, Ix, Load, LoopKernel, LoopProgram, Op, Store
 from stitch.lowering.lower import lower
@@ -46,9 +46,7 @@ def example(name: str):
 
 
 def assert_matches_reference(graph, outputs, inputs):
-    for k, (got, want) in enumerate(zip(outputs, evaluate(graph, inputs))):
-        problem = compare(got, want)
-        assert not problem, f"out{k}: {problem}"
+    assert differences(outputs, evaluate(graph, inputs)) == []
 
 
 def simulated(graph, target=ACCEL, without=(), seed=0):
