@@ -21,7 +21,7 @@ import numpy as np
 from ..engine.check import broadcast_shapes, check_program, matmul_shape, normalize_axes, reduce_shape
 from ..engine.errors import StitchError
 from ..engine.interp import DTYPE_OF_NP
-from ..engine.ir import Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, Program, TensorType, Var
+from ..engine.ir import FLOAT_DTYPES, Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, Program, TensorType, Var
 from ..engine.ops import FLOAT, NUMERIC, OPS
 from ..engine.parse import parse_program
 from ..engine.printer import print_program
@@ -281,7 +281,7 @@ class Builder:
     body: list[Assign] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     names: set[str] = field(default_factory=lambda: {"func", "return", "true", "false"})
-    materialized: dict[int, Sym] = field(default_factory=dict)
+    materialized: dict[Known, Sym] = field(default_factory=dict)  # Known compares by identity
     types: dict[str, TensorType] = field(default_factory=dict)
     bad_inputs: dict[str, Unsupported] = field(default_factory=dict)
 
@@ -314,11 +314,11 @@ class Builder:
         if isinstance(v, Sym):
             self.type_of(v)
             return Var(v.name)
-        if id(v) not in self.materialized:
+        if v not in self.materialized:
             sym = self.param(v.param or v.name or hint, self.type_of(v))
             self.weights[sym.name] = v.array
-            self.materialized[id(v)] = sym
-        return Var(self.materialized[id(v)].name)
+            self.materialized[v] = sym
+        return Var(self.materialized[v].name)
 
     def static_ints(self, v: Value | None, what: str) -> list[int]:
         """A shape or axes list that must be known at import time."""
@@ -401,7 +401,7 @@ def result_type(op: str, types: list[TensorType], attrs: dict, values) -> Tensor
     if len(dtypes) > 1:
         raise Unsupported("dtype", f"{op} on mixed dtypes {', '.join(sorted(dtypes))}")
     dt = vals[0].dtype
-    if (spec.dtypes == FLOAT and dt not in ("f16", "f32", "f64")) or (spec.dtypes == NUMERIC and dt == "bool"):
+    if (spec.dtypes == FLOAT and dt not in FLOAT_DTYPES) or (spec.dtypes == NUMERIC and dt == "bool"):
         raise Unsupported("dtype", f"stitch's {op} does not take {dt}")
     if spec.group in ("unary",):
         return types[0]

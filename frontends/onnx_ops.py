@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from ..engine.ir import FLOAT_DTYPES
 from .onnx_import import NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, onnx_dtype
 
 
@@ -47,8 +48,7 @@ def translate(b: Builder, proto, ins: list[Value | None]) -> list[Value]:
     if convert is None:
         raise Unsupported("op", f"stitch has no translation for {node.op_type}")
     results = convert(b, node, ins)
-    wanted = sum(1 for o in proto.output if o)
-    if any(o and k >= len(results) for k, o in enumerate(proto.output)) or wanted > len(results):
+    if any(o and k >= len(results) for k, o in enumerate(proto.output)):
         raise Unsupported("op", f"{node.op_type} output {len(results)} ('{proto.output[len(results)]}') "
                                 "is not supported")
     return results
@@ -102,7 +102,7 @@ def variadic(op: str):
 
 def float_of(b: Builder, x: Value) -> str:
     dt = b.type_of(x).dtype
-    if dt not in ("f16", "f32", "f64"):
+    if dt not in FLOAT_DTYPES:
         raise Unsupported("dtype", f"needs a float tensor, got {dt}")
     return dt
 
@@ -139,7 +139,7 @@ def convert_pow(b, node, ins):
     """ONNX Pow keeps the base's dtype; an integer base is raised in f64 and cast back."""
     x, y = ins
     dt = b.type_of(x).dtype
-    if dt in ("f16", "f32", "f64"):
+    if dt in FLOAT_DTYPES:
         return [b.op("pow", [x, cast(b, y, dt, node.out)], node.out)]
     if dt == "bool" or b.type_of(y).dtype == "bool":
         raise Unsupported("dtype", "Pow of bool")
@@ -148,7 +148,7 @@ def convert_pow(b, node, ins):
 
 
 def convert_div(b, node, ins):
-    if b.type_of(ins[0]).dtype not in ("f16", "f32", "f64"):
+    if b.type_of(ins[0]).dtype not in FLOAT_DTYPES:
         raise Unsupported("dtype", f"integer Div truncates, stitch's div takes floats only, got "
                                    f"{b.type_of(ins[0]).dtype}")
     return [b.op("div", ins[:2], node.out)]
@@ -365,12 +365,9 @@ def convert_layer_norm(b, node, ins):
     float_of(b, x)
     axes = tuple(range(node.attr("axis", -1) % t.rank, t.rank))
     stash = onnx_dtype(node.attr("stash_type", 1))
-    xs = cast(b, x, stash, node.out)
-    mean = b.op("mean", [xs], node.out, axes=axes, keepdims=True)
-    d = b.op("sub", [xs, mean], node.out)
-    var = b.op("mean", [b.op("mul", [d, d], node.out)], node.out, axes=axes, keepdims=True)
-    inv = b.op("rsqrt", [b.op("add", [var, const(float(node.attr("epsilon", 1e-5)))], node.out)], node.out)
-    y = b.op("mul", [cast(b, b.op("mul", [d, inv], node.out), t.dtype, node.out), ins[1]], node.out)
+    normalized, mean, inv = normalize(b, cast(b, x, stash, node.out), axes, float(node.attr("epsilon", 1e-5)),
+                                      node.out)
+    y = b.op("mul", [cast(b, normalized, t.dtype, node.out), ins[1]], node.out)
     if len(ins) > 2 and ins[2] is not None:
         y = b.op("add", [y, ins[2]], node.out)
     return [y, mean, inv]
@@ -406,10 +403,6 @@ def convert_clip(b, node, ins):
     if hi is not None:
         x = b.op("minimum", [x, hi], node.out)
     return [x]
-
-
-def convert_sum(b, node, ins):
-    return variadic("add")(b, node, ins)
 
 
 def convert_mean(b, node, ins):
@@ -517,7 +510,7 @@ CONVERTERS = {
     "Pow": convert_pow,
     "Max": variadic("maximum"),
     "Min": variadic("minimum"),
-    "Sum": convert_sum,
+    "Sum": variadic("add"),
     "Mean": convert_mean,
     "LessOrEqual": convert_or_equal("less"),
     "GreaterOrEqual": convert_or_equal("greater"),
@@ -724,11 +717,11 @@ def convert_sign(b, node, ins):
     """greater(x, 0) - less(x, 0), and NaN stays NaN."""
     x = ins[0]
     dt = b.type_of(x).dtype
-    zero = const(0.0 if dt in ("f16", "f32", "f64") else 0)
+    zero = const(0.0 if dt in FLOAT_DTYPES else 0)
     up = b.op("cast", [b.op("greater", [x, zero], node.out)], node.out, dtype=dt)
     down = b.op("cast", [b.op("less", [x, zero], node.out)], node.out, dtype=dt)
     s = b.op("sub", [up, down], node.out)
-    return [b.op("where", [b.op("equal", [x, x], node.out), s, x], node.out)] if dt.startswith("f") else [s]
+    return [b.op("where", [b.op("equal", [x, x], node.out), s, x], node.out)] if dt in FLOAT_DTYPES else [s]
 
 
 def convert_shrink(b, node, ins):

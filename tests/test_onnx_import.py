@@ -157,7 +157,8 @@ def test_isnan_isinf_and_inference_dropout():
     nan, inf, neg, y, mask = run_imported(model, {"x": x})
     assert nan.tolist() == [False, True, False, False, False]
     assert inf.tolist() == [False, False, True, True, False] and neg.tolist() == [False, False, False, True, False]
-    np.testing.assert_array_equal(y, x) and mask.all()
+    np.testing.assert_array_equal(y, x)
+    assert mask.all()
 
 
 @pytest.mark.parametrize("attrs,c_shape", [({}, None), ({"transA": 1, "transB": 1}, (5,)),
