@@ -53,6 +53,11 @@ def shared_bytes(kernel: LoopKernel) -> tuple[int, int]:
     return (kernel.merged_bytes or unmerged), unmerged
 
 
+def local_bytes(kernel: LoopKernel) -> int:
+    """Bytes of a kernel's local buffers (each its own array, beside the merged shared buffer)."""
+    return sum(b.nbytes for b in kernel.allocs if b.scope == "local")
+
+
 def buffer_alignment(buffer: Buffer, alignment: int = 0) -> int:
     """The byte alignment a buffer's offset in the merged buffer must have."""
     return max(dtype_bytes(buffer.dtype), alignment)

@@ -24,7 +24,7 @@ printed below the message. It checks, kernel by kernel in program order:
 from __future__ import annotations
 
 from ..engine.ir import dtype_bytes
-from .alloc import shared_bytes
+from .alloc import local_bytes, shared_bytes
 from .liveness import live_ranges, ranges_overlap
 from .loops import Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, Store, loads, print_kernel, print_loops
 
@@ -142,7 +142,7 @@ def _check_capacity(kernel: LoopKernel, capacity: int | None) -> str | None:
     if capacity is None:
         return None
     merged, _ = shared_bytes(kernel)
-    local = sum(b.nbytes for b in kernel.allocs if b.scope == "local")
+    local = local_bytes(kernel)
     if merged + local > capacity:
         return f"on-chip footprint {merged} B shared + {local} B local exceeds the capacity of {capacity} B"
     return None

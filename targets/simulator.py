@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engine.errors import StitchError
-from ..lowering.alloc import shared_bytes
+from ..lowering.alloc import local_bytes, shared_bytes
 from ..lowering.execute import TileRun, execute
 from ..lowering.loops import Accumulate, For, LoopKernel, LoopProgram, Op
 from .target import Target
@@ -122,7 +122,7 @@ def simulate(program: LoopProgram, target: Target, inputs: dict[str, np.ndarray]
 def check_fits(kernel: LoopKernel, target: Target) -> int:
     """The kernel's on-chip bytes (merged shared + local), or an error if they exceed the target's."""
     shared, _ = shared_bytes(kernel)
-    local = sum(b.nbytes for b in kernel.allocs if b.scope == "local")
+    local = local_bytes(kernel)
     if shared + local > target.onchip_bytes:
         raise StitchError(
             f"kernel {kernel.name} needs {shared + local} bytes on chip ({shared} shared + {local} local) "

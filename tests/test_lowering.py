@@ -94,14 +94,12 @@ def test_lowering_pipeline_verifies_and_merging_never_grows(graph, target):
 def test_lowered_onchip_bytes_never_exceed_the_cost_models_footprint(graph, target):
     """What the cost model sized to fit is what lowering allocates, or less: the simulator and the
     verifier never refuse a kernel extraction accepted (resident inputs are aligned one by one)."""
-    from stitch.lowering.alloc import shared_bytes
+    from stitch.lowering.alloc import local_bytes, shared_bytes
 
     c, program = lowered(graph, target)
     assert len(program.kernels) == len(c.cost.kernels)
     for kernel, kc in zip(program.kernels, c.cost.kernels):
-        merged, _ = shared_bytes(kernel)
-        local = sum(b.nbytes for b in kernel.allocs if b.scope == "local")
-        assert merged + local <= kc.footprint, print_loops(program)
+        assert shared_bytes(kernel)[0] + local_bytes(kernel) <= kc.footprint, print_loops(program)
 
 
 def test_compile_emit_loops_and_json_shared_bytes(capsys):

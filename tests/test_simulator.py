@@ -116,13 +116,18 @@ def hand_inputs(program):
     return {b.name: rng.random(b.shape, dtype=np.float32) for b in program.params}
 
 
-def test_one_matrix_tile_costs_its_cycles_per_tile_and_its_operands_dma():
+def hand_matmul(m: int, k: int, n: int):
+    """One kernel: out[m, n] = x[m, k] @ w[k, n], accumulated on the matrix unit in a local buffer."""
     i, j, r = Ix.var("i"), Ix.var("j"), Ix.var("r")
-    acc = Buffer("acc", "local", "f32", (16, 16))
-    matmul = nest([("i", 16, "serial"), ("r", 16, "reduce"), ("j", 16, "serial")],
+    acc = Buffer("acc", "local", "f32", (m, n))
+    matmul = nest([("i", m, "serial"), ("r", k, "reduce"), ("j", n, "serial")],
                   Accumulate("acc", (i, j), "sum", Op("mul", (Load("x", (i, r)), Load("w", (r, j))), "f32"), "matrix"))
-    store = nest([("i", 16, "serial"), ("j", 16, "serial")], Store("out", (i, j), Load("acc", (i, j))))
-    program = one_kernel([matmul, store], [acc])
+    store = nest([("i", m, "serial"), ("j", n, "serial")], Store("out", (i, j), Load("acc", (i, j))))
+    return one_kernel([matmul, store], [acc], params=(("x", (m, k)), ("w", (k, n))), out=(m, n))
+
+
+def test_one_matrix_tile_costs_its_cycles_per_tile_and_its_operands_dma():
+    program = hand_matmul(16, 16, 16)
     inputs = hand_inputs(program)
     for overlap in (True, False):
         (out,), report = simulate(program, accel(overlap_dma=overlap), inputs)
@@ -136,12 +141,7 @@ def test_one_matrix_tile_costs_its_cycles_per_tile_and_its_operands_dma():
 
 
 def test_a_partial_matrix_tile_counts_whole_tiles():
-    i, j, r = Ix.var("i"), Ix.var("j"), Ix.var("r")
-    acc = Buffer("acc", "local", "f32", (17, 8))
-    matmul = nest([("i", 17, "serial"), ("r", 40, "reduce"), ("j", 8, "serial")],
-                  Accumulate("acc", (i, j), "sum", Op("mul", (Load("x", (i, r)), Load("w", (r, j))), "f32"), "matrix"))
-    store = nest([("i", 17, "serial"), ("j", 8, "serial")], Store("out", (i, j), Load("acc", (i, j))))
-    program = one_kernel([matmul, store], [acc], params=(("x", (17, 40)), ("w", (40, 8))), out=(17, 8))
+    program = hand_matmul(17, 40, 8)
     (k,) = simulate(program, ACCEL, hand_inputs(program))[1].kernels
     assert k.matrix_cycles == 2 * 1 * 3 * 16  # ceil(17/16) * ceil(8/16) * ceil(40/16) * 16
 
