@@ -29,7 +29,7 @@ class CompiledProgram:
 
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
         args = bind_inputs(self.graph, inputs)
-        if self.native is not None and self.native.library is not None:
+        if self.executor == "c":
             return self.native.run(args, out)
         if self.executor == "simulator":
             from ..targets.simulator import simulate
@@ -72,12 +72,14 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     compiled = compile_graph(graph, load_rule_files(list(rules), builtin_rules, without_rules), tgt, limits or Limits())
     loops = lower(compiled)
     native = None
-    executor = "simulator" if tgt.kind == "accel" else "numpy"
     if tgt.kind == "cpu":
         from ..targets.cpu import DEFAULT_FLAGS, build
 
         start = time.perf_counter()
         native = build(loops, cache_dir, tuple(cflags) if cflags else DEFAULT_FLAGS)
         compiled.seconds += time.perf_counter() - start
-        executor = "c" if native.library is not None else "numpy"
+    if tgt.kind == "accel":
+        executor = "simulator"
+    else:  # the numpy executor only where no C compiler could build the library
+        executor = "c" if native is not None and native.library is not None else "numpy"
     return CompiledProgram(graph, compiled, loops, native, executor)
