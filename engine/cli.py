@@ -57,29 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(run=cmd_fmt)
 
     e = sub.add_parser("eval", help="run the numpy reference interpreter")
-    e.add_argument("file")
-    e.add_argument("--entry", help="the func to run (default: the first)")
-    src = e.add_mutually_exclusive_group()
-    src.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by parameter name")
-    src.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
-    e.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
+    add_run_arguments(e)
     e.set_defaults(run=cmd_eval)
 
-    from .pipeline import add_compile_arguments, add_without_rules_argument, compile_command
+    from .pipeline import add_compile_arguments, add_rule_arguments, compile_command
 
     r = sub.add_parser("run", help="compile for a target and run; --check compares with the reference")
-    r.add_argument("file")
-    r.add_argument("--entry", help="the func to run (default: the first)")
+    add_run_arguments(r)
     r.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml")
-    rsrc = r.add_mutually_exclusive_group()
-    rsrc.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by parameter name")
-    rsrc.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
-    r.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
     r.add_argument("--check", action="store_true", help="also run the reference interpreter and compare")
     r.add_argument("--json", action="store_true", help="print the compile figures and run_seconds as JSON")
-    r.add_argument("--rules", action="append", default=[], metavar="R.rules")
-    r.add_argument("--no-builtin-rules", action="store_true")
-    add_without_rules_argument(r)
+    add_rule_arguments(r)
     r.add_argument("--cache-dir", help="where compiled libraries are kept (default ~/.cache/stitch)")
     r.add_argument("--cflags", help="compiler flags, replacing the defaults (one string)")
     r.set_defaults(run=cmd_run)
@@ -107,6 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="instances to try per rule (default 100)")
     rc.set_defaults(run=cmd_rules_check)
     return p
+
+
+def add_run_arguments(p) -> None:
+    """The program, its entry, its inputs and where outputs go: what `eval` and `run` share."""
+    p.add_argument("file")
+    p.add_argument("--entry", help="the func to run (default: the first)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by parameter name")
+    src.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
 
 
 def _positive_int(text: str) -> int:

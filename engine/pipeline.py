@@ -139,9 +139,7 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target, limits: Limi
 def add_compile_arguments(p) -> None:
     p.add_argument("file")
     p.add_argument("--entry", help="the func to compile (default: the first)")
-    p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
-    p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
-    add_without_rules_argument(p)
+    add_rule_arguments(p)
     p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"], default="schedule",
                    help="what to print (default: schedule)")
     p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
@@ -154,7 +152,10 @@ def add_compile_arguments(p) -> None:
                    help="matches per rule per iteration before back-off")
 
 
-def add_without_rules_argument(p) -> None:
+def add_rule_arguments(p) -> None:
+    """--rules, --no-builtin-rules, --without-rules: what `compile` and `run` saturate with."""
+    p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
+    p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
     p.add_argument("--without-rules", action="append", default=[], metavar="NAME",
                    help="leave out a built-in rule file (algebra, fusion, forwarding) or the built-in rules "
                         "matching a name pattern, e.g. 'stitch-*' (repeatable)")
