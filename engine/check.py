@@ -14,7 +14,7 @@ from math import prod
 from .errors import StitchError
 from .graph import Graph, Node
 from .ir import DTYPES, FLOAT_DTYPES, Call, Const, DTypeName, Expr, Func, Pos, Program, TensorType, Var
-from .ops import ANY, FLOAT, NUMERIC, OPS, OpSpec
+from .ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS, OpGroup, OpSpec, value_positions
 
 
 def check_program(program: Program) -> dict[str, Graph]:
@@ -73,6 +73,93 @@ def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | st
     if len(b) == 1:
         out = out[:-1]
     return out
+
+
+class AttrProblem(Exception):
+    """A bad attribute value: the message, and the attribute (or operand index) it is about."""
+
+    def __init__(self, message: str, where: str | int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.where = where
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """A non-negative axis (raises AttrProblem about 'axis')."""
+    if not -rank <= axis < rank:
+        raise AttrProblem(f"axis {axis} is out of range for a tensor of rank {rank}", "axis")
+    return axis % rank
+
+
+def clamp_slice(dim: int, start: int, end: int, step: int) -> tuple[int, int, int]:
+    """numpy's x[start:end:step] for step > 0 on an axis of `dim`: (start, end, length), 0 <= start <= end <= dim."""
+    start = min(max(start + dim if start < 0 else start, 0), dim)
+    end = min(max(end + dim if end < 0 else end, 0), dim)
+    end = max(end, start)
+    return start, end, -(-(end - start) // step)
+
+
+def normalize_slice(shape: tuple[int, ...], axes, starts, ends, steps=None):
+    """slice's attributes in normal form and its result shape.
+
+    Returns ((axes, starts, ends, steps), shape): one entry per sliced axis in
+    ascending axis order, axes non-negative, starts/ends clamped as numpy does
+    (0 <= start <= end <= dim), steps >= 1. Raises AttrProblem naming the
+    attribute at fault.
+    """
+    rank = len(shape)
+    steps = (1,) * len(axes) if steps is None else tuple(steps)
+    for name, values in (("starts", starts), ("ends", ends), ("steps", steps)):
+        if len(values) != len(axes):
+            raise AttrProblem(f"{name} has {_entries(len(values))} but axes has {_entries(len(axes))}; "
+                              "give one per sliced axis", name)
+    entries = {}
+    for a, start, end, step in zip(axes, starts, ends, steps):
+        if not -rank <= a < rank:
+            raise AttrProblem(f"axis {a} is out of range for a tensor of rank {rank}", "axes")
+        a %= rank
+        if a in entries:
+            raise AttrProblem(f"axis {a} is given twice", "axes")
+        if step <= 0:
+            raise AttrProblem(f"step {step} (axis {a}) must be positive; negative steps are not supported", "steps")
+        begin, stop, length = clamp_slice(shape[a], start, end, step)
+        if length == 0:
+            raise AttrProblem(f"the result would be empty along axis {a} (start {start}, end {end} on a dimension "
+                              f"of {shape[a]}); the IR has no empty tensors", None)
+        entries[a] = (begin, stop, step, length)
+    out = list(shape)
+    for a, (_, _, _, length) in entries.items():
+        out[a] = length
+    order = sorted(entries)
+    attrs = (tuple(order), tuple(entries[a][0] for a in order), tuple(entries[a][1] for a in order),
+             tuple(entries[a][2] for a in order))
+    return attrs, tuple(out)
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def concat_shape(shapes: list[tuple[int, ...]], axis: int) -> tuple[int, tuple[int, ...]]:
+    """concat's non-negative axis and result shape. Raises AttrProblem ('axis', or the index of the bad operand)."""
+    first = shapes[0]
+    axis = normalize_axis(axis, len(first))
+    total = 0
+    for k, s in enumerate(shapes):
+        if len(s) != len(first):
+            raise AttrProblem(f"operand {k} has rank {len(s)} but operand 0 has rank {len(first)}", k)
+        for i, (d, d0) in enumerate(zip(s, first)):
+            if i != axis and d != d0:
+                raise AttrProblem(f"operand {k} has dimension {d} on axis {i} but operand 0 has {d0} "
+                                  f"(only axis {axis}, the one concatenated, may differ)", k)
+        total += s[axis]
+    return axis, first[:axis] + (total,) + first[axis + 1 :]
+
+
+def gather_shape(x: tuple[int, ...], indices: tuple[int, ...], axis: int) -> tuple[int, tuple[int, ...]]:
+    """gather's non-negative axis and result shape, as np.take's. Raises AttrProblem about 'axis'."""
+    axis = normalize_axis(axis, len(x))
+    return axis, x[:axis] + indices + x[axis + 1 :]
 
 
 class _Checker:
@@ -166,10 +253,8 @@ class _Checker:
             close = difflib.get_close_matches(e.op, list(OPS), n=1)
             hint = f"did you mean '{close[0]}'?" if close else ""
             raise self.error(f"unknown op '{e.op}'", e.pos, hint)
-        if len(e.args) != spec.arity:
-            raise self.error(
-                f"{e.op} takes {spec.arity} argument{'s' if spec.arity != 1 else ''}, got {len(e.args)}", e.pos
-            )
+        if not spec.takes(len(e.args)):
+            raise self.error(f"{e.op} takes {spec.arity_text()}, got {len(e.args)}", e.pos)
         for a in e.attrs:
             if a.name not in spec.attrs:
                 allowed = ", ".join(spec.attrs) or "none"
@@ -180,11 +265,12 @@ class _Checker:
 
         # Operands that are not literals fix the dtype; literals follow it.
         inputs: list[int | None] = [None if isinstance(a, Const) else self.expr(a, None) for a in e.args]
-        value_positions = range(1, spec.arity) if spec.group == "select" else range(spec.arity)
-        dtype = next((self.nodes[inputs[k]].type.dtype for k in value_positions if inputs[k] is not None), None)
+        values = value_positions(spec, len(e.args))
+        dtype = next((self.nodes[inputs[k]].type.dtype for k in values if inputs[k] is not None), None)
         for k, a in enumerate(e.args):
             if isinstance(a, Const):
-                want = "bool" if (spec.group == "select" and k == 0) else dtype
+                # where's condition is bool; gather's literal index is an integer (i32) by itself.
+                want = "bool" if (spec.group == "select" and k == 0) else dtype if k in values else None
                 inputs[k] = self.const(a, want)
         types = [self.nodes[i].type for i in inputs]
         self.check_dtypes(e, spec, types)
@@ -192,11 +278,17 @@ class _Checker:
         return self.add(e.op, inputs, attrs, out, e.pos)
 
     def check_dtypes(self, e: Call, spec: OpSpec, types: list[TensorType]) -> None:
-        values = types
-        if spec.group == "select":
-            if types[0].dtype != "bool":
-                raise self.error(f"where's condition must be bool, got {types[0]}", e.args[0].pos)
-            values = types[1:]
+        values = [types[k] for k in value_positions(spec, len(types))]
+        if spec.group == "select" and types[0].dtype != "bool":
+            raise self.error(f"where's condition must be bool, got {types[0]}", e.args[0].pos)
+        if e.op == "gather" and types[1].dtype not in INDEX_DTYPES:
+            raise self.error(f"gather: indices must be {' or '.join(INDEX_DTYPES)}, got {types[1]}", e.args[1].pos,
+                             "cast(..., dtype=i64) them")
+        if e.op == "concat":
+            for k, t in enumerate(types):
+                if t.dtype != types[0].dtype:
+                    raise self.error(f"concat: operand {k} is {t} but operand 0 is {types[0]}; operand dtypes "
+                                     "must agree", e.args[k].pos, "insert a cast(..., dtype=...) on one operand")
         if spec.group in ("binary", "compare", "select", "matmul"):
             dts = {t.dtype for t in values}
             if len(dts) > 1:
@@ -232,6 +324,8 @@ class _Checker:
             return (), TensorType(types[0].dtype, out)
         if group == "reduce":
             return self.reduce(e, types[0])
+        if group == OpGroup.MOVEMENT:
+            return self.movement(e, types)
         return self.layout(e, types[0])
 
     def attr_value(self, e: Call, name: str, kind: str):
@@ -243,14 +337,43 @@ class _Checker:
             "axes": isinstance(v, tuple),
             "perm": isinstance(v, tuple),
             "shape": isinstance(v, tuple),
+            "ints": isinstance(v, tuple),
+            "int": isinstance(v, int) and not isinstance(v, bool),
             "bool": isinstance(v, bool),
             "dtype": isinstance(v, DTypeName),
         }[kind]
         if not ok:
-            what = {"axes": "a list of integers", "perm": "a list of integers", "shape": "a list of integers",
-                    "bool": "true or false", "dtype": "a dtype name"}[kind]
+            what = {"bool": "true or false", "dtype": "a dtype name", "int": "an integer"}.get(kind, "a list of integers")
             raise self.error(f"{e.op}: attribute '{name}' must be {what}", a.pos)
         return v
+
+    def attr_pos(self, e: Call, where) -> Pos:
+        """Where an AttrProblem points: the attribute named, an operand by index, or the call."""
+        if isinstance(where, int):
+            return e.args[where].pos
+        a = e.attr(where) if where else None
+        return a.pos if a is not None else e.pos
+
+    def movement(self, e: Call, types: list[TensorType]):
+        t = types[0]
+        kinds = {name: a.kind for name, a in OPS[e.op].attrs.items()}
+        values = {name: self.attr_value(e, name, kind) for name, kind in kinds.items()}
+        try:
+            if e.op == "slice":
+                (axes, starts, ends, steps), shape = normalize_slice(
+                    t.shape, values["axes"], values["starts"], values["ends"], values["steps"])
+                attrs = (("axes", axes), ("starts", starts), ("ends", ends), ("steps", steps))
+                return attrs, TensorType(t.dtype, shape)
+            if e.op == "concat":
+                axis, shape = concat_shape([u.shape for u in types], values["axis"])
+                return (("axis", axis),), TensorType(t.dtype, shape)
+            assert e.op == "gather"
+            axis, shape = gather_shape(t.shape, types[1].shape, values["axis"])
+            return (("axis", axis),), TensorType(t.dtype, shape)
+        except AttrProblem as problem:
+            shown = ", ".join(str(u) for u in types)
+            raise self.error(f"{e.op}: {problem.message} (the operand{'s are' if len(types) > 1 else ' is'} {shown})",
+                             self.attr_pos(e, problem.where)) from None
 
     def reduce(self, e: Call, t: TensorType):
         axes = self.attr_value(e, "axes", "axes")

@@ -168,7 +168,14 @@ def cmd_eval(args) -> int:
     graph = load_graph(args.file, args.entry)
     check_addressable(graph, args.file)
     inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
-    outputs = evaluate(graph, inputs)
+    try:
+        outputs = evaluate(graph, inputs)
+    except StitchError as err:  # e.g. gather's index out of range: show the call's line
+        if err.pos.line and err.pos.file == args.file and not err.source:
+            from .parse import read_source
+
+            raise StitchError(err.message, err.pos, read_source(args.file), err.hint) from None
+        raise
     if args.output:
         save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
     else:

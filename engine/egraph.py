@@ -6,7 +6,14 @@ One sort `T` holds both values and placed edges:
     (Un op a) (Bin op a b) (Where c a b)         elementwise ops by arity
     (Red op a axes keepdims) (MatMul a b)
     (Transpose a perm) (Reshape a shape) (Bcast a shape) (Cast a dtype)
+    (Slice a axes starts ends steps)             normalized as in the Graph
+    (Concat a b axis) (Gather x indices axis)    axis non-negative
     (Global a) (Shared a) (Local a) (Inline a)   the placement of an edge
+
+concat is variadic in programs but binary here: concat(a, b, c) enters
+left-nested, (Concat (Global (Concat (Global a) (Global b) k)) (Global c) k),
+the inner concat an e-class of its own read through an edge like every
+operand; a one-operand concat is its operand.
 
 Every operand of an op is a placement term: `(Bin "add" (Global x) (Global y))`
 reads both operands from global memory. A placement is never unioned with
@@ -14,7 +21,9 @@ the value it wraps, so extraction can still tell the schedules apart. The
 program enters with every edge Global (one kernel per op).
 
 The `analysis` ruleset fills what rule conditions test: `shape` (Vec i64),
-`dtype` (String), `numel`, and the op-class relations.
+`dtype` (String), `numel`, `has-space`, and the op-class relations
+(`is-injective`: elementwise, layout and movement e-nodes, each of whose output
+elements reads at most one element of each operand).
 """
 
 from __future__ import annotations
@@ -36,9 +45,17 @@ FAMILIES = {
     "Reshape": (("reshape",), ("shape",)),
     "Bcast": (("broadcast_to",), ("shape",)),
     "Cast": (("cast",), ("dtype",)),
+    "Slice": (("slice",), ("axes", "starts", "ends", "steps")),
+    "Concat": (("concat",), ("axis",)),
+    "Gather": (("gather",), ("axis",)),
 }
 # Families whose first field is the op name (a String); the others are one op each.
 NAMED_FAMILIES = ("Un", "Bin", "Red")
+
+
+def family_arity(fam: str) -> int:
+    """How many tensor operands a constructor of the family has (Concat is binary, see above)."""
+    return 2 if fam == "Concat" else OPS[FAMILIES[fam][0][0]].arity
 
 
 def family_of(op: str) -> str:
@@ -62,6 +79,9 @@ PRELUDE = r"""
   (Reshape T IVec)
   (Bcast T IVec)
   (Cast T String)
+  (Slice T IVec IVec IVec IVec)
+  (Concat T T i64)
+  (Gather T T i64)
   (Global T)
   (Shared T)
   (Local T)
@@ -79,6 +99,8 @@ PRELUDE = r"""
 (relation is-layout (T))
 (relation is-unary (T))
 (relation is-binary (T))
+(relation is-injective (T))
+(relation is-movement (T))
 (ruleset analysis)
 """ + "".join(f'(compare-op "{op}")\n' for op in COMPARE) + "".join(
     f'(float-dtype "{d}")\n' for d in ("f16", "f32", "f64")
@@ -96,6 +118,9 @@ PRELUDE = r"""
 (rule ((= t (Reshape a s)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
 (rule ((= t (Bcast a s)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
 (rule ((= t (Cast a d))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Slice a ax st en sp)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Concat a b k)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
+(rule ((= t (Gather a i k)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
 (rule ((= t (Global a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
 (rule ((= t (Shared a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
 (rule ((= t (Local a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
@@ -175,6 +200,34 @@ PRELUDE = r"""
 (rule ((= t (MatMul x y)) (= a (shape x)) (= b (shape y)) (>= (vec-length a) 2) (= (vec-length b) 1))
       ((set (shape t) (vec-pop a))) :ruleset analysis)
 
+; slice: (sl s axes starts ends steps i) is s with the first i sliced axes
+; sized as numpy does, ceil((min(end, dim) - start) / step)
+(function sl (IVec IVec IVec IVec IVec i64) IVec :no-merge)
+(rule ((= t (Slice x ax st en sp)) (= s (shape x))) ((set (sl s ax st en sp 0) s)) :ruleset analysis)
+(rule ((= r (sl s ax st en sp i)) (< i (vec-length ax)) (= a (vec-get ax i)) (< a (vec-length s))
+       (= e (min (vec-get en i) (vec-get s a))) (= b (vec-get st i)) (< b e) (>= (vec-get sp i) 1))
+      ((set (sl s ax st en sp (+ i 1)) (vec-set r a (/ (+ (- e b) (- (vec-get sp i) 1)) (vec-get sp i)))))
+      :ruleset analysis)
+(rule ((= t (Slice x ax st en sp)) (= s (shape x)) (= r (sl s ax st en sp (vec-length ax))))
+      ((set (shape t) r)) :ruleset analysis)
+
+; concat: the operands' dims add up along the axis
+(rule ((= t (Concat x y k)) (= a (shape x)) (= b (shape y)) (< k (vec-length a)) (< k (vec-length b)))
+      ((set (shape t) (vec-set a k (+ (vec-get a k) (vec-get b k))))) :ruleset analysis)
+
+; gather: x.shape[:k] + indices.shape + x.shape[k+1:], one dim at a time:
+; (ga a b k j) holds the first j dimensions of the result
+(function ga (IVec IVec i64 i64) IVec :no-merge)
+(rule ((= t (Gather x i k)) (= a (shape x)) (= b (shape i))) ((set (ga a b k 0) (vec-empty))) :ruleset analysis)
+(rule ((= r (ga a b k j)) (< j k)) ((set (ga a b k (+ j 1)) (vec-push r (vec-get a j)))) :ruleset analysis)
+(rule ((= r (ga a b k j)) (>= j k) (< j (+ k (vec-length b))))
+      ((set (ga a b k (+ j 1)) (vec-push r (vec-get b (- j k))))) :ruleset analysis)
+(rule ((= r (ga a b k j)) (>= j (+ k (vec-length b))) (< j (- (+ (vec-length a) (vec-length b)) 1)))
+      ((set (ga a b k (+ j 1)) (vec-push r (vec-get a (+ (- j (vec-length b)) 1))))) :ruleset analysis)
+(rule ((= t (Gather x i k)) (= a (shape x)) (= b (shape i)) (< k (vec-length a))
+       (= r (ga a b k (- (+ (vec-length a) (vec-length b)) 1))))
+      ((set (shape t) r)) :ruleset analysis)
+
 ; numel: the product of the shape
 (function prod-acc (IVec i64) i64 :no-merge)
 (rule ((= s (shape t))) ((set (prod-acc s 0) 1)) :ruleset analysis)
@@ -194,6 +247,9 @@ PRELUDE = r"""
 (rule ((= t (Reshape a p)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Bcast a p)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Cast a d)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Slice a ax st en sp)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Concat a b k)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Gather a i k)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Input n)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Const v d)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Global a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
@@ -202,15 +258,18 @@ PRELUDE = r"""
 (rule ((= t (Inline a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
 
 ; op classes of a value (an e-class holding such a node)
-(rule ((= t (Un op a))) ((is-elementwise t) (is-unary t)) :ruleset analysis)
-(rule ((= t (Bin op a b))) ((is-elementwise t) (is-binary t)) :ruleset analysis)
-(rule ((= t (Where c a b))) ((is-elementwise t)) :ruleset analysis)
-(rule ((= t (Cast a d))) ((is-elementwise t) (is-layout t)) :ruleset analysis)
+(rule ((= t (Un op a))) ((is-elementwise t) (is-unary t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Bin op a b))) ((is-elementwise t) (is-binary t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Where c a b))) ((is-elementwise t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Cast a d))) ((is-elementwise t) (is-layout t) (is-injective t)) :ruleset analysis)
 (rule ((= t (Red op a ax k))) ((is-reduction t)) :ruleset analysis)
 (rule ((= t (MatMul a b))) ((is-matmul t)) :ruleset analysis)
-(rule ((= t (Transpose a p))) ((is-layout t)) :ruleset analysis)
-(rule ((= t (Reshape a s))) ((is-layout t)) :ruleset analysis)
-(rule ((= t (Bcast a s))) ((is-layout t)) :ruleset analysis)
+(rule ((= t (Transpose a p))) ((is-layout t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Reshape a s))) ((is-layout t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Bcast a s))) ((is-layout t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Slice a ax st en sp))) ((is-movement t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Concat a b k))) ((is-movement t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Gather a i k))) ((is-movement t) (is-injective t)) :ruleset analysis)
 """
 
 
@@ -263,7 +322,23 @@ def node_term(node: Node, operand: dict[int, str]) -> str:
         return f"(Transpose {args[0]} {ivec(node.attr('perm'))})"
     if fam in ("Reshape", "Bcast"):
         return f"({fam} {args[0]} {ivec(node.attr('shape'))})"
+    if fam == "Slice":
+        bounds = " ".join(ivec(node.attr(k)) for k in ("axes", "starts", "ends", "steps"))
+        return f"(Slice {args[0]} {bounds})"
+    if fam == "Gather":
+        return f"(Gather {args[0]} {args[1]} {node.attr('axis')})"
+    if fam == "Concat":
+        return concat_term(args, node.attr("axis"))
     return f"(Cast {args[0]} {quote(node.attr('dtype'))})"
+
+
+def concat_term(operands: list[str], axis: int) -> str:
+    """concat of two or more (placed) operand terms, left-nested; each inner concat is read through Global."""
+    assert len(operands) >= 2, "a one-operand concat is its operand"
+    term = f"(Concat {operands[0]} {operands[1]} {axis})"
+    for b in operands[2:]:
+        term = f"(Concat (Global {term}) {b} {axis})"
+    return term
 
 
 def graph_to_egglog(graph: Graph) -> tuple[str, list[str]]:
@@ -272,6 +347,10 @@ def graph_to_egglog(graph: Graph) -> tuple[str, list[str]]:
     operand: dict[int, str] = {}
     for n in graph.nodes:
         name = f"$n{n.id}"
+        if n.op == "concat" and len(n.inputs) == 1:
+            lines.append(f"(let {name} $n{n.inputs[0]})")  # the identity: the same e-class
+            operand[n.id] = operand[n.inputs[0]]
+            continue
         lines.append(f"(let {name} {node_term(n, operand)})")
         if n.op == "param":
             lines.append(f"(set (shape {name}) {ivec(n.type.shape)})")

@@ -104,7 +104,30 @@ def apply_op(node: Node, args: list[np.ndarray]) -> np.ndarray:
         return np.reshape(args[0], node.attr("shape"))
     if op == "broadcast_to":
         return np.broadcast_to(args[0], node.attr("shape"))
+    if op == "slice":
+        index = [slice(None)] * args[0].ndim
+        for axis, start, end, step in zip(*(node.attr(k) for k in ("axes", "starts", "ends", "steps"))):
+            index[axis] = slice(start, end, step)
+        return args[0][tuple(index)]
+    if op == "concat":
+        return np.concatenate(args, axis=node.attr("axis"))
+    if op == "gather":
+        return gather(node, args[0], args[1])
     return elementwise(op, node.type.dtype, args)
+
+
+def gather(node: Node, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """np.take along the node's axis, negative indices from the end; an index out of range is a StitchError.
+
+    (np.take itself would raise IndexError, or wrap with mode='wrap': neither is what the IR means.)
+    """
+    axis = node.attr("axis")
+    size = x.shape[axis]
+    bad = (indices < -size) | (indices >= size)
+    if np.any(bad):
+        value = indices[tuple(np.argwhere(bad)[0])] if indices.ndim else indices
+        raise StitchError(f"gather: index {int(value)} is out of range for axis {axis} of size {size}", node.pos)
+    return np.take(x, indices.astype(np.int64, copy=False), axis=axis)
 
 
 def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -147,15 +170,53 @@ def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.nda
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Inputs for every parameter: floats in [0.5, 2) (inside every op's domain), small ints, coin-flip bools."""
+    """Inputs for every parameter: floats in [0.5, 2) (inside every op's domain), small ints, coin-flip bools;
+    a parameter that reaches gather's indices (see `index_bounds`) gets indices in range, negative ones too."""
     rng = np.random.default_rng(seed)
+    bounds = index_bounds(graph)
     out = {}
     for name, t in zip(graph.param_names, graph.param_types):
         if t.dtype in ("f16", "f32", "f64"):
             arr = rng.uniform(0.5, 2.0, size=t.shape)
         elif t.dtype == "bool":
             arr = rng.random(size=t.shape) < 0.5
+        elif name in bounds:
+            arr = rng.integers(-bounds[name], bounds[name], size=t.shape)
         else:
             arr = rng.integers(-8, 9, size=t.shape)
         out[name] = np.asarray(arr, dtype=np_dtype(t.dtype))
     return out
+
+
+# Ops through which a value reaches its result unchanged (only moved, or an
+# integer cast of a small integer): an index parameter read through them is
+# still an index. gather passes on its x operand's values, not its indices'.
+_VALUE_PRESERVING = ("transpose", "reshape", "broadcast_to", "slice", "concat")
+
+
+def index_bounds(graph: Graph) -> dict[str, int]:
+    """For each parameter whose values reach gather's indices: the size of the smallest axis they index.
+
+    Values in [-n, n) are then in range for every gather they reach (through
+    the ops above and integer casts). Used to draw valid inputs.
+    """
+    bound: dict[int, int] = {}
+    for n in reversed(graph.nodes):  # consumers before producers
+        if n.op == "gather":
+            size = graph.nodes[n.inputs[0]].type.shape[n.attr("axis")]
+            bound[n.inputs[1]] = min(bound.get(n.inputs[1], size), size)
+        if n.id not in bound:
+            continue
+        if n.op in _VALUE_PRESERVING or (n.op == "cast" and _ints(n.type.dtype, graph.nodes[n.inputs[0]].type.dtype)):
+            sources = n.inputs
+        elif n.op == "gather":
+            sources = n.inputs[:1]
+        else:
+            sources = ()
+        for i in sources:
+            bound[i] = min(bound.get(i, bound[n.id]), bound[n.id])
+    return {n.attr("name"): bound[n.id] for n in graph.nodes if n.op == "param" and n.id in bound}
+
+
+def _ints(*dtypes: str) -> bool:
+    return all(d in ("i32", "i64") for d in dtypes)

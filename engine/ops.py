@@ -7,6 +7,7 @@ interpreter, the rule compiler, the cost model, lowering) asks this table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 # Which dtypes an op accepts for its (value) operands.
 FLOAT = "float"  # f16 f32 f64
@@ -14,23 +15,66 @@ NUMERIC = "numeric"  # floats and ints
 ANY = "any"  # numeric and bool
 
 
+class OpGroup(StrEnum):
+    """The op groups. A StrEnum, so `spec.group == "layout"` keeps working."""
+
+    UNARY = "unary"
+    BINARY = "binary"
+    COMPARE = "compare"  # binary, -> bool
+    SELECT = "select"  # where(cond, a, b)
+    REDUCE = "reduce"
+    MATMUL = "matmul"
+    LAYOUT = "layout"  # transpose reshape broadcast_to cast: the whole operand, rearranged or converted
+    MOVEMENT = "movement"  # slice concat gather: parts of operands, moved
+
+
+# Attribute kinds: what value an attribute holds in a program.
+#   axes   a list of distinct axes (negative ones count from the end)
+#   perm   a permutation of the axes
+#   shape  a list of dimensions (reshape allows one -1)
+#   ints   a list of integers, any sign (slice's starts, ends, steps)
+#   int    one integer, any sign (an axis)
+#   bool   true or false
+#   dtype  a dtype name
+ATTR_KINDS = ("axes", "perm", "shape", "ints", "int", "bool", "dtype")
+LIST_KINDS = ("axes", "perm", "shape", "ints")
+
+
 @dataclass(frozen=True)
 class AttrSpec:
-    kind: str  # "axes" | "bool" | "perm" | "shape" | "dtype"
+    kind: str  # one of ATTR_KINDS
     required: bool = False
+
+    def __post_init__(self):
+        assert self.kind in ATTR_KINDS, self.kind
 
 
 @dataclass(frozen=True)
 class OpSpec:
     name: str
-    group: str  # "unary" | "binary" | "compare" | "select" | "reduce" | "matmul" | "layout"
-    arity: int
+    group: OpGroup
+    arity: int  # the number of operands; for a variadic op, the fewest it takes
     dtypes: str
     attrs: dict[str, AttrSpec] = field(default_factory=dict)
+    variadic: bool = False  # takes `arity` or more operands (concat)
+
+    def takes(self, n: int) -> bool:
+        """Whether the op takes n operands."""
+        return n == self.arity or (self.variadic and n > self.arity)
+
+    def arity_text(self) -> str:
+        """'2 arguments', '1 argument', '1 or more arguments': for error messages."""
+        if self.variadic:
+            return f"{self.arity} or more arguments"
+        return f"{self.arity} argument{'s' if self.arity != 1 else ''}"
 
     @property
     def elementwise(self) -> bool:
         return self.group in ELEMENTWISE_GROUPS or self.name == "cast"
+
+    @property
+    def injective(self) -> bool:
+        return self.group in INJECTIVE_GROUPS
 
 
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf")
@@ -40,28 +84,46 @@ BINARY_FLOAT = ("div", "pow")
 COMPARE = ("less", "greater", "equal")
 REDUCE = ("sum", "mean", "max", "min")
 LAYOUT = ("transpose", "reshape", "broadcast_to", "cast")
-ELEMENTWISE_GROUPS = ("unary", "binary", "compare", "select")
+MOVEMENT = ("slice", "concat", "gather")
+ELEMENTWISE_GROUPS = (OpGroup.UNARY, OpGroup.BINARY, OpGroup.COMPARE, OpGroup.SELECT)
+# Every output element reads at most one element of each operand: such an op
+# fuses into its consumer as an index map (README, "The IR").
+INJECTIVE_GROUPS = ELEMENTWISE_GROUPS + (OpGroup.LAYOUT, OpGroup.MOVEMENT)
+# Dtypes gather's indices may have.
+INDEX_DTYPES = ("i32", "i64")
 
 _REDUCE_ATTRS = {"axes": AttrSpec("axes"), "keepdims": AttrSpec("bool")}
+_SLICE_ATTRS = {
+    "axes": AttrSpec("axes", required=True),
+    "starts": AttrSpec("ints", required=True),
+    "ends": AttrSpec("ints", required=True),
+    "steps": AttrSpec("ints"),
+}
+_AXIS = {"axis": AttrSpec("int", required=True)}
 
 
 def _table() -> dict[str, OpSpec]:
+    G = OpGroup
     ops: dict[str, OpSpec] = {}
     for name in UNARY:
-        ops[name] = OpSpec(name, "unary", 1, FLOAT if name in UNARY_FLOAT else NUMERIC)
+        ops[name] = OpSpec(name, G.UNARY, 1, FLOAT if name in UNARY_FLOAT else NUMERIC)
     for name in BINARY:
-        ops[name] = OpSpec(name, "binary", 2, FLOAT if name in BINARY_FLOAT else NUMERIC)
-    ops["less"] = OpSpec("less", "compare", 2, NUMERIC)
-    ops["greater"] = OpSpec("greater", "compare", 2, NUMERIC)
-    ops["equal"] = OpSpec("equal", "compare", 2, ANY)
-    ops["where"] = OpSpec("where", "select", 3, ANY)
+        ops[name] = OpSpec(name, G.BINARY, 2, FLOAT if name in BINARY_FLOAT else NUMERIC)
+    ops["less"] = OpSpec("less", G.COMPARE, 2, NUMERIC)
+    ops["greater"] = OpSpec("greater", G.COMPARE, 2, NUMERIC)
+    ops["equal"] = OpSpec("equal", G.COMPARE, 2, ANY)
+    ops["where"] = OpSpec("where", G.SELECT, 3, ANY)
     for name in REDUCE:
-        ops[name] = OpSpec(name, "reduce", 1, FLOAT if name == "mean" else NUMERIC, _REDUCE_ATTRS)
-    ops["matmul"] = OpSpec("matmul", "matmul", 2, NUMERIC)
-    ops["transpose"] = OpSpec("transpose", "layout", 1, ANY, {"perm": AttrSpec("perm")})
-    ops["reshape"] = OpSpec("reshape", "layout", 1, ANY, {"shape": AttrSpec("shape", required=True)})
-    ops["broadcast_to"] = OpSpec("broadcast_to", "layout", 1, ANY, {"shape": AttrSpec("shape", required=True)})
-    ops["cast"] = OpSpec("cast", "layout", 1, ANY, {"dtype": AttrSpec("dtype", required=True)})
+        ops[name] = OpSpec(name, G.REDUCE, 1, FLOAT if name == "mean" else NUMERIC, _REDUCE_ATTRS)
+    ops["matmul"] = OpSpec("matmul", G.MATMUL, 2, NUMERIC)
+    ops["transpose"] = OpSpec("transpose", G.LAYOUT, 1, ANY, {"perm": AttrSpec("perm")})
+    ops["reshape"] = OpSpec("reshape", G.LAYOUT, 1, ANY, {"shape": AttrSpec("shape", required=True)})
+    ops["broadcast_to"] = OpSpec("broadcast_to", G.LAYOUT, 1, ANY, {"shape": AttrSpec("shape", required=True)})
+    ops["cast"] = OpSpec("cast", G.LAYOUT, 1, ANY, {"dtype": AttrSpec("dtype", required=True)})
+    ops["slice"] = OpSpec("slice", G.MOVEMENT, 1, ANY, _SLICE_ATTRS)
+    ops["concat"] = OpSpec("concat", G.MOVEMENT, 1, ANY, _AXIS, variadic=True)
+    # gather(x, indices): `dtypes` is x's; indices are INDEX_DTYPES.
+    ops["gather"] = OpSpec("gather", G.MOVEMENT, 2, ANY, _AXIS)
     return ops
 
 
@@ -71,3 +133,18 @@ OPS: dict[str, OpSpec] = _table()
 def is_elementwise(op: str) -> bool:
     spec = OPS.get(op)
     return spec is not None and spec.elementwise
+
+
+def is_injective(op: str) -> bool:
+    """Elementwise, layout and movement ops: each output element reads at most one element of each operand."""
+    spec = OPS.get(op)
+    return spec is not None and spec.injective
+
+
+def value_positions(spec: OpSpec, n_args: int) -> range:
+    """The operands that share the op's value dtype (where's condition and gather's indices do not)."""
+    if spec.group == OpGroup.SELECT:
+        return range(1, n_args)
+    if spec.name == "gather":
+        return range(1)
+    return range(n_args)

@@ -6,6 +6,11 @@ recurse until a leaf: a name already bound to T (so values are shared and the
 func is a DAG, not a tree) or a new parameter. Scalar literals appear where
 another operand fixes their dtype. Every op of `ops.OPS` can be drawn, and the
 result type-checks by construction; `tests/test_check.py` holds us to that.
+
+The movement ops (slice, concat, gather) are drawn only with `movement=True`
+(off by default until every later stage handles them). gather's indices are
+a parameter of their own (or an integer literal) whose values `inputs_for`
+draws in range, from the graph (`interp.index_bounds`).
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ import hypothesis.extra.numpy as hnp
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from .check import broadcast_shapes, check_func
+from .check import broadcast_shapes, check_func, clamp_slice
 from .graph import Graph
-from .interp import np_dtype
+from .interp import index_bounds, np_dtype
 from .ir import DTYPES, FLOAT_DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Program, TensorType, Var
 from .ops import ANY, FLOAT, NUMERIC, OPS
 
@@ -29,11 +34,14 @@ DEFAULT_DTYPES = ("f32", "i32", "bool")
 
 # How often each op group is drawn, relative to the others: mostly elementwise
 # work between the structural ops, as in real programs.
-_GROUP_WEIGHTS = {"unary": 2, "binary": 3, "compare": 1, "select": 1, "reduce": 2, "matmul": 1, "layout": 2}
+_GROUP_WEIGHTS = {"unary": 2, "binary": 3, "compare": 1, "select": 1, "reduce": 2, "matmul": 1, "layout": 2,
+                  "movement": 2}
 _LAYOUT_OPS = ("transpose", "reshape", "broadcast_to", "cast")
-# A new op group, or a new layout op, needs a maker below before it can be drawn.
+_MOVEMENT_OPS = ("slice", "concat", "gather")
+# A new op group, or a new layout or movement op, needs a maker below before it can be drawn.
 assert {spec.group for spec in OPS.values()} == set(_GROUP_WEIGHTS)
 assert {name for name, spec in OPS.items() if spec.group == "layout"} == set(_LAYOUT_OPS)
+assert {name for name, spec in OPS.items() if spec.group == "movement"} == set(_MOVEMENT_OPS)
 
 # Literals: the usual suspects, long reprs, exponents, and a spread of values.
 _NICE_FLOATS = (1.0, 2.0, 0.5, -1.0, 0.0, 0.125, 1e-5, 1e-6, 1e16, 0.044715, 0.7978845608028654, -3.25)
@@ -67,6 +75,7 @@ class Limits:
     max_dim: int
     max_assigns: int
     max_results: int
+    movement: bool = False
 
 
 @st.composite
@@ -79,10 +88,11 @@ def programs(
     max_assigns: int = 4,
     max_results: int = 3,
     max_funcs: int = 1,
+    movement: bool = False,
 ) -> Program:
-    """Random well-typed programs (NOPOS positions) of 1..max_funcs funcs."""
+    """Random well-typed programs (NOPOS positions) of 1..max_funcs funcs; slice, concat and gather with `movement`."""
     assert dtypes and all(d in DTYPES for d in dtypes), dtypes
-    limits = Limits(tuple(dtypes), max_ops, max_rank, max_dim, max_assigns, max_results)
+    limits = Limits(tuple(dtypes), max_ops, max_rank, max_dim, max_assigns, max_results, movement)
     n = draw(st.integers(1, max_funcs))
     return Program(tuple(_FuncBuilder(draw, limits).build(f"f{i}") for i in range(n)))
 
@@ -93,10 +103,11 @@ def graphs(**limits) -> st.SearchStrategy[Graph]:
 
 
 def inputs_for(graph: Graph, low: float = 0.5, high: float = 2.0) -> st.SearchStrategy[dict]:
-    """Arrays for every parameter: floats in [low, high], small ints, bools."""
+    """Arrays for every parameter: floats in [low, high], small ints, bools; gather indices in range."""
+    bounds = index_bounds(graph)
     return st.fixed_dictionaries(
         {
-            name: hnp.arrays(np_dtype(t.dtype), t.shape, elements=_elements(t.dtype, low, high))
+            name: hnp.arrays(np_dtype(t.dtype), t.shape, elements=_elements(t.dtype, low, high, bounds.get(name)))
             for name, t in zip(graph.param_names, graph.param_types)
         }
     )
@@ -109,12 +120,14 @@ def program_and_inputs(draw, **limits) -> tuple[Program, dict]:
     return program, draw(inputs_for(check_func(program.funcs[0])))
 
 
-def _elements(dtype: str, low: float, high: float) -> st.SearchStrategy:
+def _elements(dtype: str, low: float, high: float, index_bound: int | None = None) -> st.SearchStrategy:
     if dtype in FLOAT_DTYPES:
         width = {"f16": 16, "f32": 32, "f64": 64}[dtype]
         return st.floats(low, high, width=width)
     if dtype == "bool":
         return st.booleans()
+    if index_bound is not None:  # gather reads at these: in range, negative ones from the end
+        return st.integers(-index_bound, index_bound - 1)
     return st.integers(-8, 8)
 
 
@@ -127,6 +140,7 @@ class _FuncBuilder:
         self.params: list[Param] = []
         self.env: list[tuple[str, TensorType]] = []  # every bound name, params included
         self.budget = 0  # ops left for the statement being drawn
+        self.index_params: set[str] = set()  # parameters drawn as gather indices
         self.makers = {
             "unary": self.unary,
             "binary": self.binary,
@@ -135,6 +149,7 @@ class _FuncBuilder:
             "reduce": self.reduce,
             "matmul": self.matmul,
             "layout": self.layout,
+            "movement": self.movement,
         }
 
     def build(self, name: str) -> Func:
@@ -232,6 +247,8 @@ class _FuncBuilder:
         return Var(name)
 
     def can_make(self, group: str, t: TensorType) -> bool:
+        if group == "movement":
+            return self.limits.movement
         if group in ("select", "layout"):
             return True
         if group == "compare":
@@ -350,6 +367,77 @@ class _FuncBuilder:
             return Call(op, (self.expr(TensorType(t.dtype, source)),), (Attr("shape", t.shape),))
         source_dtype = self.pick(self.limits.dtypes)
         return Call(op, (self.expr(TensorType(source_dtype, t.shape)),), (Attr("dtype", DTypeName(t.dtype)),))
+
+    def movement(self, t: TensorType) -> Call:
+        op = self.pick(["slice", "gather"] + (["concat"] if t.rank else []))
+        return {"slice": self.slice, "concat": self.concat, "gather": self.gather}[op](t)
+
+    def axis_text(self, axis: int, rank: int) -> int:
+        """An axis as a program may write it: as is, or counted from the end."""
+        return axis - rank if self.chance(30) else axis
+
+    def slice(self, t: TensorType) -> Call:
+        """A slice producing t: each sliced axis of t comes from a larger dimension, read with a step."""
+        axes = [a for a in self.draw(st.permutations(range(t.rank))) if not self.chance(40)]
+        source = list(t.shape)
+        starts, ends, steps = [], [], []
+        for a in axes:
+            length, step = t.shape[a], 1 if self.chance(50) else self.int(2, 3)
+            begin = self.int(0, 2)
+            stop = begin + (length - 1) * step + 1  # just past the last element read
+            dim = stop + self.int(0, 2)
+            source[a] = dim
+            end = self.int(stop, min(begin + length * step, dim))
+            # numpy's forms of the same bounds: negative ones, and ends past the dimension
+            start_forms = [begin, begin - dim] + ([-dim - self.int(0, 2)] if begin == 0 else [])
+            end_forms = [end, end - dim, dim + self.int(0, 3), 2**31 - 1]
+            start = self.pick(start_forms)
+            end = self.pick([e for e in end_forms if clamp_slice(dim, start, e, step)[2] == length])
+            starts.append(start)
+            ends.append(end)
+            steps.append(step)
+        attrs = [Attr("axes", tuple(self.axis_text(a, t.rank) for a in axes)), Attr("starts", tuple(starts)),
+                 Attr("ends", tuple(ends))]
+        if any(s != 1 for s in steps) or self.chance(30):
+            attrs.append(Attr("steps", tuple(steps)))
+        return Call("slice", (self.expr(TensorType(t.dtype, tuple(source))),), tuple(attrs))
+
+    def concat(self, t: TensorType) -> Call:
+        """concat of 1-4 operands whose extents along the axis add up to t's."""
+        axis = self.int(0, t.rank - 1)
+        total = t.shape[axis]
+        n = 1 if total == 1 or self.chance(10) else self.int(2, min(4, total))
+        cuts = sorted(self.draw(st.permutations(range(1, total)))[: n - 1])
+        parts = [b - a for a, b in zip([0] + cuts, cuts + [total])]
+        shapes = [t.shape[:axis] + (d,) + t.shape[axis + 1 :] for d in parts]
+        operands = tuple(self.expr(TensorType(t.dtype, s)) for s in shapes)
+        return Call("concat", operands, (Attr("axis", self.axis_text(axis, t.rank)),))
+
+    def gather(self, t: TensorType) -> Call:
+        """gather producing t = x.shape[:k] + indices.shape + x.shape[k+1:]; indices a parameter of their own."""
+        k = self.int(0, t.rank)
+        # the indices' rank: 0-2, and x's rank (t.rank - r + 1) within max_rank where it can be
+        r_max = min(2, t.rank - k)
+        r = self.int(min(max(t.rank + 1 - self.limits.max_rank, 0), r_max), r_max)
+        dim = self.dim()
+        x = TensorType(t.dtype, t.shape[:k] + (dim,) + t.shape[k + r :])
+        index_shape = t.shape[k : k + r]
+        if not index_shape and self.chance(20):
+            indices = Const(self.int(-dim, dim - 1))  # a literal index is i32
+        else:
+            indices = self.index_param(TensorType(self.pick(("i32", "i64")), index_shape))
+        return Call("gather", (self.expr(x), indices), (Attr("axis", self.axis_text(k, x.rank)),))
+
+    def index_param(self, t: TensorType) -> Var:
+        """Indices: a parameter already holding indices of that type, or a new one."""
+        reuse = [p.name for p in self.params if p.type == t and p.name in self.index_params]
+        if reuse and self.chance(30):
+            return Var(self.pick(reuse))
+        name = f"x{len(self.params)}"
+        self.params.append(Param(name, t))
+        self.env.append((name, t))
+        self.index_params.add(name)
+        return Var(name)
 
     def factorize(self, size: int) -> tuple[int, ...]:
         """A random shape with `size` elements and rank <= max_rank."""

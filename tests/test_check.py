@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from stitch.engine.check import broadcast_shapes, check_func, matmul_shape, normalize_axes
+from stitch.engine.check import (AttrProblem, broadcast_shapes, check_func, concat_shape, gather_shape, matmul_shape,
+                                 normalize_axes, normalize_slice)
 from stitch.engine.errors import StitchError
 from stitch.engine.graph import Graph, Node
 from stitch.engine.interp import evaluate, np_dtype
@@ -22,6 +23,15 @@ DTYPES = ("f32", "f64", "f16", "i32", "i64", "bool")
 
 @given(programs(dtypes=DTYPES, max_funcs=2))
 def test_generated_programs_check(program):
+    assert_checks(program)
+
+
+@given(programs(dtypes=DTYPES, max_funcs=2, movement=True))
+def test_generated_programs_with_movement_ops_check(program):
+    assert_checks(program)
+
+
+def assert_checks(program):
     for func in program.funcs:
         graph = check_func(func)
         assert graph.output_types == list(func.results)
@@ -31,6 +41,15 @@ def test_generated_programs_check(program):
 
 @given(programs(dtypes=DTYPES, max_rank=4, max_dim=4, max_ops=12), st.data())
 def test_inferred_types_are_what_numpy_computes(program, data):
+    assert_types_are_numpys(program, data)
+
+
+@given(programs(dtypes=DTYPES, max_rank=4, max_dim=4, max_ops=12, movement=True), st.data())
+def test_inferred_types_with_movement_ops_are_what_numpy_computes(program, data):
+    assert_types_are_numpys(program, data)
+
+
+def assert_types_are_numpys(program, data):
     graph = check_func(program.funcs[0])
     inputs = data.draw(inputs_for(graph))
     for node, value in zip(graph.nodes, natural_values(graph, inputs)):
@@ -41,6 +60,15 @@ def test_inferred_types_are_what_numpy_computes(program, data):
 
 @given(program_and_inputs(dtypes=DTYPES))
 def test_interpreter_outputs_have_the_declared_types(case):
+    assert_declared_types(case)
+
+
+@given(program_and_inputs(dtypes=DTYPES, movement=True))
+def test_interpreter_outputs_have_the_declared_types_with_movement_ops(case):
+    assert_declared_types(case)
+
+
+def assert_declared_types(case):
     program, inputs = case
     func = program.funcs[0]
     outputs = evaluate(check_func(func), inputs)
@@ -99,6 +127,15 @@ def natural(node: Node, args: list[np.ndarray], inputs: dict):
         return np.reshape(x, node.attr("shape"))
     if op == "broadcast_to":
         return np.broadcast_to(x, node.attr("shape"))
+    if op == "slice":
+        index = [slice(None)] * x.ndim
+        for a, start, end, step in zip(*(node.attr(k) for k in ("axes", "starts", "ends", "steps"))):
+            index[a] = slice(start, end, step)
+        return x[tuple(index)]
+    if op == "concat":
+        return np.concatenate(args, axis=node.attr("axis"))
+    if op == "gather":
+        return np.take(x, args[1], axis=node.attr("axis"))
     assert op == "cast", op
     return x.astype(np_dtype(node.attr("dtype")))
 
@@ -331,3 +368,86 @@ def test_literals_take_the_other_operands_dtype(expr, params, literal):
 def test_ill_typed_calls_are_rejected(expr):
     with pytest.raises(StitchError):
         type_of(expr, x="f32[2, 3]", d="f64[2, 3]", i="i32[2, 3]", b="bool[2, 3]")
+
+
+# -- slice, concat, gather -------------------------------------------------------------
+
+
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.data())
+def test_slice_normal_form_is_numpys_basic_slicing(shape, data):
+    """normalize_slice gives what x[start:end:step] reads, in normal form; an empty result is an error."""
+    rank = len(shape)
+    axes = data.draw(st.lists(st.integers(-rank, rank - 1), unique_by=lambda a: a % rank, max_size=rank))
+    starts = [data.draw(st.integers(-9, 9)) for _ in axes]
+    ends = [data.draw(st.integers(-9, 9) | st.just(2**31 - 1)) for _ in axes]
+    steps = [data.draw(st.integers(1, 4)) for _ in axes]
+    x = np.arange(math.prod(shape)).reshape(shape)
+    index = [slice(None)] * rank
+    for a, start, end, step in zip(axes, starts, ends, steps):
+        index[a] = slice(start, end, step)
+    expected = x[tuple(index)]
+    if expected.size == 0:
+        with pytest.raises(AttrProblem, match="empty"):
+            normalize_slice(tuple(shape), axes, starts, ends, steps)
+        return
+    (n_axes, n_starts, n_ends, n_steps), out = normalize_slice(tuple(shape), axes, starts, ends, steps)
+    assert out == expected.shape
+    assert list(n_axes) == sorted(a % rank for a in axes)
+    normal = [slice(None)] * rank
+    for a, start, end, step in zip(n_axes, n_starts, n_ends, n_steps):
+        assert 0 <= start <= end <= shape[a] and step >= 1
+        assert -(-(end - start) // step) == out[a] > 0
+        normal[a] = slice(start, end, step)
+    assert np.array_equal(x[tuple(normal)], expected)
+
+
+def test_slice_steps_default_to_one():
+    node = node_of("slice(x, axes=[-1, 0], starts=[-3, 1], ends=[100, 2])", x="f32[2, 3, 4]")
+    assert node.type == t("f32[1, 3, 3]")
+    assert node.attrs == (("axes", (0, 2)), ("starts", (1, 1)), ("ends", (2, 4)), ("steps", (1, 1)))
+
+
+def test_slice_of_nothing_is_the_identity():
+    node = node_of("slice(x, axes=[], starts=[], ends=[])", x="f32[2, 3]")
+    assert node.type == t("f32[2, 3]") and node.attr("axes") == ()
+
+
+@pytest.mark.parametrize(
+    "expr, expected, axis",
+    [
+        ("concat(x, axis=0)", "f32[2, 3, 4]", 0),
+        ("concat(x, x, axis=-1)", "f32[2, 3, 8]", 2),
+        ("concat(x, sum(x, axes=[1], keepdims=true), x, axis=1)", "f32[2, 7, 4]", 1),
+        ("gather(x, i, axis=1)", "f32[2, 5, 2, 4]", 1),
+        ("gather(x, j, axis=-1)", "f32[2, 3]", 2),
+        ("gather(x, 1, axis=0)", "f32[3, 4]", 0),
+        ("gather(x, -1, axis=2)", "f32[2, 3]", 2),
+        ("gather(gather(x, i, axis=0), j, axis=0)", "f32[2, 3, 4]", 0),
+    ],
+)
+def test_concat_and_gather_types(expr, expected, axis):
+    node = node_of(expr, x="f32[2, 3, 4]", i="i32[5, 2]", j="i64[]")
+    assert node.type == t(expected)
+    assert node.attrs == (("axis", axis),)
+
+
+def test_gather_literal_index_is_i32():
+    graph, node = graph_of("gather(x, 2, axis=0)", x="f32[4]")
+    assert graph.nodes[node.inputs[1]].type == t("i32[]")
+
+
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.lists(st.integers(1, 3), max_size=2), st.data())
+def test_gather_shape_is_np_takes(shape, index_shape, data):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    expected = np.take(np.zeros(shape), np.zeros(index_shape, dtype=np.int64), axis=axis).shape
+    assert gather_shape(tuple(shape), tuple(index_shape), axis) == (axis % len(shape), expected)
+
+
+def test_concat_shape_names_the_bad_operand():
+    assert concat_shape([(2, 3), (4, 3), (1, 3)], -2) == (0, (7, 3))
+    with pytest.raises(AttrProblem) as err:
+        concat_shape([(2, 3), (2, 3), (2, 4)], 0)
+    assert err.value.where == 2
+    with pytest.raises(AttrProblem) as err:
+        concat_shape([(2, 3), (2, 3)], 2)
+    assert err.value.where == "axis"

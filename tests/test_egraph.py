@@ -12,6 +12,7 @@ from stitch.engine.cli import main
 from stitch.engine.egraph_data import EGraphData
 from stitch.engine.extract import choice_to_graph, extract_tree
 from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.ir import TensorType
 from stitch.engine.parse import parse_file, parse_program
 from stitch.engine.pipeline import load_rule_files, saturate_program
 from stitch.engine.rules import builtin_rule_files, parse_rules
@@ -40,6 +41,16 @@ def class_of_node(run: EGraphRun, node_id: int) -> str:
 @settings(max_examples=30)
 @given(graphs(dtypes=ALL_DTYPES, max_ops=8))
 def test_analysis_types_equal_checker_types(graph):
+    assert_analysis_types_equal_checker_types(graph)
+
+
+@settings(max_examples=30)
+@given(graphs(dtypes=ALL_DTYPES, max_ops=8, movement=True))
+def test_analysis_types_equal_checker_types_with_movement_ops(graph):
+    assert_analysis_types_equal_checker_types(graph)
+
+
+def assert_analysis_types_equal_checker_types(graph):
     """The e-graph's shape and dtype analyses agree with the checker on every node."""
     run = EGraphRun(graph, [])
     run.run()
@@ -65,6 +76,16 @@ def assert_same_outputs(g1, g2, inputs, rtol=2e-3, atol=1e-4):
 @settings(max_examples=25)
 @given(graphs(dtypes=("f32", "f64", "i32"), max_ops=8), st.integers(0, 2**16))
 def test_saturate_then_extract_preserves_meaning(graph, seed):
+    assert_saturate_then_extract_preserves_meaning(graph, seed)
+
+
+@settings(max_examples=25)
+@given(graphs(dtypes=("f32", "f64", "i32"), max_ops=8, movement=True), st.integers(0, 2**16))
+def test_saturate_then_extract_preserves_meaning_with_movement_ops(graph, seed):
+    assert_saturate_then_extract_preserves_meaning(graph, seed)
+
+
+def assert_saturate_then_extract_preserves_meaning(graph, seed):
     """Built-in rules + the trivial extractor give a program equal to the reference."""
     run, report = saturate_program(graph, builtin_rule_files())
     data = serialized(run)
@@ -244,3 +265,63 @@ def test_integer_literals_an_f64_cannot_tell_apart_are_an_error(tmp_path, capsys
     assert main(["compile", str(path)]) == 1
     err = capsys.readouterr().err
     assert "too close to tell apart" in err and "close.ir:2:" in err
+
+
+# -- slice, concat, gather in the e-graph ----------------------------------------------------
+
+MOVES = """func f(x: f32[4, 6], y: f32[2, 6], i: i32[3]) -> (f32[10, 6], f32[4, 6], f32[3, 6], f32[2, 3]) {
+  c = concat(x, y, x, axis=-2)
+  d = concat(x, axis=1)
+  g = gather(c, i, axis=0)
+  s = slice(y, axes=[1], starts=[-6], ends=[100], steps=[2])
+  return c, d, g, s
+}"""
+
+
+def test_movement_ops_enter_in_normal_form_with_variadic_concat_left_nested():
+    graph = graph_of(MOVES)
+    run = EGraphRun(graph, [])
+    run.run()
+    data = serialized(run)
+    c, d, g, s = data.roots
+    (outer,) = data.classes[c]
+    assert (outer.ctor, outer.op, outer.attrs) == ("Concat", "concat", (("axis", 0),))
+    inner_edge, x_edge = outer.children
+    (inner,) = [n for n in data.classes[data.classes[inner_edge][0].children[0]] if n.op == "concat"]
+    assert data.classes[inner_edge][0].op == "global" and data.types[inner_edge] == TensorType("f32", (6, 6))
+    assert [data.classes[data.classes[k][0].children[0]][0].attr("name") for k in inner.children] == ["x", "y"]
+    assert data.classes[data.classes[x_edge][0].children[0]][0].attr("name") == "x"
+    assert data.classes[d][0].op == "param"  # a one-operand concat is its operand
+    (gather,) = data.classes[g]
+    assert (gather.ctor, len(gather.children), gather.attrs) == ("Gather", 2, (("axis", 0),))
+    assert data.types[gather.children[1]] == TensorType("i32", (3,))
+    (sl,) = data.classes[s]
+    assert sl.attrs == (("axes", (1,)), ("starts", (0,)), ("ends", (6,)), ("steps", (2,)))
+    assert [data.types[r] for r in data.roots] == graph.output_types
+
+
+def test_movement_ops_are_injective_and_have_their_shape_as_space():
+    graph = graph_of(MOVES)
+    run = EGraphRun(graph, [])
+    run.run()
+    for n in graph.nodes:
+        if n.op in ("slice", "gather") or (n.op == "concat" and len(n.inputs) > 1):
+            shape = " ".join(map(str, n.type.shape))
+            for check in (f"(is-injective $n{n.id})", f"(is-movement $n{n.id})",
+                          f"(has-space $n{n.id} (vec-of {shape}))"):
+                run.egraph.run_program(*run.egraph.parse_program(f"(check {check})"))
+    x = graph.params[0]
+    with pytest.raises(Exception):
+        run.egraph.run_program(*run.egraph.parse_program(f"(check (is-injective $n{x}))"))
+
+
+def test_extraction_prints_nested_concats_back():
+    graph = graph_of(MOVES)
+    run = EGraphRun(graph, [])
+    run.run()
+    data = serialized(run)
+    extracted = choice_to_graph(data, extract_tree(data), graph)
+    assert [n.op for n in extracted.nodes].count("concat") == 2  # concat(x, y, x) as concat(concat(x, y), x)
+    inputs = random_inputs(graph, 1)
+    for a, b in zip(evaluate(graph, inputs), evaluate(extracted, inputs), strict=True):
+        np.testing.assert_array_equal(a, b)

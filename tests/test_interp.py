@@ -9,7 +9,7 @@ import pytest
 
 from stitch.engine.check import check_func
 from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.interp import evaluate, index_bounds, random_inputs
 from stitch.engine.parse import parse_file, parse_program
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
@@ -224,3 +224,88 @@ def test_random_inputs_stay_in_every_ops_domain():
     assert inputs["x"].dtype == f32 and inputs["x"].min() >= 0.5 and inputs["x"].max() < 2
     assert inputs["i"].dtype == np.int32 and inputs["b"].dtype == np.bool_
     np.testing.assert_array_equal(random_inputs(graph, seed=3)["x"], inputs["x"])
+
+
+# -- slice, concat, gather ------------------------------------------------------------------
+
+MOVEMENT = """func moves(x: f32[4, 6], y: f32[4, 2], i: i64[2, 3], j: i32[]) -> (f32[2, 3], f32[4, 8], f32[4, 2, 3], f32[4], f32[3, 5]) {
+  a = slice(x, axes=[-1, 0], starts=[-5, 1], ends=[100, -1], steps=[2, 1])
+  c = concat(slice(x, axes=[1], starts=[0], ends=[3]), y, slice(x, axes=[1], starts=[3], ends=[6]), axis=-1)
+  g = gather(x, i, axis=1)
+  h = gather(x, j, axis=-1)
+  r = reshape(transpose(slice(x, axes=[0, 1], starts=[1, -5], ends=[4, 6]), perm=[1, 0]), shape=[3, 5])
+  return a, c, g, h, r
+}
+"""
+
+
+def moves(x, y, i, j):
+    return [x[1:-1, -5:100:2], np.concatenate([x[:, :3], y, x[:, 3:]], axis=-1), np.take(x, i, axis=1),
+            np.take(x, j, axis=-1), x[1:4, -5:6].T.reshape(3, 5)]
+
+
+def test_movement_ops_match_handwritten_numpy():
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (4, 6)).astype(f32)
+    y = rng.uniform(-1, 1, (4, 2)).astype(f32)
+    i = np.array([[0, -1, 5], [-6, 2, 3]], dtype=np.int64)
+    j = np.asarray(-2, dtype=np.int32)
+    got = run(MOVEMENT, x=x, y=y, i=i, j=j)
+    for g, w in zip(got, moves(x, y, i, j), strict=True):
+        assert g.dtype == f32 and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("bad", [6, -7, 2**31 - 1, -(2**31)])
+def test_gather_index_out_of_range_is_a_clean_error(bad):
+    text = "func f(x: f32[4, 6], i: i32[3]) -> f32[4, 3] {\n  return gather(x, i, axis=1)\n}\n"
+    i = np.array([0, bad, 1], dtype=np.int32)
+    with pytest.raises(StitchError) as err:
+        run(text, x=np.zeros((4, 6), f32), i=i)
+    assert err.value.message == f"gather: index {bad} is out of range for axis 1 of size 6"
+    assert (err.value.pos.line, err.value.pos.col) == (2, 10)
+
+
+def test_gather_out_of_range_through_the_cli(tmp_path, capsys):
+    from stitch.engine.cli import main
+
+    src = tmp_path / "g.ir"
+    src.write_text("func f(x: f32[8], i: i64[2]) -> f32[2] {\n  return gather(x, i, axis=0)\n}\n")
+    np.savez(tmp_path / "in.npz", x=np.zeros(8, f32), i=np.array([3, 9], dtype=np.int64))
+    code = main(["eval", str(src), "--inputs", str(tmp_path / "in.npz")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"{src}:2:10: error: gather: index 9 is out of range for axis 0 of size 8")
+    assert "return gather(x, i, axis=0)" in err and "^" in err and "Traceback" not in err
+
+
+def test_eval_runs_each_movement_op(tmp_path, capsys):
+    from stitch.engine.cli import main
+
+    src = tmp_path / "m.ir"
+    src.write_text(MOVEMENT)
+    assert main(["eval", str(src), "--seed", "3", "-o", str(tmp_path / "out.npz")]) == 0
+    graph = check_func(parse_file(src).funcs[0])
+    inputs = random_inputs(graph, seed=3)
+    with np.load(tmp_path / "out.npz") as out:
+        for k, want in enumerate(moves(*(inputs[n] for n in graph.param_names))):
+            np.testing.assert_array_equal(out[f"out{k}"], want)
+
+
+def test_random_inputs_index_in_range_through_movement_and_casts():
+    text = """func f(x: f32[5, 7], i: i32[2, 3], k: i64[4], m: i64[2, 2]) -> (f32[6, 7], f32[5, 4], f32[2, 2, 7]) {
+      a = gather(x, reshape(cast(i, dtype=i64), shape=[6]), axis=0)
+      b = gather(x, k, axis=1)
+      c = gather(x, gather(k, m, axis=0), axis=0)
+      return a, b, c
+    }"""
+    graph = check_func(parse_program(text).funcs[0])
+    assert index_bounds(graph) == {"i": 5, "k": 5, "m": 4}
+    for seed in range(20):
+        inputs = random_inputs(graph, seed)
+        assert inputs["i"].min() >= -5 and inputs["i"].max() < 5
+        assert inputs["k"].min() >= -5 and inputs["k"].max() < 5  # read by gathers over 7 and over 5
+        assert inputs["m"].min() >= -4 and inputs["m"].max() < 4
+        evaluate(graph, inputs)  # never out of range
+    drawn = np.concatenate([random_inputs(graph, s)["k"] for s in range(20)])
+    assert drawn.min() < 0 and drawn.max() > 0  # negative indices too

@@ -36,6 +36,29 @@ def test_generated_program_roundtrips(program):
     assert_roundtrips(program)
 
 
+@given(programs(dtypes=ALL_DTYPES, max_funcs=2, movement=True))
+def test_generated_program_with_movement_ops_roundtrips(program):
+    assert_roundtrips(program)
+
+
+def test_movement_ops_roundtrip():
+    x, i = Var("x"), Var("i")
+    body = (
+        Assign("a", Call("slice", (x,), (Attr("axes", (-1, 0)), Attr("starts", (-3, 0)), Attr("ends", (2**31 - 1, -1)),
+                                        Attr("steps", (2, 1))))),
+        Assign("b", Call("concat", (x,), (Attr("axis", -2),))),
+        Assign("c", Call("concat", (x, Var("a"), x, x), (Attr("axis", 0),))),
+        Assign("d", Call("gather", (x, i), (Attr("axis", -1),))),
+        Assign("e", Call("gather", (x, Const(-2)), (Attr("axis", 1),))),
+    )
+    t = TensorType("f32", (4, 6))
+    func = Func("moves", (Param("x", t), Param("i", TensorType("i64", (2,)))), (t,) * 4, body,
+                (Var("a"), Var("b"), Var("c"), Var("d")))
+    assert_roundtrips(Program((func,)))
+    assert "slice(x, axes=[-1, 0], starts=[-3, 0], ends=[2147483647, -1], steps=[2, 1])" in print_program(
+        Program((func,)))
+
+
 def test_parsed_positions_do_not_affect_equality():
     parsed = parse_program("func f(x: f32[2]) -> f32[2] {\n  return neg(x)\n}\n")
     t = TensorType("f32", (2,))
