@@ -16,10 +16,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, f64, literal, quote
+from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, f64, family_arity, family_of, literal, quote
 from .errors import StitchError
 from .ir import DTypeName
-from .ops import OPS
 from .rules import PCall, PLit, PVar, Rule, RuleFile
 
 FAMILY_CLASSES = {
@@ -29,6 +28,8 @@ FAMILY_CLASSES = {
     "reduction": ("Red",),
     "matmul": ("MatMul",),
     "layout": ("Transpose", "Reshape", "Bcast", "Cast"),
+    "movement": ("Slice", "Concat", "Gather"),
+    "injective": ("Un", "Bin", "Where", "Cast", "Transpose", "Reshape", "Bcast", "Slice", "Concat", "Gather"),
 }
 TENSOR_CLASS_RELATIONS = {
     "elementwise": "is-elementwise",
@@ -37,6 +38,8 @@ TENSOR_CLASS_RELATIONS = {
     "reduction": "is-reduction",
     "matmul": "is-matmul",
     "layout": "is-layout",
+    "movement": "is-movement",
+    "injective": "is-injective",
 }
 _CMP = {"==": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
@@ -86,7 +89,9 @@ def _op_vars(p, acc: dict[str, PCall]) -> dict[str, PCall]:
     return acc
 
 
-OPTIONAL_ATTRS = {"keepdims"}  # may be left out of an op-variable call and still match
+# May be left out of an op-variable call and still match; they travel with the op
+# to the right side: ?f(global(?p), ?b) also matches concat and gather, whatever their axis.
+OPTIONAL_ATTRS = {"keepdims", "axis"}
 
 
 def _families_for(call: PCall) -> list[str]:
@@ -94,8 +99,7 @@ def _families_for(call: PCall) -> list[str]:
     given = {a.name for a in call.attrs}
     out = []
     for fam, (ops, attrs) in FAMILIES.items():
-        arity = OPS[ops[0]].arity
-        if arity == len(call.args) and given <= set(attrs) and set(attrs) - given <= OPTIONAL_ATTRS:
+        if family_arity(fam) == len(call.args) and given <= set(attrs) and set(attrs) - given <= OPTIONAL_ATTRS:
             out.append(fam)
     return out
 
@@ -162,6 +166,10 @@ class _Ctx:
         elif p.op in PLACEMENT_CTORS:
             inner = self._term(p.args[0], False, side, dtype_from)
             return f"({PLACEMENT_CTORS[p.op]} {inner})"
+        elif p.op == "concat" and len(p.args) > 2:
+            # concat(a, b, c) is (Concat (Global (Concat a b)) c): as programs enter the e-graph
+            inner = PCall("concat", p.args[:-1], p.attrs, p.pos)
+            t = self._call(PCall("concat", (inner, p.args[-1]), p.attrs, p.pos), side)
         else:
             t = self._call(p, side)
         return f"(Global {t})" if operand else t
@@ -205,7 +213,10 @@ class _Ctx:
                 return None
             if p.op_is_var and fam == "Bin":
                 return None  # a comparison would be bool
-            candidates = p.args[1:] if p.op == "where" or fam == "Where" else p.args
+            if p.op == "gather" or fam == "Gather":
+                candidates = p.args[:1]  # the indices have their own dtype
+            else:
+                candidates = p.args[1:] if p.op == "where" or fam == "Where" else p.args
             for a in candidates:
                 d = self._dtype_of(a)
                 if d is not None:
@@ -217,11 +228,9 @@ class _Ctx:
         if p.op_is_var and fam is None:
             raise self.error(f"op variable {p.op} is not bound by the left side", p.pos)
         if fam is None:
-            from .egraph import family_of
-
             fam = family_of(p.op)
         _, attr_names = FAMILIES[fam]
-        if p.op_is_var and len(p.args) != OPS[FAMILIES[fam][0][0]].arity:
+        if p.op_is_var and len(p.args) != family_arity(fam):
             raise self.error(f"{p.op} is used with {len(p.args)} argument(s) here but matched a different arity", p.pos)
         fields = []
         if fam in NAMED_FAMILIES:
@@ -238,7 +247,12 @@ class _Ctx:
                     raise self.error(f"{a.name} is a value on the left but stands for an edge here", a.pos)
                 args.append(self.var(a.name))
                 continue
+            if fam == "Gather" and i == 1 and isinstance(a, PLit) and side == "rhs":
+                args.append(f"(Global (Const {f64(a.value)} \"i32\"))")  # a literal index is i32, as in programs
+                continue
             siblings = [b for j, b in enumerate(p.args) if j != i and not isinstance(b, PLit)]
+            if fam == "Gather":
+                siblings = siblings[:1] if i == 0 else []
             args.append(self._term(a, True, side, dtype_from=_first(siblings) if isinstance(a, PLit) else None))
         fields.extend(args)
         for name in attr_names:
@@ -257,11 +271,14 @@ class _Ctx:
                 return self.wild_attrs[key]
             if name == "keepdims":
                 return "false"
+            axes = p.attr("axes")
+            if name == "steps" and axes is not None and isinstance(axes.value, tuple):
+                return literal((1,) * len(axes.value))
             raise self.error(f"{p.op} needs its '{name}' attribute in a rule", p.pos)
         v = a.value
         if isinstance(v, PVar):
             return self.var(v.name)
-        if isinstance(v, (DTypeName, bool, tuple)):
+        if isinstance(v, (DTypeName, bool, tuple, int)):
             return literal(v)
         raise self.error(f"attribute '{name}' cannot be {v!r}", a.pos)
 

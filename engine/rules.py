@@ -23,7 +23,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from .errors import StitchError
 from .ir import NOPOS, DTypeName, Pos
-from .ops import OPS
+from .ops import LIST_KINDS, OPS
 from .parse import GRAMMAR_DIR, LiteralTransformer, read_source, syntax_error
 
 PLACEMENTS = ("global", "shared", "local", "inline")
@@ -115,6 +115,8 @@ PREDICATES = {
     "reduction": 1,
     "matmul": 1,
     "layout": 1,
+    "movement": 1,  # slice, concat, gather
+    "injective": 1,  # elementwise, layout or movement: each output element reads one element of each operand
     "float": 1,  # a float dtype
     "same_shape": 2,
 }
@@ -128,7 +130,12 @@ PROPERTIES = {
     "space": 1,  # an iteration space of the value: a reduction's input shape, a matmul's [..., m, n, k], else its shape
     "len": 1,  # len(?ax): the length of a list attribute
 }
-OP_CLASS_PREDICATES = ("elementwise", "unary", "binary", "reduction", "matmul", "layout")
+OP_CLASS_PREDICATES = ("elementwise", "unary", "binary", "reduction", "matmul", "layout", "movement", "injective")
+
+
+def op_variable_fits(spec, arity: int) -> bool:
+    """Whether an op variable with `arity` operands can stand for the op: in the e-graph concat is binary."""
+    return spec.arity == arity if not spec.variadic else arity == 2
 
 
 @cache
@@ -309,7 +316,7 @@ class _Validator:
         if p.op_is_var:
             self.bind(bound, p.op, "op", p.pos)
             arity = len(p.args)
-            fits = [s for s in OPS.values() if s.arity == arity and all(a.name in s.attrs for a in p.attrs)]
+            fits = [s for s in OPS.values() if op_variable_fits(s, arity) and all(a.name in s.attrs for a in p.attrs)]
             if not fits:
                 raise self.error(f"no op takes {arity} argument(s) with attributes "
                                  f"{', '.join(a.name for a in p.attrs) or '(none)'}", p.pos)
@@ -324,7 +331,9 @@ class _Validator:
             if spec is None:
                 close = difflib.get_close_matches(p.op, list(OPS) + list(PLACEMENTS), n=1)
                 raise self.error(f"unknown op '{p.op}'", p.pos, f"did you mean '{close[0]}'?" if close else "")
-            if len(p.args) != spec.arity:
+            if spec.variadic and len(p.args) < 2:
+                raise self.error(f"{p.op} in a rule takes 2 or more operands, got {len(p.args)}", p.pos)
+            if not spec.takes(len(p.args)):
                 raise self.error(f"{p.op} takes {spec.arity} argument(s), got {len(p.args)}", p.pos)
             for a in p.attrs:
                 if a.name not in spec.attrs:
@@ -353,11 +362,36 @@ class _Validator:
                     raise self.error(f"{p.op} needs the attribute '{name}='", p.pos)
                 continue
             v = a.value
-            want = {"axes": tuple, "perm": tuple, "shape": tuple, "bool": bool, "dtype": DTypeName}[aspec.kind]
+            want = {"bool": bool, "dtype": DTypeName, "int": int}.get(aspec.kind, tuple)
             if not isinstance(v, want) or (want is not bool and isinstance(v, bool)):
                 raise self.error(f"{p.op}: attribute '{name}' has the wrong kind of value", a.pos)
             if aspec.kind == "axes" and (any(x < 0 for x in v) or len(set(v)) != len(v)):
                 raise self.error("axes in a rule must be distinct and non-negative", a.pos)
+            if aspec.kind == "int" and v < 0:
+                raise self.error(f"{name} in a rule must be non-negative (the e-graph holds it normalized)", a.pos)
+        if p.op == "slice":
+            self.slice_attrs(p)
+
+    def slice_attrs(self, p: PCall) -> None:
+        """A slice in a rule matches the e-graph's normal form, so its literal bounds must be in that form."""
+        lists = {a.name: a for a in p.attrs if isinstance(a.value, tuple)}
+        if p.attr("steps") is None and "axes" not in lists:
+            raise self.error("slice in a rule must name its steps when its axes are a variable", p.pos)
+        lengths = {len(a.value) for a in lists.values()}
+        if len(lengths) > 1:
+            raise self.error("slice: axes, starts, ends and steps must have one entry per sliced axis", p.pos)
+        axes = lists.get("axes")
+        if axes is not None and list(axes.value) != sorted(axes.value):
+            raise self.error("axes of a slice in a rule must be ascending (the normal form)", axes.pos)
+        normal = "0 <= start < end, step >= 1 (the normal form: negative bounds are resolved against the dimension)"
+        starts, ends, steps = (lists.get(k) for k in ("starts", "ends", "steps"))
+        for a in (starts, ends):
+            if a is not None and any(x < 0 for x in a.value):
+                raise self.error(f"{a.name} of a slice in a rule must be non-negative: {normal}", a.pos)
+        if steps is not None and any(x < 1 for x in steps.value):
+            raise self.error(f"steps of a slice in a rule must be positive: {normal}", steps.pos)
+        if starts is not None and ends is not None and any(b >= e for b, e in zip(starts.value, ends.value)):
+            raise self.error(f"each start of a slice in a rule must be below its end: {normal}", ends.pos)
 
     @staticmethod
     def _attr_kind(p: PCall, name: str) -> str | None:
@@ -420,6 +454,9 @@ class _Validator:
         want = "attribute" if t.name == "len" else "tensor"
         if kind != want:
             raise self.error(f"{t.name} takes a {want} variable, but {first.args[0]} is a {kind}", first.pos)
+        if t.name == "len" and self.attr_kinds.get(first.args[0]) not in (None,) + LIST_KINDS:
+            what = {"int": "one integer", "bool": "true or false", "dtype": "a dtype"}[self.attr_kinds[first.args[0]]]
+            raise self.error(f"len takes a list attribute, but {first.args[0]} holds {what}", first.pos)
         if t.name == "dim" and (t.args[1].name != "lit" or not isinstance(t.args[1].args[0], int)):
             raise self.error("dim takes an integer axis: dim(?x, 0)", t.args[1].pos)
 

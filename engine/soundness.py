@@ -17,8 +17,14 @@ implements):
   Shapes have rank 0..3 and dims 1..5, drawn from a small pool of extents so
   that variables share dims, with size-1 dims, and often one shared base shape
   so that broadcasting and matmul line up. A variable used twice is one tensor.
-- `axes=?ax`, `perm=?p`, `shape=?s`, `keepdims=?k`, `dtype=?d`: a value valid
-  for the operand at the variable's first use on the left.
+- `axes=?ax`, `perm=?p`, `shape=?s`, `keepdims=?k`, `dtype=?d`, `axis=?a`: a
+  value valid for the operand at the variable's first use on the left, in the
+  normal form the e-graph holds (axes ascending, axis non-negative). A slice's
+  attributes are drawn together: ascending axes and, per axis,
+  0 <= start < end <= dim and a step of 1-3.
+- gather's indices `?i`: an i32 or i64 parameter whose values are in range for
+  every gather of the left side (negative ones too); a right side that then
+  reads out of range is a counterexample.
 - `?f(...)`: an op of `ops.OPS` with that arity and at least the attributes
   given, narrowed by op-class conditions. Attributes the pattern does not
   mention are drawn once, at its first use on the left, and travel with it.
@@ -72,11 +78,11 @@ from hypothesis.errors import Unsatisfiable
 from .check import check_func
 from .errors import StitchError
 from .graph import Graph
-from .interp import apply_op, evaluate, np_dtype
+from .interp import apply_op, evaluate, index_bounds, np_dtype
 from .ir import FLOAT_DTYPES, INT_DTYPES, Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, TensorType, Var
-from .ops import ANY, FLOAT, OPS, REDUCE, OpSpec
+from .ops import ANY, FLOAT, INDEX_DTYPES, OPS, REDUCE, OpSpec
 from .printer import print_attr, print_expr
-from .rules import PLACEMENTS, CFun, Cond, PCall, PLit, PVar, Pattern, Rule, RuleFile
+from .rules import PLACEMENTS, op_variable_fits, CFun, Cond, PCall, PLit, PVar, Pattern, Rule, RuleFile
 
 ULPS = 64
 TOLERANCE = f"|left - right| <= {ULPS}*eps*(max(|left|, |right|) + n*M)"
@@ -92,6 +98,8 @@ _OP_CLASSES = {
     "reduction": lambda s: s.group == "reduce",
     "matmul": lambda s: s.group == "matmul",
     "layout": lambda s: s.group == "layout",
+    "movement": lambda s: s.group == "movement",
+    "injective": lambda s: s.injective,
 }
 _ATTR_KINDS = {name: a.kind for spec in OPS.values() for name, a in spec.attrs.items()}
 _CAST_TARGETS = ("f32", "f64", "i32", "i64", "bool", "f16")
@@ -200,6 +208,7 @@ class _Facts:
         self.impossible = ""
         self.tensors: list[str] = []  # in order of first use on the left
         self.bool_vars: set[str] = set()  # where(?c, ...): only a bool fits
+        self.index_vars: set[str] = set()  # gather(?x, ?i, ...): only i32 or i64 fits
         self.op_vars: dict[str, PCall] = {}
         self.lhs_specs: list[OpSpec] = []
         self.rank_tests: dict[str, list[tuple[str, int]]] = {}  # what the left side itself implies
@@ -223,8 +232,10 @@ class _Facts:
                 self.tensors.append(p.name)
             if parent is not None and parent.op == "where" and index == 0:
                 self.bool_vars.add(p.name)
+            if parent is not None and parent.op == "gather" and index == 1:
+                self.index_vars.add(p.name)
             if parent is not None:
-                self.rank_tests.setdefault(p.name, []).extend(_implied_ranks(parent))
+                self.rank_tests.setdefault(p.name, []).extend(_implied_ranks(parent, index))
             return
         if isinstance(p, PLit):
             return
@@ -240,7 +251,7 @@ class _Facts:
                  if c.name in _OP_CLASSES and c.args[0].args[0] == name]
         given_attrs = {a.name for a in p.attrs}
         return [s for s in OPS.values()
-                if s.arity == len(p.args) and given_attrs <= set(s.attrs) and all(t(s) for t in tests)]
+                if op_variable_fits(s, len(p.args)) and given_attrs <= set(s.attrs) and all(t(s) for t in tests)]
 
     def _shape_classes(self) -> list[_ShapeClass]:
         parent = {v: v for v in self.tensors}
@@ -304,13 +315,15 @@ class _Facts:
             dims[subject][left.args[1].args[0]] = value
 
 
-def _implied_ranks(call: PCall) -> list[tuple[str, int]]:
-    """What a call with literal attributes says about its operand's rank."""
-    perm, axes = call.attr("perm"), call.attr("axes")
+def _implied_ranks(call: PCall, index: int) -> list[tuple[str, int]]:
+    """What a call with literal attributes says about the rank of its operand at `index`."""
+    perm, axes, axis = call.attr("perm"), call.attr("axes"), call.attr("axis")
     if call.op == "transpose" and perm is not None and isinstance(perm.value, tuple):
         return [("==", len(perm.value))]
-    if call.op in REDUCE and axes is not None and isinstance(axes.value, tuple) and axes.value:
+    if call.op in REDUCE + ("slice",) and axes is not None and isinstance(axes.value, tuple) and axes.value:
         return [(">", max(axes.value))]
+    if call.op == "concat" or (call.op == "gather" and index == 0):
+        return [(">", axis.value if axis is not None and isinstance(axis.value, int) else 0)]
     if call.op == "matmul":
         return [(">=", 1)]
     return []
@@ -358,10 +371,21 @@ def _probe(draw, facts: _Facts, reject) -> None:
                                        left_type=left_type, right_type=right_type))
     graph = check_func(Func("instance", params, (left_type, right_type), (), (lhs, rhs)))
     everything = dataclasses.replace(graph, outputs=[n.id for n in graph.nodes])
+    # gather's indices: in range for the left side (what the e-graph matched); the right side must cope.
+    left_graph = check_func(Func("left", params, (left_type,), (), (lhs,)))
+    bounds = index_bounds(left_graph)
     # Inputs anywhere in [-3, 3] first; if a side leaves its domain, positive ones.
     for positive in (False, True):
-        inputs = _draw_inputs(draw, params, positive)
-        values = evaluate(everything, inputs)
+        inputs = _draw_inputs(draw, params, positive, bounds)
+        try:
+            values = evaluate(everything, inputs)
+        except StitchError as err:  # an index out of range
+            try:
+                evaluate(left_graph, inputs)
+            except StitchError:
+                reject("the left side reads out of range")
+            raise _Counterexample(_explain(inst, lhs, rhs, f"the right side fails: {err.message}",
+                                           left_type, right_type, inputs))
         if all(np.isfinite(v).all() for v in values if v.dtype.kind == "f"):
             break
     else:
@@ -416,6 +440,8 @@ class _Drawer:
                 dt = self.facts.dtypes[v]
             elif v in self.facts.bool_vars:
                 dt = "bool"
+            elif v in self.facts.index_vars:
+                dt = self.pick(INDEX_DTYPES)
             elif self.facts.has_cast and self.draw(st.integers(0, 4)) == 4:  # now and then, a dtype of its own
                 dt = self.pick(_CAST_TARGETS)
             else:
@@ -488,11 +514,14 @@ class _Drawer:
         first_use = p.op_is_var and p.op not in self.drawn_ops
         if unbound_attrs or first_use:
             operand = self.operand_type(args[0])
+            drawn = self.slice_attrs(p, operand) if op == "slice" else {}
             for a in unbound_attrs:
-                self.inst.attrs[a.value.name] = self.attr_value(a.name, op, operand, a.value.name)
+                value = drawn[a.name] if op == "slice" else self.attr_value(a.name, op, operand, a.value.name)
+                self.inst.attrs[a.value.name] = value
             if first_use:
                 given_attrs = {a.name for a in p.attrs}
-                hidden = tuple(Attr(n, self.attr_value(n, op, operand)) for n in OPS[op].attrs if n not in given_attrs)
+                hidden = tuple(Attr(n, drawn[n] if op == "slice" else self.attr_value(n, op, operand))
+                               for n in OPS[op].attrs if n not in given_attrs)
                 self.inst.ops[p.op] = (op, hidden)
                 self.drawn_ops.add(p.op)
         return _call(p, args, self.inst)
@@ -503,10 +532,46 @@ class _Drawer:
         except StitchError:
             self.reject("the left side does not type-check")
 
+    def slice_attrs(self, p: PCall, t: TensorType) -> dict[str, tuple[int, ...]]:
+        """All four attributes of a slice of `t` in normal form, keeping the ones the pattern fixes."""
+        known = {}
+        for a in p.attrs:
+            value = a.value
+            if isinstance(value, PVar):
+                value = self.inst.attrs.get(value.name, self.facts.attr_fixed.get(value.name))
+            if value is not None:
+                known[a.name] = value
+        if "axes" in known:
+            axes = tuple(known["axes"])
+        else:
+            given = [len(v) for v in known.values() if isinstance(v, tuple)]
+            var = p.attr("axes").value.name if p.attr("axes") is not None else ""
+            lens = [n for n in range(t.rank + 1) if all(_CMP[c](n, v) for c, v in self.facts.attr_lens.get(var, ()))]
+            lens = [n for n in lens if not given or n == given[0]]
+            if not lens:
+                self.reject("no instance satisfies the conditions")
+            axes = tuple(sorted(self.shuffled(range(t.rank))[: self.pick(lens)]))
+        if any(not 0 <= a < t.rank for a in axes):
+            self.reject("the left side does not type-check")
+        out: dict[str, list[int]] = {"starts": [], "ends": [], "steps": []}
+        for k, a in enumerate(axes):
+            dim = t.shape[a]
+            start = known["starts"][k] if "starts" in known else self.draw(st.integers(0, dim - 1))
+            end = known["ends"][k] if "ends" in known else self.draw(st.integers(min(start + 1, dim), dim))
+            step = known["steps"][k] if "steps" in known else self.draw(st.integers(1, 3))
+            out["starts"].append(start)
+            out["ends"].append(end)
+            out["steps"].append(step)
+        return {"axes": axes, **{k: tuple(v) for k, v in out.items()}}
+
     def attr_value(self, name: str, op: str, t: TensorType, var: str = ""):
         if var in self.facts.attr_fixed:
             return self.facts.attr_fixed[var]
         kind = _ATTR_KINDS[name]
+        if kind == "int":  # an axis, non-negative as the e-graph holds it
+            if not t.rank:
+                self.reject("the left side does not type-check")
+            return self.draw(st.integers(0, t.rank - 1))
         if kind == "axes":
             lens = [n for n in range(t.rank + 1) if all(_CMP[c](n, v) for c, v in self.facts.attr_lens.get(var, ()))]
             if not lens:
@@ -609,11 +674,13 @@ def _term(t: CFun, inst: _Instance):
             "space": typ.shape}[t.name]
 
 
-def _draw_inputs(draw, params: tuple[Param, ...], positive: bool) -> dict[str, np.ndarray]:
+def _draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[str, int]) -> dict[str, np.ndarray]:
     out = {}
     for p in params:
         dt = p.type.dtype
-        if dt in FLOAT_DTYPES:
+        if p.name in bounds:  # gather's indices, negative ones too
+            elements = st.integers(-bounds[p.name], bounds[p.name] - 1)
+        elif dt in FLOAT_DTYPES:
             width = {"f16": 16, "f32": 32, "f64": 64}[dt]
             elements = st.floats(1 / 16 if positive else -3.0, 3.0, width=width, allow_subnormal=False)
         elif dt == "bool":
@@ -629,7 +696,8 @@ def _draw_inputs(draw, params: tuple[Param, ...], positive: bool) -> dict[str, n
 def _overflows(graph: Graph, values: list[np.ndarray]) -> bool:
     """Did an integer op wrap around? Recompute each one in float64 from its operands."""
     for n in graph.nodes:
-        if n.type.dtype not in INT_DTYPES or n.op in ("param", "const", "cast") or OPS[n.op].group == "layout":
+        if n.type.dtype not in INT_DTYPES or n.op in ("param", "const", "cast") or OPS[n.op].group in ("layout",
+                                                                                                      "movement"):
             continue
         wide = dataclasses.replace(n, type=TensorType("f64", n.type.shape))
         args = [v if v.dtype == np.bool_ else v.astype(np.float64) for v in (values[i] for i in n.inputs)]

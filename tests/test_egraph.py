@@ -325,3 +325,47 @@ def test_extraction_prints_nested_concats_back():
     inputs = random_inputs(graph, 1)
     for a, b in zip(evaluate(graph, inputs), evaluate(extracted, inputs), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_rules_over_movement_ops_fire_and_keep_meaning():
+    rf = parse_rules(
+        """
+rule cast-gather: cast(gather(?x, ?i, axis=?k), dtype=?d) => gather(cast(?x, dtype=?d), ?i, axis=?k)
+rule neg-concat3: neg(concat(?a, ?b, ?c, axis=0)) => concat(neg(?a), neg(?b), neg(?c), axis=0)
+rule slice-t:     slice(transpose(?x, perm=[1, 0]), axes=[0], starts=?s, ends=?e, steps=?t)
+                    => transpose(slice(?x, axes=[1], starts=?s, ends=?e, steps=?t), perm=[1, 0])
+rule first-row:   slice(?x, axes=[0], starts=[0], ends=[1]) => ?x where rank(?x) == 9
+rule moved:       exp(?x) => exp(?x) where movement(?x), injective(?x)
+rule not-moved:   exp(?x) => exp(?x) where movement(?x), rank(?x) == 5
+""",
+        "m.rules",
+    )
+    graph = graph_of("""func f(x: f32[4, 6], y: f32[2, 6], i: i64[3]) -> (f64[3, 6], f32[10, 6], f32[2, 4], f32[3, 6]) {
+      c = concat(x, y, x, axis=0)
+      return cast(gather(c, i, axis=0), dtype=f64), neg(c),
+             slice(transpose(x, perm=[1, 0]), axes=[0], starts=[1], ends=[6], steps=[3]), exp(gather(x, i, axis=0))
+    }""")
+    run, report = saturate_program(graph, [rf])
+    assert report.stop_reason == "saturated"
+    for name in ("cast-gather", "neg-concat3", "slice-t", "moved"):
+        assert report.matches[name] >= 1, name
+    assert report.matches["first-row"] == 0 and report.matches["not-moved"] == 0
+    data = serialized(run)
+    rewritten = {n.op for cid in data.roots for n in data.classes[cid]}
+    assert {"gather", "concat", "transpose"} <= rewritten
+    extracted = choice_to_graph(data, extract_tree(data), graph)
+    assert_same_outputs(graph, extracted, random_inputs(graph, 2))
+
+
+def test_op_variables_expand_to_concat_and_gather_with_their_axis():
+    rf = parse_rules("rule f: ?f(global(?p), ?b) => ?f(inline(?p), ?b) where elementwise(?p)", "u.rules")
+    graph = graph_of("""func f(x: f32[4], y: f32[2], i: i32[3]) -> (f32[6], f32[3]) {
+      return concat(exp(x), y, axis=-1), gather(neg(x), i, axis=0)
+    }""")
+    run, report = saturate_program(graph, [rf])
+    assert report.matches["f"] >= 2
+    data = serialized(run)
+    for root, op in zip(data.roots, ("concat", "gather")):
+        forms = [n for n in data.classes[root] if n.op == op]
+        assert sorted(data.classes[n.children[0]][0].op for n in forms) == ["global", "inline"]
+        assert {n.attrs for n in forms} == {(("axis", 0),)}

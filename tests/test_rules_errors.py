@@ -38,6 +38,20 @@ BAD_RULES = [
     ("rule a: exp(?x) => ?x where dim(?x, ?x) == 1\n", "1:37", "dim takes an integer axis"),
     ("rule a: ?f(?x, ?y, ?z, ?w) => ?x\n", "1:9", "no op takes 4 argument(s)"),
     ("rule a: mul(?x, 1.0) => ?x @\n", "1:28", "syntax error"),
+    # slice, concat, gather: literal attributes in the e-graph's normal form
+    ("rule a: concat(?x, axis=0) => ?x\n", "1:9", "concat in a rule takes 2 or more operands, got 1"),
+    ("rule a: concat(?x, ?y) => ?x\n", "1:9", "concat needs the attribute 'axis='"),
+    ("rule a: gather(?x, ?i, axis=-1) => ?x\n", "1:24", "axis in a rule must be non-negative"),
+    ("rule a: gather(?x, ?i, axis=[0]) => ?x\n", "1:24", "gather: attribute 'axis' has the wrong kind of value"),
+    ("rule a: slice(?x, axes=[1, 0], starts=[0, 0], ends=[1, 1]) => ?x\n", "1:19", "must be ascending"),
+    ("rule a: slice(?x, axes=[0], starts=[-1], ends=[1]) => ?x\n", "1:29",
+     "starts of a slice in a rule must be non-negative"),
+    ("rule a: slice(?x, axes=[0], starts=[2], ends=[1]) => ?x\n", "1:41", "must be below its end"),
+    ("rule a: slice(?x, axes=[0], starts=[0], ends=[1], steps=[0]) => ?x\n", "1:51", "steps of a slice in a rule must be positive"),
+    ("rule a: slice(?x, axes=?a, starts=?s, ends=?e) => ?x\n", "1:9", "must name its steps when its axes are a variable"),
+    ("rule a: slice(?x, axes=[0, 1], starts=[0], ends=[1]) => ?x\n", "1:9", "one entry per sliced axis"),
+    ("rule a: concat(?x, ?y, axis=?k) => ?x where len(?k) == 1\n", "1:49", "?k holds one integer"),
+    ("rule a: exp(?x) => ?x where movment(?x)\n", "1:29", "did you mean 'movement'"),
 ]
 
 

@@ -155,3 +155,40 @@ def test_cli_rejects_a_bad_example_count(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["rules", "check", write(tmp_path, ""), "--examples", "0"])
     assert exc.value.code == 2
+
+
+# -- slice, concat, gather -------------------------------------------------------------
+
+
+def test_right_side_reading_out_of_range_is_a_counterexample():
+    text = check_rule(rule("rule r: gather(concat(?a, ?b, axis=0), ?i, axis=0) => gather(?a, ?i, axis=0)"),
+                      examples()).detail
+    assert "the right side fails: gather: index" in text and "is out of range for axis 0" in text
+    assert "?i: i" in text  # gather's indices are drawn i32 or i64
+
+
+def test_slice_attributes_are_drawn_in_normal_form(monkeypatch):
+    import stitch.engine.soundness as soundness
+
+    seen = []
+    original = soundness._Drawer.slice_attrs
+
+    def spy(self, p, t):
+        drawn = original(self, p, t)
+        seen.append((t.shape, drawn))
+        return drawn
+
+    monkeypatch.setattr(soundness._Drawer, "slice_attrs", spy)
+    verdict = check_rule(rule("rule r: exp(slice(?x, axes=?ax, starts=?s, ends=?e, steps=?t)) => "
+                              "slice(exp(?x), axes=?ax, starts=?s, ends=?e, steps=?t)"), examples())
+    assert verdict.status == "ok"
+    assert any(d["axes"] for _, d in seen)
+    for shape, d in seen:
+        assert list(d["axes"]) == sorted(set(d["axes"]))
+        for a, start, end, step in zip(d["axes"], d["starts"], d["ends"], d["steps"]):
+            assert 0 <= start < end <= shape[a] and step >= 1
+
+
+def test_op_variable_draws_movement_ops_with_their_axis():
+    text = check_rule(rule("rule r: ?f(?a, ?b) => ?f(?b, ?a) where movement(?f)"), examples()).detail
+    assert "?f = concat(axis=" in text
