@@ -204,9 +204,11 @@ PRELUDE = r"""
 ; sized as numpy does, ceil((min(end, dim) - start) / step)
 (function sl (IVec IVec IVec IVec IVec i64) IVec :no-merge)
 (rule ((= t (Slice x ax st en sp)) (= s (shape x))) ((set (sl s ax st en sp 0) s)) :ruleset analysis)
+; (every primitive that could fail is in the query, where failing means no match;
+; in an action it would abort the run)
 (rule ((= r (sl s ax st en sp i)) (< i (vec-length ax)) (= a (vec-get ax i)) (< a (vec-length s))
-       (= e (min (vec-get en i) (vec-get s a))) (= b (vec-get st i)) (< b e) (>= (vec-get sp i) 1))
-      ((set (sl s ax st en sp (+ i 1)) (vec-set r a (/ (+ (- e b) (- (vec-get sp i) 1)) (vec-get sp i)))))
+       (= e (min (vec-get en i) (vec-get s a))) (= b (vec-get st i)) (< b e) (= k (vec-get sp i)) (>= k 1))
+      ((set (sl s ax st en sp (+ i 1)) (vec-set r a (/ (+ (- e b) (- k 1)) k))))
       :ruleset analysis)
 (rule ((= t (Slice x ax st en sp)) (= s (shape x)) (= r (sl s ax st en sp (vec-length ax))))
       ((set (shape t) r)) :ruleset analysis)
@@ -219,7 +221,7 @@ PRELUDE = r"""
 ; (ga a b k j) holds the first j dimensions of the result
 (function ga (IVec IVec i64 i64) IVec :no-merge)
 (rule ((= t (Gather x i k)) (= a (shape x)) (= b (shape i))) ((set (ga a b k 0) (vec-empty))) :ruleset analysis)
-(rule ((= r (ga a b k j)) (< j k)) ((set (ga a b k (+ j 1)) (vec-push r (vec-get a j)))) :ruleset analysis)
+(rule ((= r (ga a b k j)) (< j k) (= d (vec-get a j))) ((set (ga a b k (+ j 1)) (vec-push r d))) :ruleset analysis)
 (rule ((= r (ga a b k j)) (>= j k) (< j (+ k (vec-length b))))
       ((set (ga a b k (+ j 1)) (vec-push r (vec-get b (- j k))))) :ruleset analysis)
 (rule ((= r (ga a b k j)) (>= j (+ k (vec-length b))) (< j (- (+ (vec-length a) (vec-length b)) 1)))

@@ -246,6 +246,13 @@ class _FuncBuilder:
         self.env.append((name, t))
         return Var(name)
 
+    def moved(self, t: TensorType):
+        """The operand of a layout or movement op: with movement ops on, often another one (chains of index maps)."""
+        if self.limits.movement and self.budget > 0 and self.chance(40):
+            self.budget -= 1
+            return self.makers[self.pick(["layout", "movement"])](t)
+        return self.expr(t)
+
     def can_make(self, group: str, t: TensorType) -> bool:
         if group == "movement":
             return self.limits.movement
@@ -355,16 +362,16 @@ class _FuncBuilder:
             source = [0] * t.rank
             for i, p in enumerate(perm):
                 source[p] = t.shape[i]
-            return Call(op, (self.expr(TensorType(t.dtype, tuple(source))),), attrs)
+            return Call(op, (self.moved(TensorType(t.dtype, tuple(source))),), attrs)
         if op == "reshape":
             target = list(t.shape)
             if target and self.chance(40):
                 target[self.int(0, len(target) - 1)] = -1
             source = self.factorize(t.size)
-            return Call(op, (self.expr(TensorType(t.dtype, source)),), (Attr("shape", tuple(target)),))
+            return Call(op, (self.moved(TensorType(t.dtype, source)),), (Attr("shape", tuple(target)),))
         if op == "broadcast_to":
             source = self.sub_shape(t.shape)
-            return Call(op, (self.expr(TensorType(t.dtype, source)),), (Attr("shape", t.shape),))
+            return Call(op, (self.moved(TensorType(t.dtype, source)),), (Attr("shape", t.shape),))
         source_dtype = self.pick(self.limits.dtypes)
         return Call(op, (self.expr(TensorType(source_dtype, t.shape)),), (Attr("dtype", DTypeName(t.dtype)),))
 
@@ -400,7 +407,7 @@ class _FuncBuilder:
                  Attr("ends", tuple(ends))]
         if any(s != 1 for s in steps) or self.chance(30):
             attrs.append(Attr("steps", tuple(steps)))
-        return Call("slice", (self.expr(TensorType(t.dtype, tuple(source))),), tuple(attrs))
+        return Call("slice", (self.moved(TensorType(t.dtype, tuple(source))),), tuple(attrs))
 
     def concat(self, t: TensorType) -> Call:
         """concat of 1-4 operands whose extents along the axis add up to t's."""
@@ -410,7 +417,7 @@ class _FuncBuilder:
         cuts = sorted(self.draw(st.permutations(range(1, total)))[: n - 1])
         parts = [b - a for a, b in zip([0] + cuts, cuts + [total])]
         shapes = [t.shape[:axis] + (d,) + t.shape[axis + 1 :] for d in parts]
-        operands = tuple(self.expr(TensorType(t.dtype, s)) for s in shapes)
+        operands = tuple(self.moved(TensorType(t.dtype, s)) for s in shapes)
         return Call("concat", operands, (Attr("axis", self.axis_text(axis, t.rank)),))
 
     def gather(self, t: TensorType) -> Call:
@@ -426,7 +433,7 @@ class _FuncBuilder:
             indices = Const(self.int(-dim, dim - 1))  # a literal index is i32
         else:
             indices = self.index_param(TensorType(self.pick(("i32", "i64")), index_shape))
-        return Call("gather", (self.expr(x), indices), (Attr("axis", self.axis_text(k, x.rank)),))
+        return Call("gather", (self.moved(x), indices), (Attr("axis", self.axis_text(k, x.rank)),))
 
     def index_param(self, t: TensorType) -> Var:
         """Indices: a parameter already holding indices of that type, or a new one."""
