@@ -45,6 +45,13 @@ class CompiledProgram:
             return out
         return outputs
 
+    def profile(self, runs: int = 10, **inputs) -> list:
+        """Each kernel's median time over `runs` calls beside the cost model's estimate
+        (targets/profile.py's KernelTime rows; compiled C only)."""
+        from ..targets.profile import profile
+
+        return profile(self, bind_inputs(self.graph, inputs), runs)
+
 
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
             entry: str | None = None, cache_dir: str | Path | None = None, cflags: tuple[str, ...] | None = None,

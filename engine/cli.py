@@ -70,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_rule_arguments(r)
     r.add_argument("--cache-dir", help="where compiled libraries are kept (default ~/.cache/stitch)")
     r.add_argument("--cflags", help="compiler flags, replacing the defaults (one string)")
+    r.add_argument("--threads", type=_positive_int, metavar="N",
+                   help="threads running a kernel's tiles, the caller included (default: OMP_NUM_THREADS, "
+                        "else the cores)")
+    r.add_argument("--profile", action="store_true",
+                   help="also time each kernel (a timed build of the program) beside the cost model's estimate")
+    r.add_argument("--runs", type=_positive_int, default=10, metavar="N",
+                   help="with --profile: timed calls, after one warm-up (default 10)")
     r.set_defaults(run=cmd_run)
 
     k = sub.add_parser("compile", help="saturate a program with the rules and print a stage (--emit)")
@@ -262,6 +269,10 @@ def cmd_run(args) -> int:
     from .tolerance import differences
 
     cflags = tuple(args.cflags.split()) if args.cflags else None
+    if args.threads:
+        from ..targets import runtime
+
+        runtime.set_threads(args.threads)
     program = compile_program(args.file, target=args.target, rules=args.rules,
                               builtin_rules=not args.no_builtin_rules, entry=args.entry,
                               cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules))
@@ -271,6 +282,11 @@ def cmd_run(args) -> int:
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
     problems = differences(outputs, evaluate(graph, inputs)) if args.check else []
+    timings = None
+    if args.profile:
+        from ..targets.profile import profile
+
+        timings = profile(program, inputs, args.runs)
     if args.output:
         save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
     if args.json:
@@ -280,12 +296,18 @@ def cmd_run(args) -> int:
             out.update(simulated_json(out, program.report))
         if args.check:
             out["check"] = "ok" if not problems else problems
+        if timings is not None:
+            out["profile"] = {"runs": args.runs, "kernels": [t.to_json() for t in timings]}
         print(json.dumps(out, indent=2))
     elif not args.output:
         print(summarize(outputs))
         print(f"ran on {program.executor} in {run_seconds * 1e3:.3f} ms")
         if program.report is not None:
             print(program.report.table())
+        if timings is not None:
+            from ..targets.profile import profile_table
+
+            print(profile_table(timings, args.runs))
     if problems:
         raise StitchError("the outputs differ from the reference interpreter:\n  " + "\n  ".join(problems))
     if args.check and not args.json:

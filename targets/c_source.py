@@ -1,12 +1,16 @@
-"""LoopProgram -> C: one function per kernel, OpenMP on the outer tile loop.
+"""LoopProgram -> C: one function per kernel; its tile loops run on stitch's runtime.
 
-Each kernel's merged shared buffer is a per-thread scratch array declared inside
-the parallel tile loop, with every shared buffer a pointer at its planned
-offset; local buffers are plain arrays in the same scope. A buffer written
-before the tile loops (an input held whole for the kernel) is allocated once,
-before them. `stitch_main(void **buffers)` runs the kernels in order on the
-global buffers the caller owns (parameters, intermediates, outputs, in the
-order `buffer_order` gives). Scalar ops follow numpy's definitions (NaN
+Each top-level tile loop of a kernel becomes a tile function (`kernel_k0_tiles0(lo, hi, scratch,
+buffers...)`: tiles lo..hi-1) that the kernel hands to the runtime (`st_run`, bound to
+targets/runtime.c's pool by `stitch_bind`; without it, the calling thread runs every tile). A
+kernel without tile loops is one tile. Inside a tile, the merged shared buffer and the large local
+buffers are pointers into the thread's scratch block (heap memory the runtime owns, reused across
+tiles and calls), small local buffers plain arrays. A buffer written before the tile loops (an
+input held whole for the kernel) is allocated once, before them, and what follows a tile loop
+runs on the caller after every tile is done. `stitch_main(void **buffers)` runs the kernels in
+order on the global buffers the caller owns (parameters, intermediates, outputs, in the order
+`buffer_order` gives) and returns 0, or 1 when memory ran out; built with -DSTITCH_PROFILE it adds
+each kernel's nanoseconds to `stitch_profile_ns`. Scalar ops follow numpy's definitions (NaN
 propagation in maximum/minimum, integer wraparound via -fwrapv).
 """
 
@@ -83,21 +87,58 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1) -
     kernels = [(k.name, _Kernel(k, {b.name: b for b in globals_}, vector_bytes).render(signature))
                for k in program.kernels]
     parts = min(max_parts, sum(len(text) for _, text in kernels) // PART_BYTES + 1)
-    out = [PRELUDE, vector_typedefs(vector_bytes)]
-    out += [f"{_PROTO} void {_kernel_name(name)}({signature});" for name, _ in kernels]
+    out = [PRELUDE, vector_typedefs(vector_bytes), RUNNER]
+    out += [f"{_PROTO} int {_kernel_name(name)}({signature});" for name, _ in kernels]
     for part, group in enumerate(_deal(kernels, parts)):
         out.append(_part_guard(part, parts))
         out += [text for _, text in group]
         out.append("#endif" if parts > 1 else "")
     out.append(_part_guard(0, parts))
-    out.append("void stitch_main(void **b) {")
+    out.append(RUNNER_DEFINITION)
+    out.append(PROFILE.replace("KERNELS", str(max(1, len(program.kernels)))))
+    out.append("int stitch_main(void **b) {")
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")
-    for k in program.kernels:
-        out.append(f"  {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in globals_)});")
+    for i, k in enumerate(program.kernels):
+        out.append(f"  ST_CALL({i}, {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in globals_)}));")
+    out.append("  return 0;")
     out.append("}")
     out.append("#endif" if parts > 1 else "")
     return "\n".join(out) + "\n", parts
+
+
+# How tiles reach the runtime (targets/runtime.c's stitch_rt_run has this signature). Bound by
+# stitch_bind when the library is loaded; compiled on its own, the file runs every tile on the
+# calling thread with one scratch block per call.
+RUNNER = r"""typedef void (*st_tiles)(void *args, int64_t lo, int64_t hi, unsigned char *scratch);
+typedef int (*st_runner)(st_tiles fn, void *args, int64_t tiles, int64_t grain, size_t scratch_bytes, int parallel);
+__attribute__((visibility("hidden"))) extern st_runner st_run;
+"""
+
+RUNNER_DEFINITION = r"""static int st_run_here(st_tiles fn, void *args, int64_t tiles, int64_t grain, size_t scratch_bytes,
+                       int parallel) {
+  (void)grain; (void)parallel;
+  unsigned char *scratch = aligned_alloc(64, (scratch_bytes + 64) / 64 * 64);
+  if (!scratch) return 1;
+  fn(args, 0, tiles, scratch);
+  free(scratch);
+  return 0;
+}
+st_runner st_run = st_run_here;
+void stitch_bind(st_runner run) { st_run = run ? run : st_run_here; }
+"""
+
+# -DSTITCH_PROFILE: each kernel call timed (`stitch run --profile`); the caller zeroes and reads the sums.
+PROFILE = r"""#ifdef STITCH_PROFILE
+#include <time.h>
+int64_t stitch_profile_ns[KERNELS];
+static int64_t st_clock(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000LL + t.tv_nsec; }
+#define ST_CALL(i, call) do { int64_t t_ = st_clock(); int e_ = (call); stitch_profile_ns[i] += st_clock() - t_; \
+                              if (e_) return e_; } while (0)
+#else
+#define ST_CALL(i, call) do { if (call) return 1; } while (0)
+#endif
+"""
 
 
 _PROTO = '__attribute__((visibility("hidden")))'
@@ -134,18 +175,79 @@ class _Kernel:
         self.buffers = {b.name: b for b in kernel.allocs}
         self.buffers.update(globals_)
         self.lines: list[str] = []
+        self.frame: int | None = None  # inside a tile function: the scratch bytes it uses so far
 
     def render(self, signature: str) -> str:
-        self.lines.append(f"{_PROTO} void {_kernel_name(self.k.name)}({signature}) {{")
+        """The tile functions, then the kernel: it allocates the buffers held for the whole kernel,
+        runs its statements outside tile loops itself and hands each tile loop to the runtime."""
+        name = _kernel_name(self.k.name)
         outer = [b for b in self.k.allocs if self._written_outside_tiles(b.name)]
+        params = signature + "".join(f", {C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in outer)
+        fields = [f"{C_TYPES[b.dtype]} *{_ident(b.name)};" for b in self.globals.values()]
+        fields += [f"{C_TYPES[b.dtype]} *{_ident(b.name)};" for b in outer]
+        self.lines.append(f"struct {name}_args {{ {' '.join(fields)} }};")
+        names = [_ident(b.name) for b in list(self.globals.values()) + outer]
+        body = [f"{_PROTO} int {name}({signature}) {{"]
         for b in outer:
-            self.lines.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = "
-                              f"({C_TYPES[b.dtype]} *)malloc({max(b.nbytes, 1)});")
-        self.block(self.k.body, 1, top=True, declared=set(b.name for b in outer))
+            body.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = "
+                        f"({C_TYPES[b.dtype]} *)malloc({max(b.nbytes, 1)});")
+        if outer:
+            body.append(f"  if ({' || '.join('!' + _ident(b.name) for b in outer)}) goto fail;")
+        body.append(f"  struct {name}_args a = {{{', '.join(names)}}};")
+        declared = {b.name for b in outer}
+        tiled = any(isinstance(s, For) and s.kind == "parallel" for s in self.k.body)
+        count = 0
+        for s in self.k.body if tiled else [None]:
+            if s is not None and not (isinstance(s, For) and s.kind == "parallel"):
+                body += self.kernel_statement(s)
+                continue
+            fn = f"{name}_tiles{count}"
+            count += 1
+            scratch_bytes = self.tile_function(fn, s, params, declared)
+            self.lines.append(f"static void {fn}_run(void *args, int64_t lo, int64_t hi, unsigned char *scratch) {{")
+            self.lines.append(f"  struct {name}_args *a = args;")
+            self.lines.append(f"  {fn}(lo, hi, scratch, {', '.join('a->' + n for n in names)});")
+            self.lines.append("}")
+            tiles, work = (s.extent, _work(s)) if s is not None else (1, 0)
+            grain = max(1, -(-GRAIN_WORK * tiles // max(work, 1)))
+            body.append(f"  if (st_run({fn}_run, &a, {tiles}, {grain}, {scratch_bytes}, "
+                        f"{int(work >= PARALLEL_WORK)})) goto fail;")
         for b in outer:
-            self.lines.append(f"  free({_ident(b.name)});")
+            body.append(f"  free({_ident(b.name)});")
+        body.append("  return 0;")
+        body.append("fail:")
+        for b in outer:
+            body.append(f"  free({_ident(b.name)});")
+        body.append("  return 1;")
+        body.append("}")
+        return "\n".join(self.lines + body) + "\n"
+
+    def kernel_statement(self, s) -> list[str]:
+        """A statement outside the tile loops (copying an input held for the kernel), run by the caller."""
+        mark = len(self.lines)
+        self.block([s], 1)
+        lines = self.lines[mark:]
+        del self.lines[mark:]
+        return lines
+
+    def tile_function(self, fn: str, loop: For | None, params: str, declared: set[str]) -> int:
+        """`fn(lo, hi, st_scratch, buffers...)` running tiles lo..hi-1 of `loop` (None: the kernel's
+        whole body, one tile); returns the scratch bytes it needs."""
+        self.lines.append(f"static void {fn}(int64_t lo, int64_t hi, unsigned char *restrict st_scratch, {params}) {{")
+        self.frame = 0
+        if loop is None:
+            self.lines.append("  (void)lo; (void)hi;")
+            self.scratch("  ", set(declared))
+            self.block(self.k.body, 1)
+        else:
+            self.prefetch(loop, (), "  ")
+            self.lines.append(f"  for (int64_t {loop.var} = lo; {loop.var} < hi; ++{loop.var}) {{")
+            self.scratch("    ", set(declared))
+            self.block(loop.body, 2, (loop,))
+            self.lines.append("  }")
         self.lines.append("}")
-        return "\n".join(self.lines) + "\n"
+        used, self.frame = self.frame, None
+        return used
 
     def _written_outside_tiles(self, name: str) -> bool:
         for s in self.k.body:
@@ -153,43 +255,45 @@ class _Kernel:
                 return True
         return False
 
+    def reserve(self, nbytes: int) -> int:
+        """Room for `nbytes` in this tile's scratch block: its offset."""
+        at = self.frame
+        self.frame = at + (nbytes + 63) // 64 * 64
+        return at
+
     def scratch(self, pad: str, declared: set[str]) -> None:
-        """Declare the per-tile buffers: the merged shared array and the local ones."""
+        """Declare the per-tile buffers: the merged shared buffer and the local ones larger than
+        LOCAL_STACK_BYTES in all are in the thread's scratch block, the other locals on the stack."""
         merged = [b for b in self.k.allocs if b.scope == "shared" and b.name not in declared]
         size = self.k.merged_bytes or sum(b.nbytes for b in merged)
-        if merged:
-            self.lines.append(f"{pad}_Alignas(64) unsigned char smem[{max(size, 1)}];")
-            offset = 0
-            for b in merged:
-                at = self.k.offsets.get(b.name, offset)
-                offset = at + b.nbytes
-                self.lines.append(f"{pad}{C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)(smem + {at});")
+        base = self.reserve(size) if merged else 0
+        offset = 0
+        for b in merged:
+            at = self.k.offsets.get(b.name, offset)
+            offset = at + b.nbytes
+            self.lines.append(f"{pad}{C_TYPES[b.dtype]} *{_ident(b.name)} = "
+                              f"({C_TYPES[b.dtype]} *)(st_scratch + {base + at});")
+        stack = 0
         for b in self.k.allocs:
             if b.scope == "local" and b.name not in declared:
                 n = max(1, b.nbytes // dtype_bytes(b.dtype))
-                self.lines.append(f"{pad}{C_TYPES[b.dtype]} {_ident(b.name)}[{n}];")
+                if stack + b.nbytes <= LOCAL_STACK_BYTES:
+                    stack += b.nbytes
+                    self.lines.append(f"{pad}{C_TYPES[b.dtype]} {_ident(b.name)}[{n}];")
+                else:
+                    self.lines.append(f"{pad}{C_TYPES[b.dtype]} *{_ident(b.name)} = "
+                                      f"({C_TYPES[b.dtype]} *)(st_scratch + {self.reserve(b.nbytes)});")
         declared.update(b.name for b in self.k.allocs)
 
-    def block(self, stmts, depth: int, top: bool, declared: set[str], loops: tuple[For, ...] = ()) -> None:
+    def block(self, stmts, depth: int, loops: tuple[For, ...] = ()) -> None:
         pad = "  " * depth
-        in_tile = not top
-        if top and not any(isinstance(s, For) and s.kind == "parallel" for s in stmts):
-            self.scratch(pad, declared)
-            in_tile = True
         for s in stmts:
             if self.matmul(s, pad) or self.f16_matmul(s, pad) or self.simd_reduce(s, pad):
                 continue
             if isinstance(s, For):
-                parallel = top and s.kind == "parallel"
-                if parallel and _work(s) >= PARALLEL_WORK:
-                    self.lines.append(f"{pad}#pragma omp parallel for schedule(static)")
                 self.prefetch(s, loops, pad)
                 self.lines.append(f"{pad}for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{")
-                if parallel and not in_tile:
-                    self.scratch(pad + "  ", set(declared))
-                    self.block(s.body, depth + 1, False, set(declared) | set(self.buffers), loops + (s,))
-                else:
-                    self.block(s.body, depth + 1, False, declared, loops + (s,))
+                self.block(s.body, depth + 1, loops + (s,))
                 self.lines.append(f"{pad}}}")
             else:
                 self.lines.append(pad + self.leaf(s))
@@ -257,7 +361,10 @@ class _Kernel:
         for i, loop in enumerate(outer):
             lines.append("  " * i + f"for (int64_t {loop.var} = 0; {loop.var} < {loop.extent}; ++{loop.var}) {{")
         inside = "  " * len(outer)
-        lines.append(f"{inside}{{ float acc_f[{size}];")
+        if size * 4 > LOCAL_STACK_BYTES and self.frame is not None:
+            lines.append(f"{inside}{{ float *acc_f = (float *)(st_scratch + {self.reserve(size * 4)});")
+        else:
+            lines.append(f"{inside}{{ float acc_f[{size}];")
 
         def over(loop_list, body):
             head = [inside + "  " * (k + 1) + f"for (int64_t {lp.var} = 0; {lp.var} < {lp.extent}; ++{lp.var})"
@@ -341,6 +448,8 @@ class _Kernel:
 
 
 PARALLEL_WORK = 1 << 18  # element updates below which a kernel runs on the calling thread alone
+GRAIN_WORK = 1 << 14  # element updates a thread claims at least at once (tiles smaller are claimed together)
+LOCAL_STACK_BYTES = 64 * 1024  # local buffers of a tile up to this many bytes in all are stack arrays
 
 
 def _work(stmt) -> int:

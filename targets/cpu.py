@@ -26,9 +26,10 @@ import numpy as np
 from ..engine.errors import StitchError
 from ..engine.interp import np_dtype
 from ..lowering.loops import LoopProgram
+from . import runtime
 from .c_source import buffer_order, c_source
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
                  "-fno-trapping-math", "-std=gnu11")
 
 
@@ -47,6 +48,8 @@ class Native:
     # after it); the lock keeps two threads calling at once from sharing them
     scratch: dict[str, np.ndarray] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    flags: tuple[str, ...] = DEFAULT_FLAGS  # what it was built with, before the additions `build` makes
+    cache_dir: Path | None = None
 
     def run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None = None) -> list[np.ndarray]:
         with self.lock:
@@ -74,7 +77,8 @@ class Native:
             arrays[b.name] = arr
             buffers.append(arr.ctypes.data_as(ctypes.c_void_p))
         argv = (ctypes.c_void_p * len(buffers))(*buffers)
-        self.library.stitch_main(argv)
+        if self.library.stitch_main(argv):
+            raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
         params = {b.name for b in self.program.params}
         return [arrays[name].copy() if name in params else arrays[name] for name in self.program.outputs]
 
@@ -106,16 +110,29 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
     # gcc's default on AVX-512 machines is 256-bit loops; 512 doubles the throughput of
     # vectorized transcendentals (bias+GELU, 1 thread: 35 -> 18 ms)
     wide = ("-mprefer-vector-width=512",) if vector_bytes == 64 else ()
-    flags = tuple(flags) + wide + _vector_math(cc, cache_dir)
-    key = hashlib.sha256("\0".join([source, cc, *flags, _version(cc)]).encode()).hexdigest()[:24]
+    requested = tuple(flags)
+    flags = requested + wide + _vector_math(cc, cache_dir)
+    lib_path = cached_library(source, parts, cc, flags, cache_dir)
+    try:
+        library = _load(lib_path, cc, cache_dir)
+    except OSError:  # checked but does not load: build it again
+        lib_path.unlink(missing_ok=True)
+        library = _load(cached_library(source, parts, cc, flags, cache_dir), cc, cache_dir)
+    return Native(program, library, lib_path.with_suffix(".c"), flags=requested, cache_dir=cache_dir)
+
+
+def source_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
+    return hashlib.sha256("\0".join([source, cc, *flags, _version(cc)]).encode()).hexdigest()[:24]
+
+
+def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cache_dir: Path) -> Path:
+    """The shared library `source` compiles to, from the cache when a checked entry is there."""
+    key = source_key(source, cc, flags)
     lib_path = cache_dir / f"{key}.so"
     src_path = cache_dir / f"{key}.c"
     sum_path = cache_dir / f"{key}.sha256"
     if lib_path.exists() and sum_path.exists() and sum_path.read_text() == _digest(lib_path):
-        try:
-            return Native(program, _load(lib_path), src_path)
-        except OSError:
-            pass
+        return lib_path
     lib_path.unlink(missing_ok=True)  # missing, corrupt or stale: build it again
     src_path.write_text(source)
     with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
@@ -123,7 +140,7 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
         _compile(cc, flags, src_path, tmp_lib, parts, Path(tmp))
         os.replace(tmp_lib, lib_path)
     sum_path.write_text(_digest(lib_path))
-    return Native(program, _load(lib_path), src_path)
+    return lib_path
 
 
 def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, tmp: Path) -> None:
@@ -151,10 +168,11 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _load(path: Path) -> ctypes.CDLL:
+def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-    lib.stitch_main.restype = None
+    lib.stitch_main.restype = ctypes.c_int
+    runtime.bind(lib, cc, cache_dir)
     return lib
 
 

@@ -1,0 +1,88 @@
+"""Per-kernel timing of a compiled CPU program beside the cost model's estimate (`stitch run --profile`).
+
+The program is built a second time with -DSTITCH_PROFILE, which wraps each
+kernel call in `stitch_main` with a monotonic clock (the library every other
+call uses stays untimed), and called `runs` times after one warm-up call.
+Each kernel's median time is set beside what the cost model priced it at:
+its bytes (read + written, as the model counts them) per second and, for a
+kernel with matmuls, its floating-point operations (2 per multiply-add) per
+second.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..engine.cost import slice_elems
+from ..engine.errors import StitchError
+from ..engine.schedule_print import global_names
+from .cpu import build
+
+PROFILE_FLAG = "-DSTITCH_PROFILE"
+
+
+@dataclass
+class KernelTime:
+    name: str  # the loop kernel (k0, k1, ...)
+    writes: str  # the global value it writes
+    seconds: float  # median measured time of one call
+    estimated_seconds: float  # the cost model's
+    bytes: int  # global bytes read and written, as the cost model counts them
+    flops: int  # 2 x the matmul multiply-adds (0 without a matmul)
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e9 if self.seconds > 0 else float("inf")
+
+    @property
+    def gflop_per_s(self) -> float | None:
+        return self.flops / self.seconds / 1e9 if self.flops and self.seconds > 0 else None
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "gb_per_s": self.gb_per_s, "gflop_per_s": self.gflop_per_s}
+
+
+def profile(program, inputs: dict[str, np.ndarray], runs: int = 10) -> list[KernelTime]:
+    """Time each kernel of a CompiledProgram running compiled C, `runs` calls after a warm-up."""
+    if program.executor != "c":
+        raise StitchError(f"--profile times compiled C; this program runs on the {program.executor}")
+    if runs < 1:
+        raise StitchError(f"the profile needs at least one run, got {runs}")
+    native = program.native
+    timed = build(native.program, native.cache_dir, tuple(native.flags) + (PROFILE_FLAG,))
+    kernels = native.program.kernels
+    counters = (ctypes.c_int64 * max(1, len(kernels))).in_dll(timed.library, "stitch_profile_ns")
+    samples: list[list[float]] = [[] for _ in kernels]
+    outputs = None
+    for run in range(runs + 1):
+        ctypes.memset(counters, 0, ctypes.sizeof(counters))
+        outputs = timed.run(inputs, outputs)
+        if run:  # the first call pays for page faults on fresh temporaries
+            for i in range(len(kernels)):
+                samples[i].append(counters[i] * 1e-9)
+    compiled = program.compiled
+    schedule, cost, target = compiled.schedule, compiled.cost, compiled.target
+    names = global_names(schedule)
+    rows = []
+    for lk, k, kc, times in zip(kernels, schedule.kernels, cost.kernels, samples):
+        flops = sum(2 * slice_elems(labels, k, {}) * depth for labels, depth in k.matmuls)
+        rows.append(KernelTime(lk.name, names[k.root], statistics.median(times), target.seconds(kc.cycles),
+                               kc.bytes_read + kc.bytes_written, flops))
+    return rows
+
+
+def profile_table(rows: list[KernelTime], runs: int) -> str:
+    lines = [f"per kernel, median of {runs} runs (cost model's bytes and estimate):",
+             f"{'kernel':<8} {'writes':<12} {'ms':>10} {'GB/s':>8} {'GFLOP/s':>8} {'estimated ms':>13} {'ratio':>7}"]
+    for r in rows:
+        gflops = f"{r.gflop_per_s:.1f}" if r.gflop_per_s is not None else "-"
+        lines.append(f"{r.name:<8} {r.writes:<12} {r.seconds * 1e3:>10.3f} {r.gb_per_s:>8.1f} {gflops:>8} "
+                     f"{r.estimated_seconds * 1e3:>13.3f} {r.seconds / r.estimated_seconds:>7.2f}")
+    total, estimated = sum(r.seconds for r in rows), sum(r.estimated_seconds for r in rows)
+    lines.append(f"{'total':<21} {total * 1e3:>10.3f} {'':>8} {'':>8} {estimated * 1e3:>13.3f} "
+                 f"{total / estimated:>7.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,246 @@
+/* stitch's CPU runtime: one pool of worker threads per process, shared by every compiled program.
+
+   A parallel kernel hands its tiles to `stitch_rt_run`. The calling thread publishes the job and
+   takes tiles itself, a few at a time, from an atomic counter; any worker that is running takes
+   them too. The call returns when every tile is done, not when every thread has checked in: a
+   worker that wakes late (its core busy with another process) finds no tile left and goes back
+   to sleep, where an OpenMP barrier would wait a whole scheduler tick for it. Tiles write disjoint
+   outputs, so which thread ran a tile never changes a result; what a kernel does after its tile
+   loop runs on the caller once all tiles are done.
+
+   Each thread's scratch (a tile's merged on-chip buffer) is a heap block owned by that thread,
+   grown when a kernel needs more and reused across tiles and calls: however large a target's
+   on-chip budget, no tile's buffers live on a stack.
+
+   Waits spin briefly (kernels of one program follow each other within microseconds) and then
+   sleep on a futex. One submitter at a time owns the pool; a second program called from
+   another thread meanwhile runs its tiles on its own thread rather than wait or oversubscribe.
+   After fork() the child has no workers: the pool forgets them and starts new ones on demand. */
+
+#define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef void (*st_tiles)(void *args, int64_t lo, int64_t hi, unsigned char *scratch);
+
+#define MAX_THREADS 256
+#define NOTHING_LEFT 0xffffffffu   /* the claim counter of a job being set up: no tile to take */
+#define SPIN_NS 50000              /* how long an idle thread polls before it sleeps */
+
+static struct {
+  /* the job, written by its submitter before it publishes the epoch */
+  _Atomic(st_tiles) fn;
+  _Atomic(void *) args;
+  _Atomic int64_t tiles, grain;
+  _Atomic size_t scratch_bytes;
+  _Atomic uint64_t claim;      /* epoch << 32 | next unclaimed tile: claims of an old job fail */
+  _Atomic uint32_t epoch;      /* bumped per job; workers sleep on it */
+  _Atomic uint32_t done;       /* tiles finished; the submitter sleeps on it */
+  _Atomic int submitter_asleep;
+  _Atomic int sleepers;        /* workers asleep on the epoch */
+  _Atomic int busy;            /* a submitter owns the pool */
+  _Atomic int threads;         /* the pool's size, the calling thread included */
+  _Atomic int started;         /* workers running (grown under `lock`) */
+  pthread_mutex_t lock;
+} pool = {.threads = 1, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t value) {
+  return syscall(SYS_futex, (uint32_t *)word, op | FUTEX_PRIVATE_FLAG, value, NULL, NULL, 0);
+}
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* ---- per-thread scratch ---- */
+
+typedef struct { unsigned char *data; size_t size; } scratch_t;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void free_scratch(void *p) {
+  scratch_t *s = p;
+  free(s->data);
+  free(s);
+}
+
+static void make_scratch_key(void) { pthread_key_create(&scratch_key, free_scratch); }
+
+/* This thread's scratch of at least `bytes` (64-byte aligned), or NULL when memory runs out. */
+static unsigned char *scratch(size_t bytes) {
+  pthread_once(&scratch_once, make_scratch_key);
+  scratch_t *s = pthread_getspecific(scratch_key);
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(scratch_key, s)) { free(s); return NULL; }
+  }
+  if (bytes < 64) bytes = 64;  /* a kernel without scratch still gets a valid pointer */
+  if (s->size < bytes) {
+    size_t size = (bytes + 4095) / 4096 * 4096;
+    unsigned char *data = aligned_alloc(64, size);
+    if (!data) return NULL;
+    free(s->data);
+    s->data = data;
+    s->size = size;
+  }
+  return s->data;
+}
+
+/* ---- taking tiles ---- */
+
+/* Take and run tiles of job `epoch` until none is left (or the job is no longer current). */
+static void take_tiles(uint32_t epoch) {
+  st_tiles fn = atomic_load_explicit(&pool.fn, memory_order_relaxed);
+  void *args = atomic_load_explicit(&pool.args, memory_order_relaxed);
+  int64_t tiles = atomic_load_explicit(&pool.tiles, memory_order_relaxed);
+  int64_t grain = atomic_load_explicit(&pool.grain, memory_order_relaxed);
+  size_t bytes = atomic_load_explicit(&pool.scratch_bytes, memory_order_relaxed);
+  /* the fields above may belong to a newer job being set up; its submitter marked the claim
+     counter first, so the epoch check of every claim below rejects them */
+  atomic_thread_fence(memory_order_acquire);
+  unsigned char *mine = NULL;
+  for (;;) {
+    uint64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    int64_t next = (int64_t)(c & 0xffffffffu);
+    if ((uint32_t)(c >> 32) != epoch || next >= tiles) return;
+    if (!mine && !(mine = scratch(bytes))) return;  /* out of memory: leave the tiles to others */
+    int64_t n = tiles - next < grain ? tiles - next : grain;
+    if (!atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + (uint64_t)n, memory_order_acq_rel,
+                                               memory_order_relaxed))
+      continue;
+    fn(args, next, next + n, mine);
+    uint32_t done = atomic_fetch_add(&pool.done, (uint32_t)n) + (uint32_t)n;
+    if (done == (uint32_t)tiles && atomic_load(&pool.submitter_asleep)) futex(&pool.done, FUTEX_WAKE, 1);
+  }
+}
+
+static void *worker(void *arg) {
+  int id = (int)(intptr_t)arg;  /* 1 .. threads - 1 */
+  uint32_t seen = atomic_load(&pool.epoch);
+  for (;;) {
+    uint32_t epoch = atomic_load(&pool.epoch);
+    if (epoch == seen) {
+      int64_t until = now_ns() + SPIN_NS;
+      for (int i = 1; (epoch = atomic_load(&pool.epoch)) == seen; ++i) {
+        relax();
+        if (i % 64 == 0 && now_ns() > until) {
+          atomic_fetch_add(&pool.sleepers, 1);
+          if (atomic_load(&pool.epoch) == seen) futex(&pool.epoch, FUTEX_WAIT, seen);
+          atomic_fetch_sub(&pool.sleepers, 1);
+          until = now_ns() + SPIN_NS;
+        }
+      }
+    }
+    seen = epoch;
+    if (id < atomic_load_explicit(&pool.threads, memory_order_relaxed)) take_tiles(epoch);
+  }
+  return NULL;
+}
+
+static void forget_workers(void) {
+  /* in a fork()ed child: the workers and any submitter of the parent are gone */
+  pool.started = 0;
+  atomic_store(&pool.busy, 0);
+  atomic_store(&pool.sleepers, 0);
+  atomic_store(&pool.submitter_asleep, 0);
+  pthread_mutex_init(&pool.lock, NULL);
+}
+
+/* Start workers up to the pool's size; the threads that could be started, the caller included. */
+static int start_workers(int threads) {
+  static int registered;
+  pthread_mutex_lock(&pool.lock);
+  if (!registered) registered = pthread_atfork(NULL, NULL, forget_workers) == 0;
+  while (pool.started < threads - 1) {
+    pthread_attr_t attr;
+    pthread_t t;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int failed = pthread_create(&t, &attr, worker, (void *)(intptr_t)(pool.started + 1));
+    pthread_attr_destroy(&attr);
+    if (failed) break;
+    pool.started++;
+  }
+  int running = pool.started + 1;
+  pthread_mutex_unlock(&pool.lock);
+  return running;
+}
+
+/* ---- the entry points ---- */
+
+/* Run tiles [0, tiles) of `fn`, `grain` tiles per claim, each thread with `scratch_bytes` of scratch.
+   Serial (on the calling thread) unless `parallel` and the pool has other threads free.
+   Returns 0, or 1 when the calling thread's scratch could not be allocated. */
+int stitch_rt_run(st_tiles fn, void *args, int64_t tiles, int64_t grain, size_t scratch_bytes, int parallel) {
+  unsigned char *mine = scratch(scratch_bytes);
+  if (!mine) return 1;
+  if (grain < 1) grain = 1;
+  int threads = atomic_load(&pool.threads);
+  int expected = 0;
+  if (!parallel || threads < 2 || tiles <= grain || tiles >= (int64_t)NOTHING_LEFT ||
+      !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
+    fn(args, 0, tiles, mine);
+    return 0;
+  }
+  if (pool.started < threads - 1 && start_workers(threads) < 2) {
+    atomic_store(&pool.busy, 0);
+    fn(args, 0, tiles, mine);
+    return 0;
+  }
+  uint32_t epoch = atomic_load(&pool.epoch) + 1;
+  atomic_store_explicit(&pool.claim, (uint64_t)epoch << 32 | NOTHING_LEFT, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&pool.fn, fn, memory_order_relaxed);
+  atomic_store_explicit(&pool.args, args, memory_order_relaxed);
+  atomic_store_explicit(&pool.tiles, tiles, memory_order_relaxed);
+  atomic_store_explicit(&pool.grain, grain, memory_order_relaxed);
+  atomic_store_explicit(&pool.scratch_bytes, scratch_bytes, memory_order_relaxed);
+  atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+  atomic_store_explicit(&pool.claim, (uint64_t)epoch << 32, memory_order_release);
+  atomic_store(&pool.epoch, epoch);
+  int asleep = atomic_load(&pool.sleepers);
+  if (asleep > 0) {
+    int64_t helpers = (tiles + grain - 1) / grain - 1;  /* claims beyond the caller's first */
+    futex(&pool.epoch, FUTEX_WAKE, (uint32_t)(helpers < asleep ? helpers : asleep));
+  }
+  take_tiles(epoch);
+  /* every tile is claimed; wait for the ones other threads hold */
+  int64_t until = now_ns() + SPIN_NS;
+  for (int i = 1;; ++i) {
+    uint32_t done = atomic_load(&pool.done);
+    if (done == (uint32_t)tiles) break;
+    relax();
+    if (i % 64 == 0 && now_ns() > until) {
+      atomic_store(&pool.submitter_asleep, 1);
+      done = atomic_load(&pool.done);
+      if (done != (uint32_t)tiles) futex(&pool.done, FUTEX_WAIT, done);
+      atomic_store(&pool.submitter_asleep, 0);
+    }
+  }
+  atomic_store_explicit(&pool.busy, 0, memory_order_release);
+  return 0;
+}
+
+/* The pool's size, the calling thread included (1: every kernel runs on its caller). */
+void stitch_rt_set_threads(int threads) {
+  atomic_store(&pool.threads, threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads);
+}
+
+int stitch_rt_threads(void) { return atomic_load(&pool.threads); }

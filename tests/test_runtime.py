@@ -1,0 +1,304 @@
+"""The CPU runtime: the thread pool (targets/runtime.c), tile scratch on the heap, the thread count, --profile."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stitch
+from stitch.engine.cli import main
+from stitch.engine.errors import StitchError
+from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.tolerance import compare
+from stitch.targets import c_source, cpu, runtime
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def threads():
+    """Set the pool's size inside a test; the size before is restored after it."""
+    before = runtime.threads()
+    yield runtime.set_threads
+    runtime.set_threads(before)
+
+
+# A tile function that records which thread ran each tile and checks that its scratch is its own.
+HARNESS = r"""
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+typedef void (*st_tiles)(void *, int64_t, int64_t, unsigned char *);
+typedef int (*st_runner)(st_tiles, void *, int64_t, int64_t, size_t, int);
+struct job { pthread_t caller; _Atomic int worker_ran; int wait_for_worker; int *runs; pthread_t *owner;
+             size_t bytes; _Atomic int bad_scratch; };
+static void tiles(void *args, int64_t lo, int64_t hi, unsigned char *scratch) {
+  struct job *j = args;
+  for (int64_t t = lo; t < hi; ++t) {
+    int mine = pthread_equal(pthread_self(), j->caller);
+    if (!mine) atomic_store(&j->worker_ran, 1);
+    for (int i = 0; mine && j->wait_for_worker && !atomic_load(&j->worker_ran) && i < 50000; ++i) {
+      struct timespec pause = {0, 100000};
+      nanosleep(&pause, NULL);  /* the caller's tiles wait (up to 5 s) until a worker has run one */
+    }
+    __atomic_fetch_add(&j->runs[t], 1, __ATOMIC_SEQ_CST);
+    j->owner[t] = pthread_self();
+    memset(scratch, (int)(t & 0xff), j->bytes);
+    struct timespec pause = {0, 20000};
+    nanosleep(&pause, NULL);
+    for (size_t i = 0; i < j->bytes; ++i)
+      if (scratch[i] != (unsigned char)(t & 0xff)) { atomic_store(&j->bad_scratch, 1); break; }
+  }
+}
+int run_tiles(st_runner run, int64_t n, int64_t grain, size_t bytes, int parallel, int wait_for_worker,
+              int *runs, int64_t *distinct_threads) {
+  pthread_t owner[4096];
+  struct job j = {pthread_self(), 0, wait_for_worker, runs, owner, bytes, 0};
+  if (run(tiles, &j, n, grain, bytes, parallel)) return -1;
+  int64_t distinct = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    int seen = 0;
+    for (int64_t u = 0; u < t; ++u) seen |= pthread_equal(owner[u], owner[t]);
+    distinct += !seen;
+  }
+  *distinct_threads = distinct;
+  return j.bad_scratch;
+}
+"""
+
+
+@pytest.fixture
+def harness(cache, tmp_path):
+    cc = cpu.compiler()
+    src = tmp_path / "harness.c"
+    src.write_text(HARNESS)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", str(src), "-o", str(tmp_path / "harness.so")],
+                   check=True)
+    lib = ctypes.CDLL(str(tmp_path / "harness.so"))
+    rt = runtime._load(cc, cache)
+    run = ctypes.cast(rt.stitch_rt_run, ctypes.c_void_p)
+
+    def run_tiles(n: int, grain: int = 1, nbytes: int = 256, parallel: bool = True, wait_for_worker: bool = False):
+        runs = (ctypes.c_int * n)()
+        distinct = ctypes.c_int64()
+        bad = lib.run_tiles(run, ctypes.c_int64(n), ctypes.c_int64(grain), ctypes.c_size_t(nbytes), int(parallel),
+                            int(wait_for_worker), runs, ctypes.byref(distinct))
+        return list(runs), distinct.value, bad
+
+    return run_tiles
+
+
+@needs_cc
+@pytest.mark.parametrize("n, grain", [(64, 1), (37, 4), (5, 2), (1000, 7)])
+def test_every_tile_runs_once_and_threads_share_the_work(harness, threads, n, grain):
+    threads(3)
+    runs, distinct, bad = harness(n, grain, wait_for_worker=True)
+    assert runs == [1] * n
+    assert distinct >= 2, "the caller's first tile waits until a worker has run one"
+    assert bad == 0, "two threads wrote the same scratch at once"
+
+
+@needs_cc
+def test_serial_kernels_and_a_pool_of_one_run_on_the_caller(harness, threads):
+    threads(4)
+    runs, distinct, _ = harness(50, parallel=False)
+    assert runs == [1] * 50 and distinct == 1
+    threads(1)
+    runs, distinct, _ = harness(50)
+    assert runs == [1] * 50 and distinct == 1
+
+
+@needs_cc
+def test_scratch_grows_to_what_a_kernel_asks_for(harness, threads):
+    threads(2)
+    for nbytes in (64, 1 << 20, 100, 3 << 20):
+        runs, _, bad = harness(8, nbytes=nbytes)
+        assert runs == [1] * 8 and bad == 0
+
+
+@needs_cc
+@pytest.mark.parametrize("name", ["softmax", "attention", "layernorm_large", "mlp_large"])
+def test_results_are_the_same_bits_for_any_thread_count(name, cache, threads):
+    f = stitch.compile(EXAMPLES / f"{name}.ir", cache_dir=cache)
+    assert ", 1)) goto fail;" in f.native.source_path.read_text(), "a kernel the pool runs in parallel"
+    inputs = random_inputs(f.graph, 3)
+    results = {}
+    for n in (1, 2, 3, 5):
+        threads(n)
+        results[n] = [out.copy() for out in f(**inputs)]
+    for n, outputs in results.items():
+        for got, first in zip(outputs, results[1]):
+            np.testing.assert_array_equal(got, first, err_msg=f"{n} threads")
+    for got, want in zip(results[1], evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""
+
+
+@needs_cc
+def test_programs_called_from_several_threads_at_once(cache, threads):
+    """Two programs share the pool (the one not holding it runs its tiles on its own thread); two
+    threads calling one program take turns."""
+    threads(2)
+    programs = [stitch.compile(EXAMPLES / f"{name}.ir", cache_dir=cache) for name in ("softmax", "layernorm_large")]
+    cases = []
+    for f in programs:
+        inputs = random_inputs(f.graph, 1)
+        cases.append((f, inputs, evaluate(f.graph, inputs)))
+    failures = []
+
+    def call(case, times):
+        f, inputs, want = case
+        for _ in range(times):
+            for got, w in zip(f(**inputs), want):
+                if compare(got, w):
+                    failures.append(compare(got, w))
+
+    workers = [threading.Thread(target=call, args=(case, 8)) for case in cases + cases]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert failures == []
+
+
+@needs_cc
+def test_a_forked_child_gets_a_pool_of_its_own(cache, threads):
+    threads(2)
+    f = stitch.compile(EXAMPLES / "softmax.ir", cache_dir=cache)
+    inputs = random_inputs(f.graph, 2)
+    want = evaluate(f.graph, inputs)
+    f(**inputs)  # the parent's workers are running
+    pid = os.fork()
+    if pid == 0:  # the child: its workers are gone; the pool must start new ones, not wait for the old
+        try:
+            ok = all(compare(got, w) == "" for _ in range(3) for got, w in zip(f(**inputs), want))
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 120
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert all(compare(got, w) == "" for got, w in zip(f(**inputs), want))
+
+
+@needs_cc
+def test_emitted_c_compiled_on_its_own_runs_every_tile_on_the_caller(cache, tmp_path, capsys):
+    """`stitch compile --emit c` is a whole program: unbound, its tiles run serially, scratch from the heap."""
+    path = EXAMPLES / "layernorm_large.ir"
+    assert main(["compile", str(path), "--emit", "c"]) == 0
+    src = tmp_path / "alone.c"
+    src.write_text(capsys.readouterr().out)
+    flags = [f for f in cpu.DEFAULT_FLAGS if f != "-march=native"]
+    subprocess.run([cpu.compiler(), *flags, str(src), "-o", str(tmp_path / "alone.so"), "-lm"], check=True)
+    lib = ctypes.CDLL(str(tmp_path / "alone.so"))
+    lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.stitch_main.restype = ctypes.c_int
+    f = stitch.compile(path, cache_dir=cache)
+    alone = cpu.Native(f.loops, lib, src)
+    inputs = random_inputs(f.graph, 4)
+    for got, want in zip(alone.run(inputs), evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""
+
+
+def big_onchip_target(tmp_path: Path) -> Path:
+    text = (Path(cpu.__file__).with_name("cpu.toml")).read_text()
+    path = tmp_path / "big.toml"
+    path.write_text(re.sub(r"(?m)^onchip_bytes = .*$", "onchip_bytes = 33554432", text))
+    return path
+
+
+@needs_cc
+@pytest.mark.parametrize("name", ["rmsnorm", "layernorm_large", "attention", "mlp_large"])
+def test_a_large_onchip_budget_keeps_tile_buffers_off_the_stack(name, cache, tmp_path):
+    """Issue 18.1: with 32 MiB on chip a tile's buffers are 16 MB; as stack arrays they segfaulted.
+    Run in a child process, so a crash is a failure rather than the end of the test run."""
+    target = big_onchip_target(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "stitch.engine.cli", "run", str(EXAMPLES / f"{name}.ir"), "--check",
+                           "--target", str(target), "--cache-dir", str(cache)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "check: outputs equal the reference" in proc.stdout
+    compiled = stitch.compile(EXAMPLES / f"{name}.ir", target=str(target), cache_dir=cache)
+    source = cpu.c_for_target(compiled.loops, compiled.compiled.target)
+    sizes = {"float": 4, "double": 8, "_Float16": 2, "int32_t": 4, "int64_t": 8, "bool": 1}
+    stack = [sizes[t] * int(n) * (int(m) if m else 1)
+             for t, n, m in re.findall(r"\b(float|double|_Float16|int32_t|int64_t|bool) \w+\[(\d+)\](?:\[(\d+)\])?;",
+                                       source)]
+    assert max(stack, default=0) <= c_source.LOCAL_STACK_BYTES
+    assert "_Alignas" not in source
+
+
+@needs_cc
+def test_run_profile_times_every_kernel_beside_the_estimate(cache, capsys):
+    path = str(EXAMPLES / "attention.ir")
+    assert main(["run", path, "--profile", "--runs", "3", "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "median of 3 runs" in out
+    rows = [line.split() for line in out.splitlines() if re.match(r"k\d+ ", line)]
+    assert [r[0] for r in rows] == ["k0", "k1"]
+    assert all(float(r[2]) > 0 for r in rows)
+    assert rows[1][4] != "-" and rows[0][4] == "-", "GFLOP/s for the kernel with the matmuls only"
+    assert main(["run", path, "--profile", "--runs", "2", "--json", "--cache-dir", str(cache)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    kernels = report["profile"]["kernels"]
+    assert [k["name"] for k in kernels] == ["k0", "k1"]
+    for k, priced in zip(kernels, report["kernels"]):
+        assert k["seconds"] > 0 and k["bytes"] == priced["bytes_read"] + priced["bytes_written"]
+        assert k["gb_per_s"] == pytest.approx(k["bytes"] / k["seconds"] / 1e9)
+    assert kernels[1]["flops"] == 2 * 2 * 8 * 512 * 512 * 64  # QK^T and PV, 8 heads
+
+
+@needs_cc
+def test_only_the_profile_build_is_timed(cache):
+    f = stitch.compile(EXAMPLES / "softmax.ir", cache_dir=cache)
+    with pytest.raises(ValueError, match="undefined symbol"):
+        ctypes.c_int64.in_dll(f.native.library, "stitch_profile_ns")
+    (row,) = f.profile(runs=2, **random_inputs(f.graph, 0))
+    assert row.name == "k0" and row.writes == "out0" and row.seconds > 0 and row.flops == 0
+
+
+@needs_cc
+def test_profile_refuses_what_is_not_compiled_c(capsys):
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--profile", "--target", "accel"]) == 1
+    assert "--profile times compiled C" in capsys.readouterr().err
+
+
+def test_thread_count_knobs():
+    assert runtime.default_threads({"OMP_NUM_THREADS": "3"}) == 3
+    assert runtime.default_threads({"OMP_NUM_THREADS": "4,2"}) == 4
+    cores = len(os.sched_getaffinity(0))
+    assert runtime.default_threads({"OMP_NUM_THREADS": "many"}) == cores
+    assert runtime.default_threads({}) == cores
+    for bad in (0, -1, 2.5, "2", True):
+        with pytest.raises(StitchError, match="thread count"):
+            stitch.set_num_threads(bad)
+
+
+def test_run_threads_flag_sets_the_pool(cache, threads, capsys):
+    before = runtime.threads()
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--threads", "3", "--cache-dir", str(cache)]) == 0
+    assert runtime.threads() == 3
+    threads(before)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(EXAMPLES / "mlp.ir"), "--threads", "0"])
+    assert exit_.value.code == 2
