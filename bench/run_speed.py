@@ -6,8 +6,9 @@ stitch (outputs reused via out=, and fresh outputs each call), numpy eager
 peers.py) when torch is importable, the bandwidth bound (compulsory bytes /
 bandwidth measured in this run with numpy's c = a + b on 256 MiB arrays split
 across the same threads), and the ratios. One thread count for everything:
---threads (default: all cores), set before numpy, OpenBLAS, OpenMP or torch
-start. Run: python3 bench/run_speed.py [--runs N] [--threads T] [--no-torch]
+--threads (default: all cores), set before numpy, OpenBLAS or torch start
+(OMP_NUM_THREADS) and as stitch's pool size (stitch.set_num_threads).
+Run: python3 bench/run_speed.py [--runs N] [--threads T] [--no-torch]
 """
 
 from __future__ import annotations
@@ -75,13 +76,15 @@ def main() -> None:
     import stitch
     from stitch.engine.interp import evaluate, np_dtype, random_inputs
 
+    stitch.set_num_threads(args.threads)
+
     sys.path.insert(0, str(HERE))
     from peers import importable, torch_compiled
 
     use_torch = not args.no_torch and importable("torch")
     bw = bandwidth(args.runs, args.threads)
     print(f"bandwidth {bw / 1e9:.1f} GB/s (numpy add, 256 MiB arrays, {args.threads} threads); "
-          f"threads {args.threads} for stitch (OpenMP), numpy (OpenBLAS) and torch; median of {args.runs}; "
+          f"threads {args.threads} for stitch (its pool), numpy (OpenBLAS) and torch; median of {args.runs}; "
           f"torch.compile: {'Inductor, outputs reused' if use_torch else 'not run'}; "
           f"TVM: {'importable but not wired in' if importable('tvm') else 'not importable here'}\n")
     print("| program | kernels | global/compulsory | stitch ms | stitch fresh ms | numpy ms | torch.compile ms | "
