@@ -61,7 +61,7 @@ Value = Sym | Known
 
 @dataclass(frozen=True)
 class Problem:
-    """Why one node (or graph input) cannot be imported. kind: op | dtype | shape | input."""
+    """Why one node (or graph input) cannot be imported. kind: op | dtype | shape | input | invalid."""
 
     node: str
     op_type: str
@@ -74,6 +74,11 @@ class Unsupported(Exception):
     def __init__(self, kind: str, reason: str, input: str = ""):
         super().__init__(reason)
         self.kind, self.reason, self.input = kind, reason, input
+
+
+def invalid(reason: str) -> Unsupported:
+    """The node breaks the ONNX specification (an axis out of range, inconsistent attributes): an error."""
+    return Unsupported("invalid", f"invalid model: {reason}")
 
 
 class OnnxImportError(StitchError):
@@ -344,6 +349,15 @@ class Builder:
         ir_attrs = tuple(Attr(k, DTypeName(v) if k == "dtype" else v) for k, v in attrs.items())
         name = self.fresh(hint)
         self.body.append(Assign(name, Call(op, tuple(exprs), ir_attrs)))
+        self.types[name] = typ
+        return Sym(name, typ)
+
+    def emit(self, op: str, args: list[Value], typ: TensorType, hint: str, **attrs) -> Sym:
+        """Emit `name = op(args, attrs)` of a type the caller computed (the data-movement ops: every operand
+        a program value, known ones as weights)."""
+        exprs = tuple(self.data(a, hint) for a in args)
+        name = self.fresh(hint)
+        self.body.append(Assign(name, Call(op, exprs, tuple(Attr(k, v) for k, v in attrs.items()))))
         self.types[name] = typ
         return Sym(name, typ)
 

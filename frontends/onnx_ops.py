@@ -14,6 +14,7 @@ import numpy as np
 
 from ..engine.ir import FLOAT_DTYPES
 from .onnx_import import NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, onnx_dtype
+from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
 
 
 class Node:
@@ -67,10 +68,14 @@ def foldable(node: Node, ins: list[Value | None]) -> bool:
 
 
 def fold(node: Node, ins: list[Value | None]) -> list[Value]:
-    """Evaluate the node with onnx's reference evaluator, at the model's opset."""
+    """Evaluate the node with onnx's reference evaluator, at the model's opset (with numpy where it is wrong)."""
     from onnx import ValueInfoProto, helper
     from onnx.reference import ReferenceEvaluator
 
+    outputs = [o for o in node.proto.output if o]
+    if node.op_type in NUMPY_FOLDERS:
+        arrays = NUMPY_FOLDERS[node.op_type](node, [None if v is None else v.array for v in ins])
+        return [Known(np.asarray(a), name=name) for a, name in zip(arrays, outputs)]
     feeds = {name: v.array for name, v in zip(node.proto.input, ins) if name and v is not None}
     graph = helper.make_graph([node.proto], "fold", [ValueInfoProto(name=n) for n in feeds],
                               [ValueInfoProto(name=o) for o in node.proto.output if o])
@@ -750,4 +755,5 @@ CONVERTERS.update({
     "IsInf": convert_isinf,
     "Sign": convert_sign,
     "Shrink": convert_shrink,
+    **MOVEMENT_CONVERTERS,
 })
