@@ -33,6 +33,9 @@ ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 6: "i32", 7: "i64", 9: "bool"}
 # values with `fold_constants`; bigger ones always stay parameters.
 FOLD_LIMIT = 64
 
+# The IR's reserved words: never a parameter's, a value's or the func's name.
+RESERVED = ("func", "return", "true", "false")
+
 # Nodes never evaluated at import time even when their inputs are known: their outputs are random.
 NOT_FOLDED = {"RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
 
@@ -61,7 +64,8 @@ Value = Sym | Known
 
 @dataclass(frozen=True)
 class Problem:
-    """Why one node (or graph input) cannot be imported. kind: op | dtype | shape | input | invalid."""
+    """Why one node (or graph input) cannot be imported. kind: op | dtype | shape | input | invalid | error
+    (invalid: the node breaks the ONNX specification; error: it failed in a way stitch did not foresee)."""
 
     node: str
     op_type: str
@@ -79,6 +83,23 @@ class Unsupported(Exception):
 def invalid(reason: str) -> Unsupported:
     """The node breaks the ONNX specification (an axis out of range, inconsistent attributes): an error."""
     return Unsupported("invalid", f"invalid model: {reason}")
+
+
+def normal_axis(axis, rank: int, what: str = "axis") -> int:
+    """A non-negative axis in [0, rank), or the node is invalid (ONNX axes lie in [-rank, rank))."""
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise invalid(f"{what} must be one integer, got {axis!r}")
+    return normal_axes([axis], rank, what)[0]
+
+
+def normal_axes(axes, rank: int, what: str = "axis") -> tuple[int, ...]:
+    """Sorted non-negative axes (the checker's normalize_axes), or the node is invalid."""
+    if isinstance(axes, (int, np.integer)) or any(not isinstance(a, (int, np.integer)) for a in axes):
+        raise invalid(f"{what}: expected a list of integers, got {axes!r}")
+    norm = normalize_axes([int(a) for a in axes], rank)
+    if isinstance(norm, str):
+        raise invalid(f"{what}: {norm}")
+    return norm
 
 
 class OnnxImportError(StitchError):
@@ -121,13 +142,30 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool = False,
     inputs fixed to these values (how an input read as a shape or axes list is made static).
     """
     model, label = load_model(model)
+    try:
+        return translate_graph(model, label, entry, fold_constants, constant_inputs, outputs)
+    except StitchError:
+        raise
+    except Exception as err:  # a malformed model the steps above did not foresee: still one clear error
+        raise StitchError(f"cannot import {label}: {type(err).__name__}: {err}") from None
+
+
+def translate_graph(model, label: str, entry, fold_constants, constant_inputs, outputs) -> Imported:
     graph = model.graph
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-    b = Builder(opset)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None and any(n.domain in ("", "ai.onnx") for n in graph.node):
+        raise StitchError(f"{label}: the model imports no version of the default ONNX domain (its opset_import "
+                          "lists none), so its ops have no meaning")
+    b = Builder(opset or 1)  # (no default-domain node to read it)
     problems: list[Problem] = []
     env: dict[str, Value | None] = {}  # None: a value a failed node would have produced
     for init in graph.initializer:
-        env[init.name] = initializer_value(init, fold_constants)
+        try:
+            env[init.name] = initializer_value(init, fold_constants)
+        except Exception as err:  # a data_type changed, truncated raw_data, ...
+            env[init.name] = None
+            problems.append(Problem(init.name, "initializer", "invalid",
+                                    f"invalid model: the initializer cannot be read ({type(err).__name__}: {err})"))
     inputs = bind_graph_inputs(b, graph, env, constant_inputs or {})
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):
@@ -217,6 +255,9 @@ def translate_node(b: Builder, node, env: dict, problems: list[Problem]) -> None
     except Unsupported as u:
         problems.append(Problem(label, node.op_type, u.kind, u.reason, u.input))
         results = []
+    except Exception as err:  # a malformed node (an attribute of the wrong kind, a broken tensor)
+        problems.append(Problem(label, node.op_type, "error", f"cannot be read ({type(err).__name__}: {err})"))
+        results = []
     for k, name in enumerate(node.output):
         if name:
             env[name] = results[k] if k < len(results) else None
@@ -243,6 +284,8 @@ def input_type(vi) -> TensorType:
         if not d.HasField("dim_value"):
             what = f"'{d.dim_param}'" if d.dim_param else "unknown"
             raise Unsupported("shape", f"input '{vi.name}' has a dynamic dimension ({what})")
+        if d.dim_value < 0:
+            raise invalid(f"input '{vi.name}' has a negative dimension ({d.dim_value})")
         dims.append(d.dim_value)
     return TensorType(dtype, check_dims(tuple(dims), vi.name))
 
@@ -257,6 +300,8 @@ def onnx_dtype(elem_type: int) -> str:
     if elem_type not in ONNX_DTYPES:
         from onnx import TensorProto
 
+        if not isinstance(elem_type, int) or elem_type not in TensorProto.DataType.values():
+            raise invalid(f"{elem_type!r} is not an ONNX data type")
         raise Unsupported("dtype", f"{TensorProto.DataType.Name(elem_type)} (stitch has float, float16, double, "
                                    "int32, int64, bool)")
     return ONNX_DTYPES[elem_type]
@@ -285,7 +330,7 @@ class Builder:
     params: list[Param] = field(default_factory=list)
     body: list[Assign] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
-    names: set[str] = field(default_factory=lambda: {"func", "return", "true", "false"})
+    names: set[str] = field(default_factory=lambda: set(RESERVED))
     materialized: dict[Known, Sym] = field(default_factory=dict)  # Known compares by identity
     types: dict[str, TensorType] = field(default_factory=dict)
     bad_inputs: dict[str, Unsupported] = field(default_factory=dict)
@@ -328,6 +373,8 @@ class Builder:
     def static_ints(self, v: Value | None, what: str) -> list[int]:
         """A shape or axes list that must be known at import time."""
         if isinstance(v, Known):
+            if v.array.dtype.kind not in "iu":
+                raise invalid(f"its {what} must be integers, got {v.array.dtype}")
             return [int(i) for i in v.array.reshape(-1)]
         if isinstance(v, Sym) and v.input:
             raise Unsupported("input", f"its {what} is the graph input '{v.input}', known only at run time "
@@ -338,6 +385,7 @@ class Builder:
         """Emit `name = op(args, attrs)`: a scalar known operand becomes a literal, any other a parameter."""
         spec = OPS[op]
         values = range(1, len(args)) if spec.group == "select" else range(len(args))
+        args = self._scalars_typed(args, values)
         exprs = self._operands(op, args, values, hint)
         types = [self.type_of(a) for a in args]
         for k, e in enumerate(exprs):
@@ -361,22 +409,45 @@ class Builder:
         self.types[name] = typ
         return Sym(name, typ)
 
+    def _scalars_typed(self, args: list[Value], values) -> list[Value]:
+        """Known scalars (the converters' constants are numpy's f64 and i64) in the dtype of the op's other
+        value operands, when that dtype holds them exactly: a literal takes its operands' dtype anyway, and
+        one that has no literal form (nan, inf) becomes a weight of the right dtype."""
+        from ..engine.interp import np_dtype
+
+        anchor = next((self.type_of(args[j]).dtype for j in values if not _free_scalar(args[j])), None)
+        if anchor is None:
+            return args
+        out = list(args)
+        for k in values:
+            a = args[k]
+            if _free_scalar(a) and self.type_of(a).dtype != anchor:
+                typed = a.array.astype(np_dtype(anchor))
+                if np.array_equal(typed.astype(a.array.dtype), a.array, equal_nan=a.array.dtype.kind == "f"):
+                    out[k] = Known(typed, name=a.name)
+        return out
+
     def _operands(self, op: str, args: list[Value], values, hint: str) -> list[Expr]:
         shapes = [self.type_of(a).shape for a in args]
         exprs: list[Expr] = []
         for k, a in enumerate(args):
             others = [shapes[j] for j in range(len(args)) if j != k]
             literal = literal_value(a)
-            has_var = any(isinstance(args[j], Sym) for j in values if j != k) or k not in values
+            has_var = any(not _free_scalar(args[j]) for j in values if j != k) or k not in values
             if literal is not None and OPS[op].elementwise and has_var and _broadcast(others) == _broadcast(shapes):
                 exprs.append(Const(literal))
             else:
                 exprs.append(self.data(a, hint))
         return exprs
 
+    def func_name(self, name: str) -> str:
+        """The graph's name as an IR name: a reserved word gets a trailing underscore."""
+        base = sanitize(name)
+        return base + "_" if base in RESERVED else base
+
     def finish(self, name: str, returns: list[Var], inputs: dict[str, str], outputs: list[str]) -> Imported:
         """Print the func and parse it back, so that the checker validates what `stitch import` writes."""
-        func = Func(sanitize(name), tuple(self.params), tuple(self.types[r.name] for r in returns),
+        func = Func(self.func_name(name), tuple(self.params), tuple(self.types[r.name] for r in returns),
                     tuple(self.body), tuple(returns))
         text = print_program(Program((func,)))
         program = parse_program(text, f"<import of {name}>")
@@ -388,6 +459,11 @@ def sanitize(name: str) -> str:
     """An IR name for an ONNX name (which may hold any characters)."""
     base = re.sub(r"\W", "_", name, flags=re.ASCII) or "v"
     return base if re.match(r"[A-Za-z_]", base) else "v" + base
+
+
+def _free_scalar(v: Value) -> bool:
+    """A known one-element value that is no weight: written as a literal where it has a literal form."""
+    return isinstance(v, Known) and not v.param and v.array.size == 1
 
 
 def literal_value(v: Value):

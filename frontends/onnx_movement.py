@@ -20,18 +20,9 @@ import math
 import numpy as np
 
 from ..engine.ir import TensorType
-from .onnx_import import Builder, Known, Sym, Unsupported, Value, check_dims, invalid
+from .onnx_import import Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axis
 
 INDEX_DTYPES = ("i32", "i64")
-
-
-def normal_axis(axis: int, rank: int, what: str = "axis") -> int:
-    """A non-negative axis, or the node is invalid (an ONNX axis in [-rank, rank))."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        raise invalid(f"{what} must be one integer, got {axis!r}")
-    if not -rank <= axis < rank:
-        raise invalid(f"{what} {axis} is out of range for a tensor of rank {rank}")
-    return axis % rank
 
 
 def retype(t: TensorType, shape: tuple[int, ...]) -> TensorType:

@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from ..engine.ir import FLOAT_DTYPES
-from .onnx_import import NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, onnx_dtype
+from .onnx_import import (NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axes,
+                          normal_axis, onnx_dtype)
 from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
 
 
@@ -39,6 +40,7 @@ def translate(b: Builder, proto, ins: list[Value | None]) -> list[Value]:
     if proto.domain not in ("", "ai.onnx"):
         raise Unsupported("op", f"op domain '{proto.domain}' (stitch imports the default ONNX domain)")
     node = Node(proto, b.opset)
+    check_schema(node, ins)
     convert = CONVERTERS.get(node.op_type)
     if foldable(node, ins):
         try:
@@ -53,6 +55,32 @@ def translate(b: Builder, proto, ins: list[Value | None]) -> list[Value]:
         raise Unsupported("op", f"{node.op_type} output {len(results)} ('{proto.output[len(results)]}') "
                                 "is not supported")
     return results
+
+
+def check_schema(node: Node, ins: list[Value | None]) -> None:
+    """The node against its operator's schema at the model's opset: required inputs given, attributes
+    the op has, each of the kind the specification says (an `axis` that is a list is an invalid model,
+    not a crash in a converter). Ops onnx does not know are left to the converters (unsupported)."""
+    from onnx import AttributeProto, defs
+
+    try:
+        schema = defs.get_schema(node.op_type, max(node.opset, 1), "")
+    except Exception:
+        return
+    for k, formal in enumerate(schema.inputs):
+        if formal.option == defs.OpSchema.FormalParameterOption.Single and (k >= len(ins) or ins[k] is None):
+            raise invalid(f"{node.op_type} needs its input {k} ('{formal.name}')")
+    kinds = AttributeProto.AttributeType.Name
+    for a in node.proto.attribute:
+        spec = schema.attributes.get(a.name)
+        if spec is None:
+            raise invalid(f"{node.op_type} has no attribute '{a.name}'")
+        if a.type != int(spec.type):
+            raise invalid(f"{node.op_type}'s attribute '{a.name}' is {kinds(a.type)}, the specification says "
+                          f"{kinds(int(spec.type))}")
+    missing = [name for name, spec in schema.attributes.items() if spec.required and name not in node.attrs]
+    if missing:
+        raise invalid(f"{node.op_type} needs the attribute '{missing[0]}'")
 
 
 def is_supported(proto) -> bool:
@@ -260,11 +288,17 @@ def convert_reshape(b, node, ins):
     x = b.type_of(ins[0])
     spec = node.attr("shape") if node.opset < 5 else b.static_ints(ins[1], "shape")
     allowzero = node.attr("allowzero", 0)
+    if spec is None or any(d < -1 for d in spec) or list(spec).count(-1) > 1:
+        raise invalid(f"Reshape to {spec} (dimensions are >= 0, with at most one -1)")
+    if not allowzero and any(d == 0 and k >= x.rank for k, d in enumerate(spec)):
+        raise invalid(f"Reshape to {list(spec)} copies a dimension {x} does not have")
     shape = [x.shape[k] if d == 0 and not allowzero else d for k, d in enumerate(spec)]
     check_dims(tuple(shape), "the Reshape's target shape")
     if -1 in shape:
         known = math.prod(d for d in shape if d != -1)
         shape[shape.index(-1)] = x.size // known
+    if math.prod(shape) != x.size:
+        raise invalid(f"Reshape of {x} ({x.size} elements) to {list(spec)}")
     return [reshape(b, ins[0], tuple(shape), node.out)]
 
 
@@ -292,15 +326,19 @@ def axes_of(b: Builder, node: Node, ins, since: int) -> list[int] | None:
 def convert_squeeze(b, node, ins):
     x = b.type_of(ins[0])
     axes = axes_of(b, node, ins, 13)
-    drop = {a % x.rank for a in axes} if axes else {k for k, d in enumerate(x.shape) if d == 1}
+    drop = set(normal_axes(axes, x.rank, "a Squeeze axis")) if axes else {k for k, d in enumerate(x.shape) if d == 1}
+    if any(x.shape[a] != 1 for a in drop):
+        raise invalid(f"Squeeze of axes {sorted(drop)} of {x}, not all of length 1")
     return [reshape(b, ins[0], tuple(d for k, d in enumerate(x.shape) if k not in drop), node.out)]
 
 
 def convert_unsqueeze(b, node, ins):
     x = b.type_of(ins[0])
     axes = axes_of(b, node, ins, 13)
+    if axes is None:
+        raise invalid("Unsqueeze needs axes")
     rank = x.rank + len(axes)
-    new = {a % rank for a in axes}
+    new = set(normal_axes(axes, rank, "an Unsqueeze axis"))
     dims = iter(x.shape)
     return [reshape(b, ins[0], tuple(1 if k in new else next(dims) for k in range(rank)), node.out)]
 
@@ -308,6 +346,8 @@ def convert_unsqueeze(b, node, ins):
 def convert_flatten(b, node, ins):
     x = b.type_of(ins[0])
     axis = node.attr("axis", 1)
+    if not -x.rank <= axis <= x.rank:
+        raise invalid(f"Flatten's axis {axis} is out of range for a tensor of rank {x.rank}")
     axis = axis + x.rank if axis < 0 else axis
     return [reshape(b, ins[0], (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])), node.out)]
 
@@ -319,7 +359,7 @@ def reduce_args(b: Builder, node: Node, ins, since: int) -> dict | None:
         if node.attr("noop_with_empty_axes", 0):
             return None
         axes = range(rank_of(b, ins[0]))
-    return {"axes": tuple(sorted(a % max(rank_of(b, ins[0]), 1) for a in axes)),
+    return {"axes": normal_axes(axes, max(rank_of(b, ins[0]), 1), "a reduced axis"),
             "keepdims": bool(node.attr("keepdims", 1))}
 
 
@@ -344,8 +384,8 @@ def softmax_axes(b: Builder, node: Node, x: Value) -> tuple[int, ...]:
     """Opset 13 normalizes along one axis (default -1); earlier opsets over all axes from `axis` (default 1)."""
     rank = rank_of(b, x)
     if node.opset >= 13:
-        return (node.attr("axis", -1) % rank,)
-    return tuple(range(node.attr("axis", 1) % rank, rank))
+        return (normal_axis(node.attr("axis", -1), rank),)
+    return tuple(range(normal_axis(node.attr("axis", 1), rank), rank))
 
 
 def convert_softmax(b, node, ins):
@@ -368,7 +408,7 @@ def convert_layer_norm(b, node, ins):
     x = ins[0]
     t = b.type_of(x)
     float_of(b, x)
-    axes = tuple(range(node.attr("axis", -1) % t.rank, t.rank))
+    axes = tuple(range(normal_axis(node.attr("axis", -1), t.rank), t.rank))
     stash = onnx_dtype(node.attr("stash_type", 1))
     normalized, mean, inv = normalize(b, cast(b, x, stash, node.out), axes, float(node.attr("epsilon", 1e-5)),
                                       node.out)
@@ -585,7 +625,7 @@ def convert_rms_norm(b, node, ins):
     x = ins[0]
     t = b.type_of(x)
     float_of(b, x)
-    axes = tuple(range(node.attr("axis", -1) % t.rank, t.rank))
+    axes = tuple(range(normal_axis(node.attr("axis", -1), t.rank), t.rank))
     xs = cast(b, x, onnx_dtype(node.attr("stash_type", 1)), node.out)
     ms = b.op("mean", [b.op("mul", [xs, xs], node.out)], node.out, axes=axes, keepdims=True)
     inv = b.op("rsqrt", [b.op("add", [ms, const(float(node.attr("epsilon", 1e-5)))], node.out)], node.out)
@@ -631,7 +671,7 @@ def convert_group_norm(b, node, ins):
 def convert_mvn(b, node, ins):
     """(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9), as the ONNX function body computes it."""
     x = ins[0]
-    axes = tuple(a % rank_of(b, x) for a in node.attr("axes", [0, 2, 3]))
+    axes = normal_axes(node.attr("axes", [0, 2, 3]), rank_of(b, x))
     mean = b.op("mean", [x], node.out, axes=axes, keepdims=True)
     mean_sq = b.op("mean", [b.op("mul", [x, x], node.out)], node.out, axes=axes, keepdims=True)
     std = b.op("sqrt", [b.op("sub", [mean_sq, b.op("mul", [mean, mean], node.out)], node.out)], node.out)
@@ -641,7 +681,7 @@ def convert_mvn(b, node, ins):
 def convert_lp_norm(b, node, ins):
     """x / ||x||_p along `axis` (p 1 or 2); 0 where the norm is 0."""
     x = ins[0]
-    axis = (node.attr("axis", -1) % rank_of(b, x),)
+    axis = (normal_axis(node.attr("axis", -1), rank_of(b, x)),)
     p = node.attr("p", 2)
     if p == 2:
         norm = b.op("sqrt", [b.op("sum", [b.op("mul", [x, x], node.out)], node.out, axes=axis, keepdims=True)],
