@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..engine.ir import FLOAT_DTYPES
-from .onnx_import import (NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axes,
+from .onnx_import import (FOLD_LIMIT, NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axes,
                           normal_axis, onnx_dtype)
 from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
 
@@ -88,11 +88,17 @@ def is_supported(proto) -> bool:
 
 
 def foldable(node: Node, ins: list[Value | None]) -> bool:
-    """Inputs all known (and none of them a weight parameter): evaluate at import time."""
+    """Inputs all known, and no weight among them: evaluate at import time. An initializer of integers or
+    bools, or of at most FOLD_LIMIT elements, is no weight here (the exporters keep shape arithmetic's
+    constants and position buffers as initializers); float tensors stay parameters a user may replace."""
     given = [i for i in ins if i is not None]
     subgraphs = any(a.type in (a.GRAPH, a.GRAPHS) for a in node.proto.attribute)  # they read outer values
     return bool(given) and not subgraphs and node.op_type not in NOT_FOLDED and all(
-        isinstance(i, Known) and not i.param for i in given)
+        isinstance(i, Known) and not is_weight(i) for i in given)
+
+
+def is_weight(v: Known) -> bool:
+    return bool(v.param) and v.array.dtype.kind not in "iub" and v.array.size > FOLD_LIMIT
 
 
 def fold(node: Node, ins: list[Value | None]) -> list[Value]:

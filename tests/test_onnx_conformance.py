@@ -29,11 +29,15 @@ def targets_for(name: str) -> tuple[str, ...]:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_node_case(name):
     results = run_case(CASES[name], targets_for(name))
-    if results[0].status == "skipped":  # only for an unsupported op, dtype or shape
+    if results[0].status == "skipped" and results[0].target == "-":  # an unsupported op, dtype or shape
         assert results[0].reason.startswith(tuple(KIND_LABELS.values()))
         pytest.skip(results[0].reason)
     failed = [f"{r.target}: {r.reason}" for r in results if r.status == "failed"]
     assert not failed, "\n".join(failed)
+    skipped = [f"{r.target}: {r.reason}" for r in results if r.status == "skipped"]
+    if skipped:  # imported and checked on the reference interpreter; a target cannot compile it yet
+        assert all(r.reason.startswith(KIND_LABELS["lowering"]) for r in results if r.status == "skipped")
+        pytest.skip("; ".join(skipped))
 
 
 def test_the_suite_is_not_empty():

@@ -408,3 +408,60 @@ def test_transformer_block_mlp_compiles_and_matches_onnx(target):
     (got,) = program(x=x, **imported.weights)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert len(program.compiled.schedule.kernels) < len(imported.program.funcs[0].body)  # something fused
+
+
+# -- invalid models and the importer's own defects (issues 15 and 18) ----------------------------------------
+
+
+@pytest.mark.parametrize("node,shape,message", [
+    (helper.make_node("Softmax", ["x"], ["y"], axis=3, name="n"), [2, 3], "axis 3 is out of range for a tensor of rank 2"),
+    (helper.make_node("Softmax", ["x"], ["y"], axis=[1, 2], name="n"), [2, 3], "attribute 'axis' is INTS"),
+    (helper.make_node("Cast", ["x"], ["y"], to=-3, name="n"), [2, 3], "-3 is not an ONNX data type"),
+    (helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, -1], name="n"), [2, 3], "axis 1 is given twice"),
+    (helper.make_node("Squeeze", ["x"], ["y"], axes=[0], name="n"), [2, 3], "not all of length 1"),
+])
+def test_invalid_nodes_are_errors_naming_the_node(node, shape, message):
+    model = model_of([node], [("x", F32, shape)], [("y", F32, None)], opset=13 if node.op_type != "Squeeze" else 11)
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    assert [p.kind for p in err.value.problems] == ["invalid"]
+    assert f"{node.op_type} 'n': invalid model" in str(err.value) and message in str(err.value)
+
+
+def test_unreadable_initializers_are_errors_naming_them():
+    model = model_of([helper.make_node("Add", ["x", "w"], ["y"])], [("x", F32, [6])], [("y", F32, None)],
+                     [("w", x_of(6))])
+    model.graph.initializer[0].data_type = TensorProto.DOUBLE  # 24 bytes: 3 doubles, not 6
+    with pytest.raises(OnnxImportError, match="initializer 'w': invalid model: the initializer cannot be read"):
+        import_onnx(model)
+    model.graph.initializer[0].data_type = F32
+    model.graph.initializer[0].raw_data = model.graph.initializer[0].raw_data[:5]
+    with pytest.raises(OnnxImportError, match="initializer 'w'"):
+        import_onnx(model)
+
+
+def test_a_model_without_an_opset_import_is_an_error(tmp_path, capsys):
+    model = single("Relu", (2,))
+    del model.opset_import[:]
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    assert main(["import", str(path)]) == 1
+    assert "imports no version of the default ONNX domain" in capsys.readouterr().err
+
+
+def test_valid_models_once_refused_now_import():
+    """Gemm with beta != 1 and an initializer C, LeakyRelu(alpha=nan), a graph named like an IR keyword."""
+    gemm = single("Gemm", (3, 4), 13, [("b", x_of(4, 5))], beta=0.5)
+    gemm.graph.input.pop()  # b an initializer...
+    c = x_of(5)
+    gemm.graph.initializer.extend([numpy_helper.from_array(x_of(4, 5), "b"), numpy_helper.from_array(c, "c")])
+    gemm.graph.node[0].input.append("c")  # ...and C too
+    assert_matches_onnx(gemm, {"x": x_of(3, 4)})
+    x = x_of(3, 4)
+    (got,) = run_imported(single("LeakyRelu", (3, 4), alpha=float("nan")), {"x": x})
+    np.testing.assert_array_equal(np.isnan(got), x < 0)
+    named = single("Relu", (3,))
+    named.graph.name = "func"
+    imported = import_onnx(named)
+    assert imported.text.startswith("func func_(x: f32[3])")
+    assert print_program(parse_program(imported.text)) == imported.text
