@@ -217,8 +217,11 @@ int stitch_rt_run(st_tiles fn, void *args, int64_t tiles, int64_t grain, size_t 
   atomic_store(&pool.epoch, epoch);
   int asleep = atomic_load(&pool.sleepers);
   if (asleep > 0) {
-    int64_t helpers = (tiles + grain - 1) / grain - 1;  /* claims beyond the caller's first */
-    futex(&pool.epoch, FUTEX_WAKE, (uint32_t)(helpers < asleep ? helpers : asleep));
+    /* claims beyond the caller's first, plus workers left over from a larger pool (they may be the
+       ones woken, and ignore the job) */
+    int64_t spare = atomic_load(&pool.started) - (threads - 1);
+    int64_t wake = (tiles + grain - 1) / grain - 1 + (spare > 0 ? spare : 0);
+    futex(&pool.epoch, FUTEX_WAKE, (uint32_t)(wake < asleep ? wake : asleep));
   }
   take_tiles(epoch);
   /* every tile is claimed; wait for the ones other threads hold */

@@ -117,6 +117,18 @@ def test_every_tile_runs_once_and_threads_share_the_work(harness, threads, n, gr
 
 
 @needs_cc
+def test_a_pool_shrunk_after_growing_still_wakes_a_worker_that_takes_part(harness, threads):
+    """Workers beyond the pool's size ignore jobs: waking only those would leave the caller alone."""
+    threads(5)
+    assert harness(16)[0] == [1] * 16  # four workers started
+    threads(2)
+    for _ in range(5):
+        time.sleep(0.01)  # every worker asleep on the futex, not spinning
+        runs, distinct, _ = harness(16, wait_for_worker=True)
+        assert runs == [1] * 16 and distinct == 2
+
+
+@needs_cc
 def test_serial_kernels_and_a_pool_of_one_run_on_the_caller(harness, threads):
     threads(4)
     runs, distinct, _ = harness(50, parallel=False)
