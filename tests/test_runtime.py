@@ -164,6 +164,35 @@ def test_results_are_the_same_bits_for_any_thread_count(name, cache, threads):
 
 
 @needs_cc
+def test_code_after_a_tile_loop_runs_on_the_caller_once_every_tile_is_done(cache, threads):
+    """The hook for per-tile partials: tiles write one partial each, the statements after the tile
+    loop combine them in a fixed order, so the result is the same bits for any thread count."""
+    from stitch.lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Store
+
+    t, i = Ix.var("t"), Ix.var("i")
+    body = [
+        For("t", 64, "parallel", [Store("partial", (t,), Lit(0.0, "f32")),
+                                  For("i", 8192, "reduce", [Accumulate("partial", (t,), "sum",
+                                                                       Load("x", (t, i)))])]),
+        Store("out", (Ix(),), Lit(0.0, "f32")),
+        For("t", 64, "serial", [Accumulate("out", (Ix(),), "sum", Load("partial", (t,)))]),
+    ]
+    program = LoopProgram("partials", [Buffer("x", "global", "f32", (64, 8192))], ["out"],
+                          [Buffer("partial", "global", "f32", (64,))], [LoopKernel("k0", [], body)],
+                          [Buffer("out", "global", "f32", (1,))])
+    native = cpu.build(program, cache)
+    source = native.source_path.read_text()
+    assert re.search(r"st_run\(kernel_k0_tiles0_run, &a, 64, \d+, \d+, 1\)\) goto fail;\n  b_out\[0\] = ", source)
+    x = np.random.default_rng(0).random((64, 8192), dtype=np.float32)
+    results = []
+    for n in (1, 2, 3):
+        threads(n)
+        results.append(native.run({"x": x})[0].copy())
+    assert all(np.array_equal(r, results[0]) for r in results)
+    np.testing.assert_allclose(results[0], [x.astype(np.float64).sum()], rtol=1e-4)
+
+
+@needs_cc
 def test_programs_called_from_several_threads_at_once(cache, threads):
     """Two programs share the pool (the one not holding it runs its tiles on its own thread); two
     threads calling one program take turns."""
