@@ -182,45 +182,39 @@ class _Kernel:
         runs its statements outside tile loops itself and hands each tile loop to the runtime."""
         name = _kernel_name(self.k.name)
         outer = [b for b in self.k.allocs if self._written_outside_tiles(b.name)]
+        held = list(self.globals.values()) + outer
         params = signature + "".join(f", {C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in outer)
-        fields = [f"{C_TYPES[b.dtype]} *{_ident(b.name)};" for b in self.globals.values()]
-        fields += [f"{C_TYPES[b.dtype]} *{_ident(b.name)};" for b in outer]
-        self.lines.append(f"struct {name}_args {{ {' '.join(fields)} }};")
-        names = [_ident(b.name) for b in list(self.globals.values()) + outer]
-        body = [f"{_PROTO} int {name}({signature}) {{"]
-        for b in outer:
-            body.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = "
-                        f"({C_TYPES[b.dtype]} *)malloc({max(b.nbytes, 1)});")
-        if outer:
-            body.append(f"  if ({' || '.join('!' + _ident(b.name) for b in outer)}) goto fail;")
-        body.append(f"  struct {name}_args a = {{{', '.join(names)}}};")
-        declared = {b.name for b in outer}
-        tiled = any(isinstance(s, For) and s.kind == "parallel" for s in self.k.body)
-        count = 0
-        for s in self.k.body if tiled else [None]:
-            if s is not None and not (isinstance(s, For) and s.kind == "parallel"):
+        self.lines.append(f"struct {name}_args {{ {' '.join(f'{C_TYPES[b.dtype]} *{_ident(b.name)};' for b in held)} }};")
+        tiled = any(_is_tile_loop(s) for s in self.k.body)
+        body, loops = [], 0
+        for s in self.k.body if tiled else [None]:  # None: the whole body, one tile
+            if s is not None and not _is_tile_loop(s):
                 body += self.kernel_statement(s)
                 continue
-            fn = f"{name}_tiles{count}"
-            count += 1
-            scratch_bytes = self.tile_function(fn, s, params, declared)
-            self.lines.append(f"static void {fn}_run(void *args, int64_t lo, int64_t hi, unsigned char *scratch) {{")
-            self.lines.append(f"  struct {name}_args *a = args;")
-            self.lines.append(f"  {fn}(lo, hi, scratch, {', '.join('a->' + n for n in names)});")
-            self.lines.append("}")
-            tiles, work = (s.extent, _work(s)) if s is not None else (1, 0)
-            grain = max(1, -(-GRAIN_WORK * tiles // max(work, 1)))
-            body.append(f"  if (st_run({fn}_run, &a, {tiles}, {grain}, {scratch_bytes}, "
-                        f"{int(work >= PARALLEL_WORK)})) goto fail;")
-        for b in outer:
-            body.append(f"  free({_ident(b.name)});")
-        body.append("  return 0;")
-        body.append("fail:")
-        for b in outer:
-            body.append(f"  free({_ident(b.name)});")
-        body.append("  return 1;")
-        body.append("}")
-        return "\n".join(self.lines + body) + "\n"
+            body.append(self.tile_loop(f"{name}_tiles{loops}", s, params, [_ident(b.name) for b in held],
+                                       {b.name for b in outer}))
+            loops += 1
+        head = [f"{_PROTO} int {name}({signature}) {{"]
+        head += [f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)malloc({max(b.nbytes, 1)});"
+                 for b in outer]
+        if outer:
+            head.append(f"  if ({' || '.join('!' + _ident(b.name) for b in outer)}) goto fail;")
+        head.append(f"  struct {name}_args a = {{{', '.join(_ident(b.name) for b in held)}}};")
+        frees = [f"  free({_ident(b.name)});" for b in outer]
+        tail = frees + ["  return 0;", "fail:"] + frees + ["  return 1;", "}"]
+        return "\n".join(self.lines + head + body + tail) + "\n"
+
+    def tile_loop(self, fn: str, loop: For | None, params: str, names: list[str], declared: set[str]) -> str:
+        """Emit the tile function `fn` and its runner; the kernel's line handing the tiles to the runtime
+        (in parallel when the loop has PARALLEL_WORK, `GRAIN_WORK` at least per claim)."""
+        scratch_bytes = self.tile_function(fn, loop, params, declared)
+        self.lines.append(f"static void {fn}_run(void *args, int64_t lo, int64_t hi, unsigned char *scratch) {{")
+        self.lines.append(f"  struct {_kernel_name(self.k.name)}_args *a = args;")
+        self.lines.append(f"  {fn}(lo, hi, scratch, {', '.join('a->' + n for n in names)});")
+        self.lines.append("}")
+        tiles, work = (loop.extent, _work(loop)) if loop is not None else (1, 0)
+        grain = max(1, -(-GRAIN_WORK * tiles // max(work, 1)))
+        return f"  if (st_run({fn}_run, &a, {tiles}, {grain}, {scratch_bytes}, {int(work >= PARALLEL_WORK)})) goto fail;"
 
     def kernel_statement(self, s) -> list[str]:
         """A statement outside the tile loops (copying an input held for the kernel), run by the caller."""
@@ -250,10 +244,7 @@ class _Kernel:
         return used
 
     def _written_outside_tiles(self, name: str) -> bool:
-        for s in self.k.body:
-            if not (isinstance(s, For) and s.kind == "parallel") and name in {leaf.buffer for leaf in leaves([s])}:
-                return True
-        return False
+        return any(not _is_tile_loop(s) and name in {leaf.buffer for leaf in leaves([s])} for s in self.k.body)
 
     def reserve(self, nbytes: int) -> int:
         """Room for `nbytes` in this tile's scratch block: its offset."""
@@ -445,6 +436,10 @@ class _Kernel:
         if isinstance(e, Lit):
             return _literal(e.value, e.dtype)
         return _op(e, [self.expr(a) for a in e.args], [_dtype_of(a, self.buffers) for a in e.args])
+
+
+def _is_tile_loop(stmt) -> bool:
+    return isinstance(stmt, For) and stmt.kind == "parallel"
 
 
 PARALLEL_WORK = 1 << 18  # element updates below which a kernel runs on the calling thread alone
