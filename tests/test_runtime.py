@@ -262,6 +262,30 @@ def test_emitted_c_compiled_on_its_own_runs_every_tile_on_the_caller(cache, tmp_
         assert compare(got, want) == ""
 
 
+@needs_cc
+def test_without_the_runtime_programs_run_on_the_caller(cache, tmp_path):
+    """A runtime that does not build (another OS, a broken compiler) costs threads, not correctness."""
+    broken = tmp_path / "runtime.c"
+    broken.write_text("this is not C\n")
+    script = f"""
+import sys
+from pathlib import Path
+import stitch
+from stitch.targets import runtime
+from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.tolerance import compare
+runtime.SOURCE = Path({str(broken)!r})
+for name in ("softmax", "attention"):
+    f = stitch.compile(Path({str(EXAMPLES)!r}) / (name + ".ir"), cache_dir={str(cache)!r})
+    inputs = random_inputs(f.graph, 0)
+    assert all(compare(g, w) == "" for g, w in zip(f(**inputs), evaluate(f.graph, inputs)))
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert proc.stderr.count("the thread pool could not be built") == 1
+
+
 def big_onchip_target(tmp_path: Path) -> Path:
     text = (Path(cpu.__file__).with_name("cpu.toml")).read_text()
     path = tmp_path / "big.toml"
