@@ -80,9 +80,10 @@ def profile_table(rows: list[KernelTime], runs: int) -> str:
              f"{'kernel':<8} {'writes':<12} {'ms':>10} {'GB/s':>8} {'GFLOP/s':>8} {'estimated ms':>13} {'ratio':>7}"]
     for r in rows:
         gflops = f"{r.gflop_per_s:.1f}" if r.gflop_per_s is not None else "-"
+        ratio = f"{r.seconds / r.estimated_seconds:.2f}" if r.estimated_seconds else "-"
         lines.append(f"{r.name:<8} {r.writes:<12} {r.seconds * 1e3:>10.3f} {r.gb_per_s:>8.1f} {gflops:>8} "
-                     f"{r.estimated_seconds * 1e3:>13.3f} {r.seconds / r.estimated_seconds:>7.2f}")
+                     f"{r.estimated_seconds * 1e3:>13.3f} {ratio:>7}")
     total, estimated = sum(r.seconds for r in rows), sum(r.estimated_seconds for r in rows)
-    lines.append(f"{'total':<21} {total * 1e3:>10.3f} {'':>8} {'':>8} {estimated * 1e3:>13.3f} "
-                 f"{total / estimated:>7.2f}")
+    ratio = f"{total / estimated:.2f}" if estimated else "-"
+    lines.append(f"{'total':<21} {total * 1e3:>10.3f} {'':>8} {'':>8} {estimated * 1e3:>13.3f} {ratio:>7}")
     return "\n".join(lines)

@@ -343,6 +343,14 @@ def test_only_the_profile_build_is_timed(cache):
 
 
 @needs_cc
+def test_profile_of_a_program_without_kernels(cache, tmp_path, capsys):
+    path = tmp_path / "same.ir"
+    path.write_text("func f(x: f32[4]) -> f32[4] { return x }\n")
+    assert main(["run", str(path), "--profile", "--cache-dir", str(cache)]) == 0
+    assert re.search(r"^total +0\.000 +0\.000 +-$", capsys.readouterr().out, re.M)
+
+
+@needs_cc
 def test_profile_refuses_what_is_not_compiled_c(capsys):
     assert main(["run", str(EXAMPLES / "mlp.ir"), "--profile", "--target", "accel"]) == 1
     assert "--profile times compiled C" in capsys.readouterr().err
