@@ -98,10 +98,12 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
-            entry: str | None = None, cache_dir: str | Path | None = None, cflags: tuple[str, ...] | None = None,
+            entry: str | None = None, cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
             limits=None, without_rules: tuple[str, ...] = ()) -> CompiledProgram:
     """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path).
 
+    `cflags` (a string or a list of flags) replaces the optimisation flags (`-O3 -march=native`); the
+    flags the generated C needs are always added (`targets/cpu.py`, REQUIRED_FLAGS).
     `without_rules` drops built-in rule files (`forwarding`) or built-in rules by name pattern (`stitch-*`).
     On an accel target calls run on the simulator and leave its report in `.report`."""
     from ..lowering.lower import lower
@@ -124,10 +126,10 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     loops = lower(compiled)
     native = None
     if tgt.kind == "cpu":
-        from ..targets.cpu import DEFAULT_FLAGS, build
+        from ..targets.cpu import build, compiler_flags
 
         start = time.perf_counter()
-        native = build(loops, cache_dir, tuple(cflags) if cflags else DEFAULT_FLAGS)
+        native = build(loops, cache_dir, compiler_flags(cflags))
         compiled.seconds += time.perf_counter() - start
     if tgt.kind == "accel":
         executor = "simulator"

@@ -19,7 +19,7 @@ from .ir import Pos
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_flag_values(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return 2
@@ -41,6 +41,23 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback)", file=sys.stderr)
         return 3
+
+
+# Options whose value may itself start with '-' (argparse would take `--cflags -O2` for two options).
+FLAG_VALUED = ("--cflags",)
+
+
+def _join_flag_values(argv: list[str]) -> list[str]:
+    """`--cflags -O2` as `--cflags=-O2`, so the value is the option's whatever it starts with."""
+    out = []
+    it = iter(argv)
+    for arg in it:
+        if arg in FLAG_VALUED:
+            value = next(it, None)
+            out.append(arg if value is None else f"{arg}={value}")
+        else:
+            out.append(arg)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print the compile figures and run_seconds as JSON")
     add_rule_arguments(r)
     r.add_argument("--cache-dir", help="where compiled libraries are kept (default ~/.cache/stitch)")
-    r.add_argument("--cflags", help="compiler flags, replacing the defaults (one string)")
+    r.add_argument("--cflags", metavar="FLAGS",
+                   help="compiler flags (one string) replacing the optimisation flags '-O3 -march=native'; "
+                        "the flags the generated C needs are always added")
     r.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads running a kernel's tiles, the caller included (default: OMP_NUM_THREADS, "
                         "else the cores)")
@@ -268,7 +287,7 @@ def cmd_run(args) -> int:
     from .interp import evaluate, random_inputs
     from .tolerance import differences
 
-    cflags = tuple(args.cflags.split()) if args.cflags else None
+    cflags = args.cflags
     if args.threads:
         from ..targets import runtime
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,8 +31,32 @@ from ..lowering.loops import LoopProgram
 from . import runtime
 from .c_source import buffer_order, c_source
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno",
-                 "-fno-trapping-math", "-std=gnu11")
+# What the user's --cflags replace: how hard the compiler optimises and for which machine.
+OPTIMIZE_FLAGS = ("-O3", "-march=native")
+# What the generated C needs whatever the user asks: a loadable shared library, OpenMP simd pragmas,
+# wrapping integer arithmetic (the reference's), libm calls that never set errno or trap, GNU C's
+# vector types.
+REQUIRED_FLAGS = ("-fopenmp-simd", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
+                  "-std=gnu11")
+DEFAULT_FLAGS = OPTIMIZE_FLAGS + REQUIRED_FLAGS
+# A compiler run (or a probe of the compiler) taking longer is stopped and reported: the 600-op
+# generated program compiles in about 10 s as one unit here.
+COMPILER_SECONDS = 300.0
+
+
+def compiler_flags(user=None) -> tuple[str, ...]:
+    """The flags to compile with: the user's (a string, split as a shell would, or a sequence of
+    strings) in place of OPTIMIZE_FLAGS, followed by REQUIRED_FLAGS; the defaults without them."""
+    if user is None:
+        return DEFAULT_FLAGS
+    if isinstance(user, str):
+        try:
+            user = shlex.split(user)
+        except ValueError as err:
+            raise StitchError(f"cannot split the compiler flags {user!r}: {err}") from None
+    elif not isinstance(user, (list, tuple)) or not all(isinstance(f, str) for f in user):
+        raise StitchError(f"compiler flags must be a string or a list of strings, got {user!r}")
+    return tuple(user) + REQUIRED_FLAGS
 
 
 def default_cache_dir() -> Path:
@@ -144,19 +170,45 @@ def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cac
 
 
 def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, tmp: Path) -> None:
-    """One compiler run, or one per part (`c_source`'s STITCH_PART groups) at once and a link."""
+    """One compiler run, or one per part (`c_source`'s STITCH_PART groups) at once and a link.
+
+    The runs must finish within COMPILER_SECONDS (parts together), else they are stopped and that
+    is an error. Nothing is read from stdin: a flag `-` would wait on it forever."""
     if parts == 1:
-        _check(subprocess.run([cc, *flags, str(src), "-o", str(lib), "-lm"], capture_output=True, text=True), src)
+        _check(_run([cc, *flags, str(src), "-o", str(lib), "-lm"], src), src)
         return
     objects = [tmp / f"part{i}.o" for i in range(parts)]
     procs = [subprocess.Popen([cc, *flags, "-c", f"-DSTITCH_PART={i}", str(src), "-o", str(obj)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i, obj in enumerate(objects)]
-    for proc in procs:
-        _, stderr = proc.communicate()
-        _check(subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), src)
-    _check(subprocess.run([cc, *flags, *map(str, objects), "-o", str(lib), "-lm"], capture_output=True, text=True),
-           src)
+    deadline = time.monotonic() + COMPILER_SECONDS
+    try:
+        for proc in procs:
+            try:
+                _, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise _too_long(src) from None
+            _check(subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), src)
+    finally:
+        for proc in procs:  # still running after a timeout or another part's error
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    _check(_run([cc, *flags, *map(str, objects), "-o", str(lib), "-lm"], src), src)
+
+
+def _run(cmd: list[str], src: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMPILER_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise _too_long(src) from None
+    except OSError as err:
+        raise StitchError(f"cannot run the C compiler {cmd[0]}: {err.strerror}") from None
+
+
+def _too_long(src: Path) -> StitchError:
+    return StitchError(f"the C compiler ran over {COMPILER_SECONDS:g} s on the generated source {src} and was stopped",
+                       hint="lighter --cflags, or a smaller program")
 
 
 def _check(proc: subprocess.CompletedProcess, src: Path) -> None:
@@ -185,8 +237,7 @@ def _vector_math(cc: str, cache_dir: Path) -> tuple[str, ...]:
         probe = cache_dir / "libmvec_probe.c"
         probe.write_text("#include <math.h>\nfloat f(float x) { return expf(x); }\n")
         flags = ("-DSTITCH_LIBMVEC", "-lmvec")
-        proc = subprocess.run([cc, "-shared", "-fPIC", str(probe), "-o", str(cache_dir / "libmvec_probe.so"), *flags],
-                              capture_output=True)
+        proc = _probe([cc, "-shared", "-fPIC", str(probe), "-o", str(cache_dir / "libmvec_probe.so"), *flags])
         _VECTOR_MATH[cc] = flags if proc.returncode == 0 else ()
     return _VECTOR_MATH[cc]
 
@@ -198,7 +249,7 @@ def _vector_bytes(cc: str, flags: tuple[str, ...]) -> int:
     """The widest vector registers these flags let the compiler use (AVX-512, AVX, else SSE/NEON width)."""
     key = (cc, *flags)
     if key not in _VECTOR_BYTES:
-        proc = subprocess.run([cc, *flags, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True)
+        proc = _probe([cc, *flags, "-dM", "-E", "-x", "c", os.devnull])
         macros = proc.stdout if proc.returncode == 0 else ""
         _VECTOR_BYTES[key] = 64 if "__AVX512F__ " in macros else 32 if "__AVX__ " in macros else 16
     return _VECTOR_BYTES[key]
@@ -209,8 +260,13 @@ _VERSIONS: dict[str, str] = {}
 
 def _version(cc: str) -> str:
     if cc not in _VERSIONS:
-        try:
-            _VERSIONS[cc] = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-        except OSError:
-            _VERSIONS[cc] = ""
+        _VERSIONS[cc] = _probe([cc, "--version"]).stdout
     return _VERSIONS[cc]
+
+
+def _probe(cmd: list[str]) -> subprocess.CompletedProcess:
+    """A quick question to the compiler; one that fails, cannot start or hangs answers nothing."""
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMPILER_SECONDS)
+    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.CompletedProcess(cmd, 1, "", "")

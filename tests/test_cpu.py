@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import stitch
 from stitch.engine.cli import main
+from stitch.engine.errors import StitchError
 from stitch.engine.interp import evaluate, random_inputs
 from stitch.engine.printer import print_func
 from stitch.engine.testing import programs
@@ -94,6 +95,76 @@ def test_compiler_errors_name_the_generated_source(cache, capsys):
     code = main(["run", str(EXAMPLES / "mlp.ir"), "--cache-dir", str(cache), "--cflags", "-shared --no-such-flag"])
     err = capsys.readouterr().err
     assert code == 1 and "the C compiler failed" in err and ".c" in err and "Traceback" not in err
+
+
+def _recording_builds(monkeypatch) -> list[list[str]]:
+    """Every compiler command that builds a library (`-o ....so`), as run."""
+    builds = []
+    real_run = cpu.subprocess.run
+
+    def recording_run(cmd, *args, **kwargs):
+        if "-o" in cmd and cmd[cmd.index("-o") + 1].endswith("lib.so"):
+            builds.append(cmd)
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(cpu.subprocess, "run", recording_run)
+    return builds
+
+
+@needs_cc
+@pytest.mark.parametrize("cflags", ["-O2", "-O2 -g", ["-O2"], ("-O2",)])
+def test_api_cflags_replace_only_the_optimisation_flags(cflags, cache, monkeypatch):
+    """A string is split as a shell would (it was iterated character by character: `cc - O 2`
+    then waited on stdin forever); the flags the generated C needs are always added."""
+    builds = _recording_builds(monkeypatch)
+    f = stitch.compile(EXAMPLES / "mlp.ir", cache_dir=cache, cflags=cflags)
+    (cmd,) = builds
+    assert "-O2" in cmd and "-O3" not in cmd and "-march=native" not in cmd
+    assert set(cpu.REQUIRED_FLAGS) <= set(cmd)
+    inputs = random_inputs(f.graph, 0)
+    assert compare(f(**inputs)[0], evaluate(f.graph, inputs)[0]) == ""
+
+
+@needs_cc
+@pytest.mark.parametrize("argv", [["--cflags=-O2"], ["--cflags", "-O2"], ["--cflags", "-O1 -g"]])
+def test_cli_cflags_starting_with_a_dash_add_to_the_required_flags(argv, cache, capsys, monkeypatch):
+    """`--cflags=-O2` replaced -shared -fPIC too (no main at link); `--cflags -O2` was refused by argparse."""
+    builds = _recording_builds(monkeypatch)
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--check", "--cache-dir", str(cache), *argv]) == 0
+    assert "check: outputs equal the reference" in capsys.readouterr().out
+    (cmd,) = builds
+    assert "-O3" not in cmd and {"-shared", "-fPIC", "-fopenmp"} <= set(cmd)
+
+
+@pytest.mark.parametrize("cflags, message", [(3, "must be a string or a list of strings"),
+                                             (["-O2", 2], "must be a string or a list of strings"),
+                                             ("-DX='unclosed", "cannot split the compiler flags")])
+def test_malformed_cflags_are_clear_errors(cflags, message):
+    with pytest.raises(StitchError, match=message):
+        cpu.compiler_flags(cflags)
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_a_compiler_that_hangs_is_stopped_at_the_time_limit(parts, cache, tmp_path, monkeypatch):
+    """A compiler over COMPILER_SECONDS is killed and reported (one unit, and parts built at once)."""
+    fake = tmp_path / "slow-cc"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(cpu, "COMPILER_SECONDS", 0.5)
+    monkeypatch.setattr(c_source, "PART_BYTES", 200 if parts > 1 else c_source.PART_BYTES)
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: parts)
+    compiled = stitch.compile(EXAMPLES / "attention.ir", target="accel")  # lowered only: built below
+    with pytest.raises(StitchError, match=r"the C compiler ran over 0.5 s on the generated source .*\.c"):
+        cpu.build(compiled.loops, cache, cc=str(fake))
+
+
+def test_a_compiler_that_fails_is_a_clear_error(cache, tmp_path):
+    fake = tmp_path / "broken-cc"
+    fake.write_text("#!/bin/sh\necho 'cc: fatal error: out of disk' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    compiled = stitch.compile(EXAMPLES / "mlp.ir", target="accel")
+    with pytest.raises(StitchError, match=r"the C compiler failed on the generated source .*\.c:\ncc: fatal error"):
+        cpu.build(compiled.loops, cache, cc=str(fake))
 
 
 @pytest.mark.parametrize(
