@@ -7,6 +7,7 @@ naming the file, line and key.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -95,11 +96,9 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
             raise error(key, f"'{key}' must be {_kind_name(want)}, got {data[key]!r}")
     if data["kind"] not in ("cpu", "accel"):
         raise error("kind", f"'kind' must be \"cpu\" or \"accel\", got {data['kind']!r}")
-    for key in ("clock_ghz", "cores", "onchip_bytes", "global_bandwidth", "vector_lanes", "fma_per_lane", "alignment"):
-        if key in data and data[key] <= 0:
-            raise error(key, f"'{key}' must be positive, got {data[key]}")
-    if data["launch_cycles"] < 0:
-        raise error("launch_cycles", "'launch_cycles' must not be negative")
+    for key, rule in _NUMBERS.items():
+        if key in data and (problem := _number_problem(data[key], rule)):
+            raise error(key, f"'{key}' must be {problem}, got {data[key]!r}")
     if "alignment" in data and data["alignment"] & (data["alignment"] - 1):
         raise error("alignment", f"'alignment' must be a power of two, got {data['alignment']}")
     matrix = None
@@ -111,8 +110,8 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
         for key in _MATRIX:
             if key not in m:
                 raise error("matrix", f"[matrix] lacks '{key}'")
-            if not _is(m[key], float) or m[key] <= 0:
-                raise error(key, f"[matrix] '{key}' must be a positive number")
+            if problem := _number_problem(m[key], "count" if key.startswith("tile_") else "positive"):
+                raise error(key, f"[matrix] '{key}' must be {problem}, got {m[key]!r}")
         matrix = MatrixUnit(int(m["tile_m"]), int(m["tile_n"]), int(m["tile_k"]), float(m["cycles_per_tile"]))
     if data["kind"] == "accel" and matrix is None:
         raise StitchError("an accel target needs a [matrix] table", Pos(filename, 1, 1), text)
@@ -125,14 +124,35 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
     for op, cycles in data.get("op_cycles", {}).items():
         if op not in OPS:
             raise error(op, f"[op_cycles] names an unknown op '{op}'")
-        if not _is(cycles, float) or cycles <= 0:
-            raise error(op, f"[op_cycles] '{op}' must be a positive number")
+        if problem := _number_problem(cycles, "positive"):
+            raise error(op, f"[op_cycles] '{op}' must be {problem}, got {cycles!r}")
         op_cycles[op] = float(cycles)
     fields = {k: data[k] for k in _FIELDS if k in data and k not in ("matrix", "op_cycles")}
     for key, want in _FIELDS.items():
         if key in fields and want is float:
             fields[key] = float(fields[key])
     return Target(**fields, matrix=matrix, op_cycles=op_cycles)
+
+
+# What each number of a target description may be: a "count" is a positive integer (at most
+# MAX_COUNT: the cost model multiplies them), "positive" a finite number above 0, "nonnegative"
+# a finite number of at least 0. TOML allows nan and inf; no target number means anything with them.
+_NUMBERS = {
+    "clock_ghz": "positive", "cores": "count", "onchip_bytes": "count", "global_bandwidth": "positive",
+    "launch_cycles": "nonnegative", "vector_lanes": "count", "alignment": "count", "fma_per_lane": "positive",
+}
+MAX_COUNT = 2**40
+
+
+def _number_problem(value, rule: str) -> str:
+    """'' when `value` follows `rule`, else what it must be."""
+    if rule == "count":
+        if not _is(value, int) or not 0 < value <= MAX_COUNT:
+            return f"a positive integer (at most 2**{MAX_COUNT.bit_length() - 1})"
+        return ""
+    if not _is(value, float) or not math.isfinite(value) or value < 0 or (rule == "positive" and value == 0):
+        return "a finite number above 0" if rule == "positive" else "a finite number of at least 0"
+    return ""
 
 
 def _is(value, want) -> bool:

@@ -176,7 +176,7 @@ def test_greedy_finds_the_exhaustive_optimum_on_the_examples():
         (
             "name=\"t\"\nkind=\"cpu\"\nclock_ghz=1\ncores=1\nonchip_bytes=-5\nglobal_bandwidth=1\n"
             "launch_cycles=1\nvector_lanes=4\n",
-            "'onchip_bytes' must be positive",
+            "'onchip_bytes' must be a positive integer",
             5,
         ),
         (

@@ -1,0 +1,123 @@
+"""Target descriptions (`targets/target.py`): every number checked, and mutated files never crash.
+
+A target file either loads, and then every program compiles and runs checked on
+it (or is refused because no schedule fits), or it is one error naming the file
+and the key: never an internal error (exit 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stitch.engine.cli import main
+from stitch.engine.errors import StitchError
+from stitch.targets import cpu
+from stitch.targets.target import TARGET_DIR, parse_target
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BUILTIN = {name: (TARGET_DIR / f"{name}.toml").read_text() for name in ("cpu", "accel")}
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("global_bandwidth", "nan", "'global_bandwidth' must be a finite number above 0, got nan"),
+    ("clock_ghz", "inf", "'clock_ghz' must be a finite number above 0, got inf"),
+    ("launch_cycles", "-inf", "'launch_cycles' must be a finite number of at least 0"),
+    ("launch_cycles", "nan", "'launch_cycles' must be a finite number of at least 0"),
+    ("onchip_bytes", "0", "'onchip_bytes' must be a positive integer"),
+    ("onchip_bytes", "9223372036854775807", "'onchip_bytes' must be a positive integer (at most 2**40)"),
+    ("cores", "1.5", "'cores' must be an integer"),
+    ("fma_per_lane", "0", "'fma_per_lane' must be a finite number above 0"),
+    ("tile_n", "nan", "[matrix] 'tile_n' must be a positive integer"),
+    ("tile_m", "0.5", "[matrix] 'tile_m' must be a positive integer"),
+    ("tile_k", "16.0", "[matrix] 'tile_k' must be a positive integer"),
+    ("cycles_per_tile", "inf", "[matrix] 'cycles_per_tile' must be a finite number above 0"),
+    ("exp", "nan", "[op_cycles] 'exp' must be a finite number above 0"),
+])
+def test_numbers_must_be_finite_positive_and_integral_where_counted(key, value, message):
+    text = BUILTIN["accel"]
+    line = next(i for i, s in enumerate(text.splitlines(), 1) if s.startswith(f"{key} ="))
+    lines = text.splitlines()
+    lines[line - 1] = f"{key} = {value}"
+    with pytest.raises(StitchError) as err:
+        parse_target("\n".join(lines), "t.toml")
+    assert message in str(err.value) and f"t.toml:{line}:" in str(err.value)
+
+
+def test_a_nan_tile_is_a_clear_error_on_the_command_line(tmp_path, capsys):
+    """Regression: `tile_n = nan` reached int(nan) (ValueError, exit 3)."""
+    path = tmp_path / "nan.toml"
+    path.write_text(BUILTIN["accel"].replace("tile_n = 16", "tile_n = nan"))
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--target", str(path)]) == 1
+    assert f"{path}:" in capsys.readouterr().err
+
+
+# -- mutated target files ----------------------------------------------------------
+
+VALUES = ["nan", "inf", "-inf", "+nan", "0", "-1", "0.0", "0.5", "1", "3", "7", "16", "64", "1e-300", "1e300",
+          "9223372036854775807", "-9223372036854775808", "1099511627776", "1099511627777", "16.0", "1.5e3",
+          '"x"', '""', "true", "false", "[1, 2]", "{ a = 1 }", "2024-01-01"]
+KEYS = ["name", "kind", "clock_ghz", "cores", "onchip_bytes", "global_bandwidth", "launch_cycles", "vector_lanes",
+        "alignment", "fma_per_lane", "overlap_dma", "tile_m", "tile_n", "tile_k", "cycles_per_tile", "exp", "relu",
+        "bogus"]
+
+
+@st.composite
+def mutated_targets(draw) -> str:
+    """A built-in target file after one to three edits: a value replaced, a line dropped, duplicated or
+    added, a table header moved, the kind swapped, or a few characters deleted or inserted."""
+    lines = BUILTIN[draw(st.sampled_from(sorted(BUILTIN)))].splitlines()
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(lines) - 1))
+        edit = draw(st.sampled_from(["value", "value", "value", "drop", "duplicate", "add", "table", "kind", "chars"]))
+        if edit == "value" and "=" in lines[at]:
+            lines[at] = lines[at].split("=")[0] + "= " + draw(st.sampled_from(VALUES))
+        elif edit == "drop":
+            del lines[at]
+        elif edit == "duplicate":
+            lines.insert(at, lines[at])
+        elif edit == "add":
+            lines.insert(at, f"{draw(st.sampled_from(KEYS))} = {draw(st.sampled_from(VALUES))}")
+        elif edit == "table":
+            lines.insert(at, draw(st.sampled_from(["[matrix]", "[op_cycles]", "[bogus]"])))
+        elif edit == "kind":
+            lines = [s.replace('"cpu"', '"accel"') if s.startswith("kind") else s for s in lines]
+        elif edit == "chars" and lines[at]:
+            i = draw(st.integers(0, len(lines[at])))
+            lines[at] = lines[at][:i] + draw(st.sampled_from(["", "=", "[", '"', "x", " ", "\\"])) + lines[at][i + 1:]
+        if not lines:
+            lines = [""]
+    return "\n".join(lines) + "\n"
+
+
+def _run_cli(*argv: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, err.getvalue()
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(text=mutated_targets(), program=st.sampled_from(["mlp.ir", "layernorm.ir"]))
+def test_mutated_target_files_load_and_run_or_are_clear_errors(text, program, tmp_path):
+    path = tmp_path / "mutated.toml"
+    path.write_text(text)
+    try:
+        parse_target(text, str(path))
+    except StitchError as err:
+        assert str(err).startswith(f"{path}"), str(err)
+        loads = False
+    else:
+        loads = True
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu, "compiler", lambda: None)  # the target's numbers reach lowering, not the C compiler
+        code, err = _run_cli("run", str(EXAMPLES / program), "--target", str(path), "--check")
+    if loads:  # it runs, checked against the reference, or no schedule of the program fits it
+        assert code == 0 or (code == 1 and "fits target" in err), err
+    else:
+        assert code == 1 and f"{path}" in err, err
