@@ -14,7 +14,7 @@ A step is one tile: every statement run since the previous tile ended (so a
 tile's staging copies belong to it, and the kernel's prologue to its first
 tile). A matrix statement is an `Accumulate` lowering marked `unit="matrix"`
 (a matmul's multiply-accumulate); m and n are the extents its last two
-accumulator indices run over in the nest, k its reduce loops'. Copies and
+accumulator indices run over in the nest, k the loops its index does not use. Copies and
 initializations do no vector work. The target has one core: tiles run one
 after another.
 
@@ -179,9 +179,14 @@ def dma_cycles(target: Target, nbytes: int) -> float:
 
 
 def matrix_cycles(target: Target, loops: list[For], leaf: Accumulate) -> float:
-    """Matrix-unit tiles of one multiply-accumulate nest: its m x n output block and k reduce extent."""
+    """Matrix-unit tiles of one multiply-accumulate nest: its m x n output block and k reduce extent.
+
+    k is what the accumulator sums over: the loops its index does not use. Not the loops marked
+    `reduce`: a matmul output axis that the kernel reduces later is a `reduce` loop too, and
+    counting it in k multiplied the tiles by its extent."""
     extents = {loop.var: loop.extent for loop in loops}
-    k = math.prod(loop.extent for loop in loops if loop.kind == "reduce")
+    indexed = {var for ix in leaf.index for var, _ in ix.terms}
+    k = math.prod(loop.extent for loop in loops if loop.var not in indexed)
     out = [math.prod(extents.get(var, 1) for var, _ in ix.terms) for ix in leaf.index]
     n = out[-1] if out else 1
     m = out[-2] if len(out) >= 2 else 1
