@@ -36,7 +36,7 @@ def simulate(name: str, without: tuple[str, ...]) -> dict:
     program = stitch.compile(EXAMPLES / f"{name}.ir", target="accel", without_rules=without)
     inputs = random_inputs(program.graph, 0)
     outputs = program(**inputs)
-    problems = differences(outputs, evaluate(program.graph, inputs))
+    problems = differences(outputs, evaluate(program.graph, inputs), program.graph)
     if problems:
         raise SystemExit(f"{name} without {without}: outputs differ from the reference: {problems}")
     report = program.report

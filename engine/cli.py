@@ -300,7 +300,7 @@ def cmd_run(args) -> int:
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
-    problems = differences(outputs, evaluate(graph, inputs)) if args.check else []
+    problems = differences(outputs, evaluate(graph, inputs), graph) if args.check else []
     timings = None
     if args.profile:
         from ..targets.profile import profile
