@@ -121,13 +121,12 @@ class LoopKernel:
     body: list[Stmt]
     offsets: dict[str, int] = field(default_factory=dict)  # shared buffer -> byte offset once merged
     merged_bytes: int = 0  # size of the merged shared buffer (0 before merging)
+    # the shared buffers' bytes without merging, each rounded up to its alignment as the merge
+    # places it (0 before merging): never less than merged_bytes
+    unmerged_bytes: int = 0
     # global temporaries this kernel alone writes and reads, and the scope the schedule
     # placed them in: what forward_buffers keeps on chip
     forwardable: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def unmerged_bytes(self) -> int:
-        return sum(b.nbytes for b in self.allocs if b.scope == "shared")
 
 
 @dataclass

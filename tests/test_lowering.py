@@ -86,7 +86,7 @@ def test_lowering_pipeline_verifies_and_merging_never_grows(graph, target):
     program = lower(compile_graph(graph, builtin_rule_files(), target))  # runs the verifier
     for kernel in program.kernels:
         merged, unmerged = shared_bytes(kernel)
-        assert merged <= unmerged + target.alignment * len(kernel.allocs)
+        assert merged <= unmerged
 
 
 @settings(max_examples=25)
@@ -113,6 +113,21 @@ def test_compile_emit_loops_and_json_shared_bytes(capsys):
     assert main(["compile", str(EXAMPLES / "layernorm.ir"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 0 < out["shared_bytes_merged"] <= out["shared_bytes_unmerged"]
+
+
+def test_a_scalar_accumulator_on_chip_does_not_make_merged_exceed_unmerged(tmp_path, capsys):
+    """Regression: with the shared-stitch rules a sum to a scalar is a 4-byte shared buffer; padded to
+    the target's 64-byte alignment it made the kernel's merged bytes exceed its unmerged ones."""
+    import json
+
+    from stitch.engine.cli import main
+
+    program = tmp_path / "scalar.ir"
+    program.write_text("func f(x: f32[64, 64]) -> f32[64, 64] {\n  s = sum(x)\n  return div(x, s)\n}\n")
+    assert main(["compile", str(program), "--no-builtin-rules", "--rules", str(EXAMPLES / "shared_stitch.rules"),
+                 "--json"]) == 0
+    (kernel,) = json.loads(capsys.readouterr().out)["kernels"]
+    assert kernel["shared_bytes_merged"] <= kernel["shared_bytes_unmerged"] == 64 * 64 * 4 + 64
 
 
 MLP_BEFORE = """\
