@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 
 import numpy as np
 
-from .errors import StitchError
+from .errors import StitchError, StitchWarning
 from .ir import Pos
 
 
@@ -24,7 +25,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return args.run(args) or 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", StitchWarning)  # every time, not once per process
+            warnings.showwarning = _show_warning
+            return args.run(args) or 0
     except StitchError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -41,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback)", file=sys.stderr)
         return 3
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """StitchWarnings as `warning: ...` on stderr; others as Python shows them."""
+    if issubclass(category, StitchWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 # Options whose value may itself start with '-' (argparse would take `--cflags -O2` for two options).
@@ -63,6 +75,7 @@ def _join_flag_values(argv: list[str]) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="stitch", description="Tensor kernel fusion with rewrite rules on e-graphs.")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks for internal errors")
+    p.add_argument("--version", action=_Version, nargs=0, help="print stitch's version and exit")
     sub = p.add_subparsers(metavar="COMMAND")
 
     c = sub.add_parser("check", help="parse and type-check a program; print each func's signature")
@@ -121,6 +134,30 @@ def build_parser() -> argparse.ArgumentParser:
                     help="instances to try per rule (default 100)")
     rc.set_defaults(run=cmd_rules_check)
     return p
+
+
+class _Version(argparse.Action):
+    """--version, looking the versions up only when asked (argparse's own takes the text up front)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    """stitch's version and those of what it stands on (what a bug report needs)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from .. import __version__
+
+    parts = []
+    for package in ("egglog", "numpy", "lark"):
+        try:
+            parts.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            parts.append(f"{package} missing")
+    return f"stitch {__version__} ({', '.join(parts)}, Python {platform.python_version()})"
 
 
 def add_run_arguments(p) -> None:

@@ -39,6 +39,12 @@ class StitchError(Exception):
         return self.render()
 
 
+class StitchWarning(UserWarning):
+    """Something the user should know that does not stop the command (saturation cut short by a limit).
+
+    Raised through `warnings.warn`, so API users can filter it; the CLI prints it as `warning: ...`."""
+
+
 def caret_context(source: str, pos: Pos) -> str:
     """The source line at `pos` and a caret under its column.
 

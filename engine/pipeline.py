@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from dataclasses import dataclass, replace
 from fnmatch import fnmatch
 from typing import TYPE_CHECKING
 
-from .errors import StitchError
+from .errors import StitchError, StitchWarning
 from .graph import Graph
 from .rules import RuleFile, builtin_rule_files, load_rules
 from .saturate import EGraphRun, Limits, RunReport
@@ -63,9 +64,22 @@ def without_rules(files: list[RuleFile], names: tuple[str, ...]) -> list[RuleFil
     return kept
 
 
+# Which option raises each limit (and its Limits field), for the warning when saturation stops at one.
+LIMIT_OPTIONS = {"iteration limit": ("--iter-limit", "iterations", "iteration(s)"),
+                 "node limit": ("--node-limit", "nodes", "e-nodes"), "time limit": ("--time-limit", "seconds", "s")}
+
+
 def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = Limits()) -> tuple[EGraphRun, RunReport]:
+    """Saturate; a run stopped by a limit warns (StitchWarning): its schedule may be worse than saturation's."""
     run = EGraphRun(graph, rule_files)
     report = run.run(limits)
+    if report.stop_reason in LIMIT_OPTIONS:
+        option, field, unit = LIMIT_OPTIONS[report.stop_reason]
+        warnings.warn(StitchWarning(
+            f"saturation of '{graph.name}' stopped at its {report.stop_reason} ({getattr(limits, field):g} {unit}) "
+            f"after {report.iterations} iteration(s) and {report.enodes} e-nodes, before the rules saturated: "
+            f"the schedule may be worse than a saturated run's (raise {option}; in stitch.compile, "
+            f"limits=Limits({field}=...))"), stacklevel=2)
     return run, report
 
 
