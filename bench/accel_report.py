@@ -19,7 +19,8 @@ from stitch.engine.interp import evaluate, random_inputs
 from stitch.engine.tolerance import differences
 from stitch.targets.target import load_target
 
-EXAMPLES = Path(stitch.__file__).resolve().parent / "examples"
+# Beside this script in the source tree, wherever stitch is installed (`pip install .` ships no examples).
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 # (program, what the built-in rules do, the rules left out for the baseline)
 SCENARIOS = [

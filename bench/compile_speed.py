@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parent / "examples"  # the source tree's, wherever stitch is installed
 sys.path.insert(0, str(HERE))
 
 from gen import random_program  # noqa: E402
@@ -54,7 +55,7 @@ def main() -> None:
     ap.add_argument("--target", default="cpu")
     args = ap.parse_args()
     target = load_target(args.target)
-    programs = [(p.stem, p.read_text()) for p in sorted((HERE.parent / "examples").glob("*.ir"))]
+    programs = [(p.stem, p.read_text()) for p in sorted(EXAMPLES.glob("*.ir"))]
     programs += [(f"random-{n}", random_program(n)) for n in (100, 500)]
     print(f"compile stages on {target.name}, median of {args.runs} runs, seconds\n")
     print("| program | ops | e-nodes | kernels | search | parse | saturate | serialize | extract | total | "

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parent / "examples"  # the source tree's, wherever stitch is installed
 
 
 def parse_args() -> argparse.Namespace:
@@ -90,7 +91,7 @@ def main() -> None:
     print("| program | kernels | global/compulsory | stitch ms | stitch fresh ms | numpy ms | torch.compile ms | "
           "bound ms | stitch/bound | torch/bound | stitch/numpy |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for path in sorted((HERE.parent / "examples").glob("*.ir")):
+    for path in sorted(EXAMPLES.glob("*.ir")):
         f = stitch.compile(path)
         inputs = random_inputs(f.graph, 0)
         out = [np.empty(t.shape, np_dtype(t.dtype)) for t in f.graph.output_types]
