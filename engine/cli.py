@@ -197,14 +197,57 @@ def load_graph(path: str, entry: str | None):
     return graphs[entry]
 
 
-def load_inputs(path: str) -> dict[str, np.ndarray]:
+NPZ_HINT = "write inputs with np.savez(path, name=array, ...): one array per parameter, keyed by its name"
+
+
+def load_inputs(path: str, graph) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, checked against the graph's parameters; every error names the file."""
+    from .interp import bind_inputs
+
+    arrays = read_npz(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
+        bind_inputs(graph, arrays)
+    except StitchError as err:
+        held = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in arrays.items()) or "no arrays"
+        raise StitchError(err.message, Pos(path, 0, 0),
+                          hint=f"the file holds {held}; the program is {graph.signature()}") from None
+    return arrays
+
+
+def read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of an .npz file; a file that is not one (or holds pickled objects) is a clear error."""
+    where = Pos(path, 0, 0)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
     except FileNotFoundError:
-        raise StitchError(f"{path}: no such file") from None
-    except Exception as err:
-        raise StitchError(f"{path}: not a readable .npz file ({err})") from None
+        raise StitchError("no such file", where) from None
+    except OSError as err:
+        raise StitchError(f"cannot read ({err.strerror})", where) from None
+    if magic.startswith(b"\x93NUMPY"):
+        raise StitchError("this is an .npy file (one array), not an .npz of named inputs", where, hint=NPZ_HINT)
+    if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a zip archive: a file or an empty directory first
+        raise StitchError("not an .npz file (np.savez writes a zip archive of arrays)", where, hint=NPZ_HINT)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as err:  # a damaged archive: zipfile's and numpy's many errors
+        raise StitchError(f"not a readable .npz file ({type(err).__name__}: {err})", where, hint=NPZ_HINT) from None
+    arrays = {}
+    with data:
+        for name in data.files:
+            try:
+                arrays[name] = data[name]
+            except ValueError as err:
+                if "pickle" in str(err):
+                    raise StitchError(f"array '{name}' holds Python objects (pickled data), which stitch does "
+                                      "not load", where, hint=NPZ_HINT) from None
+                raise StitchError(f"array '{name}' cannot be read ({err})", where, hint=NPZ_HINT) from None
+            except Exception as err:
+                raise StitchError(f"array '{name}' cannot be read ({type(err).__name__}: {err})", where,
+                                  hint=NPZ_HINT) from None
+            if not isinstance(arrays[name], np.ndarray):  # numpy gives a member that is not .npy as bytes
+                raise StitchError(f"'{name}' in the archive is not a numpy array", where, hint=NPZ_HINT)
+    return arrays
 
 
 def cmd_check(args) -> int:
@@ -230,7 +273,7 @@ def cmd_eval(args) -> int:
 
     graph = load_graph(args.file, args.entry)
     check_addressable(graph, args.file)
-    inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
+    inputs = load_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
     try:
         outputs = evaluate(graph, inputs)
     except StitchError as err:  # e.g. gather's index out of range: show the call's line
@@ -333,7 +376,7 @@ def cmd_run(args) -> int:
                               builtin_rules=not args.no_builtin_rules, entry=args.entry,
                               cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules))
     graph = program.graph
-    inputs = load_inputs(args.inputs) if args.inputs else random_inputs(graph, args.seed)
+    inputs = load_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
