@@ -35,6 +35,22 @@ def _pos() -> Pos:
 
 
 @dataclass(frozen=True)
+class Comments:
+    """The `#` comments kept with a statement for the printer (`stitch fmt`): whole lines above it, and
+    one at the end of its line. Never part of a node's equality: comments are not structure."""
+
+    before: tuple[str, ...] = ()
+    after: str = ""
+
+
+NO_COMMENTS = Comments()
+
+
+def _comments() -> Comments:
+    return field(default=NO_COMMENTS, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class TensorType:
     dtype: str
     shape: tuple[int, ...]
@@ -148,6 +164,7 @@ class Assign:
     name: str
     expr: Expr
     pos: Pos = _pos()
+    comments: Comments = _comments()
 
 
 @dataclass(frozen=True)
@@ -160,6 +177,9 @@ class Func:
     pos: Pos = _pos()
     return_pos: Pos = _pos()
     results_pos: Pos = _pos()
+    comments: Comments = _comments()  # above the func, and at the end of its `{` line
+    return_comments: Comments = _comments()
+    end_comments: Comments = _comments()  # above its closing `}`, and at the end of that line
 
 
 @dataclass(frozen=True)
@@ -167,6 +187,7 @@ class Program:
     funcs: tuple[Func, ...]
     source: str = field(default="", compare=False, repr=False)
     filename: str = field(default="<string>", compare=False, repr=False)
+    end_comments: tuple[str, ...] = field(default=(), compare=False, repr=False)  # after the last func
 
     def func(self, name: str | None = None) -> Func:
         """The named func, or the first one."""

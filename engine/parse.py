@@ -8,6 +8,7 @@ StitchErrors with file:line:col, the line and a caret.
 from __future__ import annotations
 
 import difflib
+import re
 from functools import cache
 from pathlib import Path
 from typing import NamedTuple
@@ -16,6 +17,7 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.parsers.lalr_interactive_parser import InteractiveParser
 
+from .comments import FuncLines, attach_comments, find_comments
 from .errors import StitchError
 from .ir import DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Pos, Program, TensorType, Var
 
@@ -43,13 +45,15 @@ def parse_program(text: str, filename: str = "<string>") -> Program:
     except UnexpectedInput as err:
         raise syntax_error(err, text, filename, parser, ir_mistakes()) from None
     _check_nesting(tree, text, filename)
+    to_ir = _ToIR(filename, text)
     try:
-        funcs = _ToIR(filename, text).transform(tree)
+        funcs = to_ir.transform(tree)
     except VisitError as err:  # lark wraps what the transformer raises
         if isinstance(err.orig_exc, StitchError):
             raise err.orig_exc from None
         raise
-    program = Program(tuple(funcs), source=text, filename=filename)
+    funcs, end_comments = attach_comments(funcs, to_ir.func_lines, find_comments(text))
+    program = Program(tuple(funcs), source=text, filename=filename, end_comments=end_comments)
     _check_unique_funcs(program)
     return program
 
@@ -108,11 +112,13 @@ def _check_unique_funcs(program: Program) -> None:
 class _Results(NamedTuple):
     types: tuple[TensorType, ...]
     pos: Pos
+    end: tuple[int, int]  # offset and line just past the results (the `{` follows)
 
 
 class _Return(NamedTuple):
     exprs: tuple
     pos: Pos
+    lines: tuple[int, int]  # its first and last
 
 
 class LiteralTransformer(Transformer):
@@ -163,7 +169,13 @@ class LiteralTransformer(Transformer):
 
 
 class _ToIR(LiteralTransformer):
-    """One method per grammar alias, straight onto dataclasses."""
+    """One method per grammar alias, straight onto dataclasses; the lines of each func's parts are
+    kept in `func_lines` for its comments (`comments.attach_comments`)."""
+
+    def __init__(self, filename: str, source: str):
+        super().__init__(filename, source)
+        self.func_lines: list[FuncLines] = []
+        self._assign_lines: dict[int, tuple[int, int]] = {}  # id(Assign) -> its first and last line
 
     def _name(self, tok: Token, what: str) -> str:
         if str(tok) in RESERVED:
@@ -180,6 +192,8 @@ class _ToIR(LiteralTransformer):
         results = next(i for i in items if isinstance(i, _Results))
         body = tuple(i for i in items if isinstance(i, Assign))
         ret = items[-1]
+        self.func_lines.append(FuncLines(meta.line, _line_after(self.source, *results.end),
+                                         (*(self._assign_lines[id(a)] for a in body), ret.lines), meta.end_line))
         return Func(
             self._name(name, "func"),
             params,
@@ -197,11 +211,11 @@ class _ToIR(LiteralTransformer):
 
     @v_args(meta=True)
     def one_result(self, meta, items):
-        return _Results(tuple(items), Pos(self.filename, meta.line, meta.column))
+        return _Results(tuple(items), Pos(self.filename, meta.line, meta.column), (meta.end_pos, meta.end_line))
 
     @v_args(meta=True)
     def many_results(self, meta, items):
-        return _Results(tuple(items), Pos(self.filename, meta.line, meta.column))
+        return _Results(tuple(items), Pos(self.filename, meta.line, meta.column), (meta.end_pos, meta.end_line))
 
     def type(self, items):
         name, *dims = items
@@ -222,12 +236,16 @@ class _ToIR(LiteralTransformer):
     def dim(self, items):
         return items[0]
 
-    def assign(self, items):
+    @v_args(meta=True)
+    def assign(self, meta, items):
         name, expr = items
-        return Assign(self._name(name, "value"), expr, self._pos(name))
+        assign = Assign(self._name(name, "value"), expr, self._pos(name))
+        self._assign_lines[id(assign)] = (meta.line, meta.end_line)
+        return assign
 
-    def ret(self, items):
-        return _Return(tuple(items[1:]), self._pos(items[0]))
+    @v_args(meta=True)
+    def ret(self, meta, items):
+        return _Return(tuple(items[1:]), self._pos(items[0]), (meta.line, meta.end_line))
 
     def var(self, items):
         (tok,) = items
@@ -267,6 +285,14 @@ class _ToIR(LiteralTransformer):
 
 def _expr_pos(e) -> Pos:
     return e.pos
+
+
+_GAP = re.compile(r"(?:\s|#[^\n]*)*")  # whitespace and comments
+
+
+def _line_after(text: str, at: int, line: int) -> int:
+    """The line of the first token at or after offset `at` (on line `line`), past whitespace and comments."""
+    return line + text.count("\n", at, _GAP.match(text, at).end())
 
 
 # ---------------------------------------------------------------------------

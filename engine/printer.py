@@ -1,15 +1,20 @@
-"""Print programs as canonical `.ir` text (what `stitch fmt` shows).
+"""Print programs as canonical `.ir` text (what `stitch fmt` shows), with their comments.
 
-`parse_program(print_program(p)) == p` holds for every program.
+`parse_program(print_program(p)) == p` holds for every program, and printing
+what it parses back gives the same text, comments included (`comments.py`
+says where each comment goes).
 """
 
 from __future__ import annotations
 
-from .ir import Attr, Call, Const, DTypeName, Expr, Func, Program, TensorType, Var
+from .ir import Attr, Call, Comments, Const, DTypeName, Expr, Func, Program, TensorType, Var
 
 
 def print_program(program: Program) -> str:
-    return "\n".join(print_func(f) for f in program.funcs)
+    text = "\n".join(print_func(f) for f in program.funcs)
+    if program.end_comments:
+        text += "\n" + "".join(f"{c}\n" for c in program.end_comments)
+    return text
 
 
 def print_func(f: Func) -> str:
@@ -18,12 +23,17 @@ def print_func(f: Func) -> str:
         results = print_type(f.results[0])
     else:
         results = "(" + ", ".join(print_type(t) for t in f.results) + ")"
-    lines = [f"func {f.name}({params}) -> {results} {{"]
+    lines = _commented(f"func {f.name}({params}) -> {results} {{", f.comments, "")
     for a in f.body:
-        lines.append(f"  {a.name} = {print_expr(a.expr)}")
-    lines.append("  return " + ", ".join(print_expr(e) for e in f.returns))
-    lines.append("}")
+        lines += _commented(f"  {a.name} = {print_expr(a.expr)}", a.comments, "  ")
+    lines += _commented("  return " + ", ".join(print_expr(e) for e in f.returns), f.return_comments, "  ")
+    lines += _commented("}", f.end_comments, "  ")
     return "\n".join(lines) + "\n"
+
+
+def _commented(line: str, comments: Comments, indent: str) -> list[str]:
+    """A statement's line after its comment lines, with its end-of-line comment."""
+    return [indent + c for c in comments.before] + [f"{line}  {comments.after}" if comments.after else line]
 
 
 def print_type(t: TensorType) -> str:
