@@ -175,7 +175,7 @@ def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, 
     The runs must finish within COMPILER_SECONDS (parts together), else they are stopped and that
     is an error. Nothing is read from stdin: a flag `-` would wait on it forever."""
     if parts == 1:
-        _check(_run([cc, *flags, str(src), "-o", str(lib), "-lm"], src), src)
+        _check(_run_compiler([cc, *flags, str(src), "-o", str(lib), "-lm"], src), src)
         return
     objects = [tmp / f"part{i}.o" for i in range(parts)]
     procs = [subprocess.Popen([cc, *flags, "-c", f"-DSTITCH_PART={i}", str(src), "-o", str(obj)],
@@ -194,10 +194,10 @@ def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    _check(_run([cc, *flags, *map(str, objects), "-o", str(lib), "-lm"], src), src)
+    _check(_run_compiler([cc, *flags, *map(str, objects), "-o", str(lib), "-lm"], src), src)
 
 
-def _run(cmd: list[str], src: Path) -> subprocess.CompletedProcess:
+def _run_compiler(cmd: list[str], src: Path) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMPILER_SECONDS)
     except subprocess.TimeoutExpired:
