@@ -26,6 +26,7 @@ from stitch.engine.check import check_func  # noqa: E402
 from stitch.engine.egraph_data import EGraphData  # noqa: E402
 from stitch.engine.extract import extract_schedule  # noqa: E402
 from stitch.engine.parse import parse_program  # noqa: E402
+from stitch.engine.recursion import deep_recursion  # noqa: E402
 from stitch.engine.rules import builtin_rule_files  # noqa: E402
 from stitch.engine.saturate import EGraphRun, Limits  # noqa: E402
 from stitch.targets.cpu import build  # noqa: E402
@@ -93,4 +94,5 @@ def c_build_times(text: str, target: str, runs: int) -> tuple[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    with deep_recursion():  # the stages are called one by one here, outside stitch's entry points
+        main()

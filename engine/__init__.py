@@ -1,8 +1,4 @@
-"""The front and middle of stitch: IR, checker, interpreter, rules, e-graph, cost, extraction, CLI."""
+"""The front and middle of stitch: IR, checker, interpreter, rules, e-graph, cost, extraction, CLI.
 
-import sys
-
-# Programs are walked recursively (expressions, kernels); a chain of a few
-# thousand ops needs more than Python's default 1000 frames.
-if sys.getrecursionlimit() < 20_000:
-    sys.setrecursionlimit(20_000)
+(Deep programs need deep recursion: `recursion.py` makes room for it while stitch runs, without
+changing the interpreter's limit for the rest of the process.)"""

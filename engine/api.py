@@ -16,6 +16,7 @@ import numpy as np
 from .errors import StitchError
 from .graph import Graph
 from .interp import bind_inputs, np_dtype
+from .recursion import allows_deep_recursion
 
 
 @dataclass
@@ -27,6 +28,7 @@ class CompiledProgram:
     executor: str  # "c" | "numpy" | "simulator"
     report: object | None = None  # the last run's targets.simulator.SimReport, on an accel target
 
+    @allows_deep_recursion
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
         args = bind_inputs(self.graph, inputs)
         if out is not None:
@@ -47,6 +49,7 @@ class CompiledProgram:
             return out
         return outputs
 
+    @allows_deep_recursion
     def profile(self, runs: int = 10, **inputs) -> list:
         """Each kernel's median time over `runs` calls beside the cost model's estimate
         (targets/profile.py's KernelTime rows; compiled C only)."""
@@ -97,6 +100,7 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
         return True
 
 
+@allows_deep_recursion
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
             entry: str | None = None, cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
             limits=None, without_rules: tuple[str, ...] = ()) -> CompiledProgram:

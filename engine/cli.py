@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import StitchError, StitchWarning
 from .ir import Pos
+from .recursion import deep_recursion
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), deep_recursion():
             warnings.simplefilter("always", StitchWarning)  # every time, not once per process
             warnings.showwarning = _show_warning
             return args.run(args) or 0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .errors import StitchError, StitchWarning
 from .graph import Graph
+from .recursion import allows_deep_recursion
 from .rules import RuleFile, builtin_rule_files, load_rules
 from .saturate import EGraphRun, Limits, RunReport
 
@@ -124,6 +125,7 @@ class Compiled:
         return out
 
 
+@allows_deep_recursion
 def compile_graph(graph: Graph, rule_files: list[RuleFile], target, limits: Limits = Limits()) -> Compiled:
     """Saturate, then extract the cheapest schedule for `target`."""
     import time

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ..engine.cost import KernelCost, ScheduleCost, resident_inputs, staged
 from ..engine.ir import TensorType
+from ..engine.recursion import allows_deep_recursion
 from ..engine.schedule import Instance, Kernel, Label, Schedule
 from ..engine.schedule_print import global_names
 from .loops import Accumulate, Buffer, Expr, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Stmt, Store
@@ -55,6 +56,7 @@ def _merge(program: LoopProgram, target) -> LoopProgram:
 PASSES = [_forward, _merge]
 
 
+@allows_deep_recursion
 def lower(compiled) -> LoopProgram:
     """The lowering pipeline: loop nests, then merged shared allocations, then the verifier."""
     from .verify import verify

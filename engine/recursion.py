@@ -1,0 +1,54 @@
+"""Room for deep recursion while stitch works on a program, and only then.
+
+Programs are walked recursively: graph chains (schedule formation, extraction),
+inlined expressions (a chain of elementwise ops fused into one kernel is one
+expression as deep as the chain) and loop nests, in lowering, the C printer, the
+executors and the printers. A chain of a few thousand ops needs more than
+Python's default 1,000 frames. Importing stitch used to raise the interpreter's
+limit for the whole process; now the entry points (the CLI, `stitch.compile`,
+calling a compiled program, `compile_graph`, `lower`) raise it to LIMIT while
+they run and put the caller's limit back when the outermost one returns (calls
+nested or from several threads share one raise).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from contextlib import contextmanager
+
+LIMIT = 20_000
+
+_lock = threading.Lock()
+_active = 0  # entry points running (nested or in other threads)
+_saved = 0  # the limit to restore when the last one returns
+
+
+@contextmanager
+def deep_recursion():
+    """Python's recursion limit at least LIMIT inside the block, the caller's after it."""
+    global _active, _saved
+    with _lock:
+        if _active == 0:
+            _saved = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_saved, LIMIT))
+        _active += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _active -= 1
+            if _active == 0:
+                sys.setrecursionlimit(_saved)
+
+
+def allows_deep_recursion(fn):
+    """Run `fn` inside `deep_recursion()`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with deep_recursion():
+            return fn(*args, **kwargs)
+
+    return wrapper
