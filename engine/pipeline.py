@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .errors import StitchError, StitchWarning
 from .graph import Graph
+from .pictures import egraph_dot, schedule_dot, write_picture
 from .recursion import allows_deep_recursion
 from .rules import RuleFile, builtin_rule_files, load_rules
 from .saturate import EGraphRun, Limits, RunReport
@@ -160,7 +161,10 @@ def add_compile_arguments(p) -> None:
                    help="what to print (default: schedule)")
     p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
     p.add_argument("--json", action="store_true", help="print one JSON object with the compile figures")
-    p.add_argument("--dot", metavar="OUT.dot", help="with --emit egraph: also write the e-graph as Graphviz DOT")
+    p.add_argument("--dot", metavar="OUT.svg|OUT.png|OUT.dot",
+                   help="also draw a picture: the e-graph's values and placements with --emit egraph, the "
+                        "schedule's kernels and global tensors with any other --emit; .svg, .png and .pdf are "
+                        "rendered by graphviz's dot when it is installed, otherwise DOT text is written")
     p.add_argument("--iter-limit", type=int, default=Limits.iterations, help="saturation iterations")
     p.add_argument("--node-limit", type=int, default=Limits.nodes, help="e-node limit")
     p.add_argument("--time-limit", type=float, default=Limits.seconds, help="saturation seconds")
@@ -177,8 +181,15 @@ def add_rule_arguments(p) -> None:
                         "matching a name pattern, e.g. 'stitch-*' (repeatable)")
 
 
+def draw(path: str, dot: str) -> None:
+    """Write a picture (`--dot`); say so on stderr when it could only be written as DOT text."""
+    note = write_picture(path, dot)
+    if note:
+        print(note, file=sys.stderr)
+
+
 def compile_command(args) -> int:
-    from .cli import load_graph, write_text
+    from .cli import load_graph
     from .printer import print_func
 
     graph = load_graph(args.file, args.entry)
@@ -188,7 +199,8 @@ def compile_command(args) -> int:
         program = load_program(args.file)
         func = program.func(args.entry) if args.entry else program.funcs[0]
         sys.stdout.write(print_func(func))
-        return 0
+        if not args.dot:
+            return 0
     for flag, value in (("--iter-limit", args.iter_limit), ("--node-limit", args.node_limit),
                         ("--match-limit", args.match_limit)):
         if value <= 0:
@@ -201,7 +213,10 @@ def compile_command(args) -> int:
         run, report = saturate_program(graph, rule_files, limits)
         print(report.render())
         if args.dot:
-            write_text(args.dot, run.serialize().to_dot())
+            from .egraph_data import EGraphData
+
+            data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
+            draw(args.dot, egraph_dot(data, f"e-graph of {graph.name}"))
         return 0
     from ..targets.target import load_target
     from .schedule_print import print_schedule
@@ -209,7 +224,10 @@ def compile_command(args) -> int:
     target = load_target(args.target)
     compiled = compile_graph(graph, rule_files, target, limits)
     if args.dot:
-        write_text(args.dot, compiled.run.serialize().to_dot())
+        draw(args.dot, egraph_dot(compiled.data, f"e-graph of {graph.name}") if args.emit == "egraph"
+             else schedule_dot(compiled))
+    if args.emit == "ir":
+        return 0
     if args.json or args.emit in ("loops", "c"):
         from ..lowering.alloc import shared_bytes
         from ..lowering.loops import print_loops

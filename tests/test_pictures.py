@@ -1,0 +1,84 @@
+"""Pictures (`--dot`): the schedule's kernels and global tensors, and the e-graph's values and placements."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stitch.engine import pictures
+from stitch.engine.check import check_program
+from stitch.engine.cli import main
+from stitch.engine.egraph_data import EGraphData
+from stitch.engine.parse import parse_program
+from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
+from stitch.targets.target import load_target
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+HAVE_DOT = shutil.which("dot") is not None
+needs_dot = pytest.mark.skipif(not HAVE_DOT, reason="graphviz's dot is not installed (apt-get install graphviz)")
+TWO_OPS = "func f(x: f32[8, 16], b: f32[16]) -> f32[8, 16] { return relu(add(x, b)) }"
+
+
+def graph_of(text: str):
+    (graph,) = check_program(parse_program(text)).values()
+    return graph
+
+
+def test_the_schedule_picture_boxes_kernels_with_their_ops_and_labels_global_tensors_with_bytes():
+    compiled = compile_graph(graph_of((EXAMPLES / "attention.ir").read_text()), load_rule_files([]),
+                             load_target("cpu"))
+    dot = pictures.schedule_dot(compiled)
+    kernels = re.findall(r'^  "k:\d+" \[label="(.*)", color=', dot, re.MULTILINE)
+    assert len(kernels) == len(compiled.schedule.kernels) == 2
+    assert "%0 = transpose(global k, perm=[0, 2, 1])" in kernels[0] and kernels[0].endswith("root\\l")
+    assert "matmul(global q, global t4)" in kernels[1] and "local" in kernels[1] and "shared" in kernels[1]
+    edges = re.findall(r'^  "(\w+):(\w+)" -> "(\w+):(\w+)" \[label="(.*)"\];$', dot, re.MULTILINE)
+    assert ("in", "k", "k", "0", "k: f32[8, 512, 64], 1,048,576 B") in edges
+    assert ("k", "0", "k", "1", "t4: f32[8, 64, 512], 1,048,576 B") in edges  # a global intermediate
+    assert ("k", "1", "out", "0", "out0: f32[8, 512, 64], 1,048,576 B") in edges
+    assert len(edges) == 3 + 1 + 1  # q, t4, v into k1; k into k0; k1's result out
+
+
+def test_the_egraph_picture_draws_values_and_placements_only_with_a_legend():
+    """Regression: egglog's picture of a 2-op program drew 135 clusters, mostly analysis tables."""
+    run, _ = saturate_program(graph_of(TWO_OPS), load_rule_files([]))
+    data = EGraphData.from_json(run.serialize().to_json())
+    dot = pictures.egraph_dot(data)
+    clusters = re.findall(r"subgraph cluster_(\w+)", dot)
+    assert len(clusters) == len(data.classes) + 1 and "legend" in clusters and len(clusters) < 30
+    assert len(run.serialize().to_dot().split("subgraph")) > 100  # what --dot drew before
+    assert dot.count("(output)") == 1 and "param x" in dot and "global edge" in dot and "inline edge" in dot
+    assert "legend" in dot and "arrow: from an e-node" in dot
+    for name in ("shape", "dtype", "Size", "rank"):  # the analysis tables
+        assert f'"{name}' not in dot
+
+
+@pytest.mark.parametrize("emit", ["ir", "egraph", "schedule", "loops", "c"])
+def test_dot_works_with_every_emit(emit, tmp_path, capsys):
+    path = tmp_path / "p.dot"
+    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--emit", emit, "--dot", str(path)]) == 0
+    text = path.read_text()
+    assert text.startswith("digraph stitch {") and text.rstrip().endswith("}")
+    assert ("e-graph of mlp" if emit == "egraph" else "schedule of mlp on cpu: 1 kernel(s)") in text
+    out = capsys.readouterr().out
+    assert out.startswith({"ir": "# examples/mlp.ir", "egraph": "stopped: saturated", "schedule": "schedule mlp",
+                           "loops": "program mlp(", "c": "#include"}[emit])
+
+
+@needs_dot
+@pytest.mark.parametrize("emit, suffix", [("schedule", ".svg"), ("egraph", ".svg"), ("loops", ".png")])
+def test_pictures_are_rendered_when_dot_is_installed(emit, suffix, tmp_path):
+    path = tmp_path / f"p{suffix}"
+    assert main(["compile", str(EXAMPLES / "layernorm.ir"), "--emit", emit, "--dot", str(path)]) == 0
+    head = path.read_bytes()[:300]
+    assert b"<svg" in head if suffix == ".svg" else head.startswith(b"\x89PNG")
+
+
+def test_without_dot_the_picture_is_written_as_dot_text_beside(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(pictures.shutil, "which", lambda name: None)
+    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--dot", str(tmp_path / "p.svg")]) == 0
+    assert not (tmp_path / "p.svg").exists() and (tmp_path / "p.dot").read_text().startswith("digraph")
+    assert "graphviz's dot is not installed" in capsys.readouterr().err
