@@ -94,3 +94,17 @@ def torch_compiled(graph: Graph, inputs: dict[str, np.ndarray], threads: int):
             fn(*params, *outs)
 
     return call
+
+
+def onnxruntime_session(model: bytes, threads: int):
+    """An onnxruntime CPU session with `threads` intra-op threads (what a user runs an ONNX model with).
+
+    Returns run(feeds) -> outputs. Graph optimizations at their default (all), one inter-op thread.
+    """
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    return lambda feeds: session.run(None, feeds)
