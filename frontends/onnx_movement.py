@@ -297,9 +297,30 @@ def convert_gather_nd(b, node, ins):
     t = b.type_of(x)
     batch_dims = node.attr("batch_dims", 0)
     if not isinstance(idx, Known):
-        raise Unsupported("op", "GatherND with indices known only at run time")
+        return [gather_nd_at_run_time(b, x, idx, batch_dims, node.out)]
     pos, flat_shape = nd_positions(t.shape, gather_nd_indices(t.shape, idx.array, batch_dims), batch_dims)
     return [take(b, reshaped(b, x, flat_shape, node.out), pos, 0, node.out)]
+
+
+def gather_nd_at_run_time(b: Builder, x: Value, idx: Sym, batch_dims: int, hint: str) -> Sym:
+    """GatherND with run-time indices: the linear position of each index tuple (each component sliced
+    out of the last axis), plus its batch's offset, read from x flattened over the indexed axes."""
+    t, it = b.type_of(x), b.type_of(idx)
+    if it.dtype not in INDEX_DTYPES or it.rank < 1:
+        raise invalid(f"GatherND indices {it}")
+    m = it.shape[-1]
+    gather_nd_indices(t.shape, np.zeros(it.shape, np.int64), batch_dims)  # the shapes' validity
+    lead = it.shape[:-1]
+    inner = t.shape[batch_dims:batch_dims + m]
+    zeros, flat_shape = nd_positions(t.shape, np.zeros(it.shape, np.int64), batch_dims)  # the batch offsets
+    terms = []
+    for k in range(m):
+        component = slice_ranges(b, idx, {it.rank - 1: range(k, k + 1)}, hint)
+        terms.append((reshaped(b, component, lead, hint), inner[k], math.prod(inner[k + 1:])))
+    offsets = Known(zeros.astype(np.dtype(_np(it.dtype))))
+    picked = runtime_positions(b, terms, offsets, flat_shape[0], hint)
+    return b.emit("gather", [reshaped(b, x, flat_shape, hint), picked], retype(t, lead + flat_shape[1:]), hint,
+                  axis=0)
 
 
 def convert_trilu(b, node, ins):

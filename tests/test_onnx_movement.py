@@ -230,6 +230,16 @@ def test_gather_nd_at_known_positions(indices, batch_dims):
     assert_matches_onnx(model, {"x": x_of(3, 4, 5)})
 
 
+@pytest.mark.parametrize("indices,batch_dims", [
+    (np.array([[0, 1], [2, -1]]), 0), (np.array([[[1], [0]], [[2], [-3]]]), 0), (np.array([[1, 4], [2, 0], [0, 3]]), 1),
+])
+def test_gather_nd_at_run_time(indices, batch_dims):
+    node = helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch_dims)
+    model = model_of([node], [("x", F32, [3, 4, 5]), ("i", I64, list(indices.shape))], [("y", F32, None)])
+    assert_matches_onnx(model, {"x": x_of(3, 4, 5), "i": indices.astype(np.int64)})
+    assert "gather" in ops_of(import_onnx(model))
+
+
 @pytest.mark.parametrize("upper,k", [(1, 0), (0, 0), (1, 2), (0, -1)])
 def test_trilu_of_a_run_time_tensor(upper, k):
     node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
