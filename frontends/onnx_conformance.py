@@ -131,8 +131,8 @@ def not_lowered(graph, target: str) -> str:
     """'' when the program compiles on `target`; else why not (movement ops not lowered there yet)."""
     used = sorted(MOVEMENT_OPS & {n.op for n in graph.nodes})
     if used and not movement_lowered(target):
-        return (f"{KIND_LABELS['lowering']}: {', '.join(used)} do not compile for {target} yet "
-                "(they wait on the kernel model's index maps)")
+        return (f"{KIND_LABELS['lowering']}: {', '.join(used)} on {target} (slice, concat and gather wait on "
+                "the kernel model's index maps)")
     return ""
 
 

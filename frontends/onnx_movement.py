@@ -196,7 +196,7 @@ def convert_concat(b, node, ins):
     if len(parts) == 1:
         return parts
     if all(isinstance(v, Known) for v in parts):  # some of them weights: one new weight
-        name = next(v.param for v in parts if v.param)
+        name = next((v.param for v in parts if v.param), "")
         return [Known(np.concatenate([v.array for v in parts], axis=axis), param=name, name=node.out)]
     total = sum(_shape(b, v)[axis] for v in parts)
     t = b.type_of(parts[0])
