@@ -13,7 +13,7 @@ from math import prod
 
 from .errors import StitchError
 from .graph import Graph, Node
-from .ir import DTYPES, FLOAT_DTYPES, Call, Const, DTypeName, Expr, Func, Pos, Program, TensorType, Var
+from .ir import DTYPES, FLOAT_DTYPES, NOPOS, Call, Const, DTypeName, Expr, Func, Pos, Program, TensorType, Var
 from .ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS, OpGroup, OpSpec, value_positions
 
 
@@ -160,6 +160,25 @@ def gather_shape(x: tuple[int, ...], indices: tuple[int, ...], axis: int) -> tup
     """gather's non-negative axis and result shape, as np.take's. Raises AttrProblem about 'axis'."""
     axis = normalize_axis(axis, len(x))
     return axis, x[:axis] + indices + x[axis + 1 :]
+
+
+class Inference:
+    """Types inferred one statement at a time by the checker's own rules: the ONNX importer types each op
+    it emits with this (so importer and checker cannot disagree) and turns a StitchError into a reason."""
+
+    def __init__(self):
+        self._checker = _Checker(Func("", (), (), (), ()), "")
+
+    def param(self, name: str, typ: TensorType) -> None:
+        c = self._checker
+        c.env[name] = c.add("param", (), (("name", name),), typ, NOPOS, name)
+
+    def assign(self, name: str, expr: Expr) -> TensorType:
+        """The type of `name = expr` (raises the checker's StitchError); `name` is then defined."""
+        c = self._checker
+        nid = c.expr(expr, None)
+        c.env[name] = nid
+        return c.nodes[nid].type
 
 
 class _Checker:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine.check import broadcast_shapes, check_program, matmul_shape, normalize_axes, reduce_shape
+from ..engine.check import Inference, broadcast_shapes, check_program, normalize_axes
 from ..engine.errors import StitchError
 from ..engine.interp import DTYPE_OF_NP
-from ..engine.ir import FLOAT_DTYPES, Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, Program, TensorType, Var
-from ..engine.ops import FLOAT, NUMERIC, OPS
+from ..engine.ir import Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, Program, TensorType, Var
+from ..engine.ops import OPS, value_positions
 from ..engine.parse import parse_program
 from ..engine.printer import print_program
 
@@ -328,6 +328,7 @@ class Builder:
 
     opset: int
     params: list[Param] = field(default_factory=list)
+    inference: Inference = field(default_factory=Inference)
     body: list[Assign] = field(default_factory=list)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
     names: set[str] = field(default_factory=lambda: set(RESERVED))
@@ -347,6 +348,7 @@ class Builder:
     def param(self, hint: str, typ: TensorType, input: str = "") -> Sym:
         name = self.fresh(hint)
         self.params.append(Param(name, typ))
+        self.inference.param(name, typ)
         self.types[name] = typ
         return Sym(name, typ, input)
 
@@ -383,29 +385,26 @@ class Builder:
 
     def op(self, op: str, args: list[Value], hint: str, **attrs) -> Sym:
         """Emit `name = op(args, attrs)`: a scalar known operand becomes a literal, any other a parameter."""
-        spec = OPS[op]
-        values = range(1, len(args)) if spec.group == "select" else range(len(args))
+        values = value_positions(OPS[op], len(args))
         args = self._scalars_typed(args, values)
         exprs = self._operands(op, args, values, hint)
-        types = [self.type_of(a) for a in args]
-        for k, e in enumerate(exprs):
-            if isinstance(e, Const):
-                dt = "bool" if spec.group == "select" and k == 0 else next(
-                    types[j].dtype for j in values if not isinstance(exprs[j], Const))
-                types[k] = TensorType(dt, ())
-        typ = result_type(op, types, attrs, values)
         ir_attrs = tuple(Attr(k, DTypeName(v) if k == "dtype" else v) for k, v in attrs.items())
-        name = self.fresh(hint)
-        self.body.append(Assign(name, Call(op, tuple(exprs), ir_attrs)))
-        self.types[name] = typ
-        return Sym(name, typ)
+        return self._assign(Call(op, tuple(exprs), ir_attrs), hint)
 
-    def emit(self, op: str, args: list[Value], typ: TensorType, hint: str, **attrs) -> Sym:
-        """Emit `name = op(args, attrs)` of a type the caller computed (the data-movement ops: every operand
-        a program value, known ones as weights)."""
-        exprs = tuple(self.data(a, hint) for a in args)
+    def emit(self, op: str, args: list[Value], hint: str, **attrs) -> Sym:
+        """Emit `name = op(args, attrs)` with every operand a program value (known ones as weights):
+        the data-movement ops, whose index operands are never literals."""
+        return self._assign(Call(op, tuple(self.data(a, hint) for a in args),
+                                 tuple(Attr(k, v) for k, v in attrs.items())), hint)
+
+    def _assign(self, call: Call, hint: str) -> Sym:
+        """Type the call with the checker's rules (an operand it refuses: Unsupported), then bind it."""
         name = self.fresh(hint)
-        self.body.append(Assign(name, Call(op, exprs, tuple(Attr(k, v) for k, v in attrs.items()))))
+        try:
+            typ = self.inference.assign(name, call)
+        except StitchError as err:
+            raise Unsupported(refusal_kind(err.message), err.message) from None
+        self.body.append(Assign(name, call))
         self.types[name] = typ
         return Sym(name, typ)
 
@@ -478,41 +477,12 @@ def literal_value(v: Value):
 
 def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
     out: tuple[int, ...] | None = ()
-    for s in shapes:
-        out = broadcast_shapes(out, s) if out is not None else None
+    for sh in shapes:
+        out = broadcast_shapes(out, sh) if out is not None else None
     return out
 
 
-def result_type(op: str, types: list[TensorType], attrs: dict, values) -> TensorType:
-    """The type the checker will infer (its shape helpers), or Unsupported for a dtype the op refuses."""
-    spec = OPS[op]
-    vals = [types[k] for k in values]
-    dtypes = {t.dtype for t in vals}
-    if len(dtypes) > 1:
-        raise Unsupported("dtype", f"{op} on mixed dtypes {', '.join(sorted(dtypes))}")
-    dt = vals[0].dtype
-    if (spec.dtypes == FLOAT and dt not in FLOAT_DTYPES) or (spec.dtypes == NUMERIC and dt == "bool"):
-        raise Unsupported("dtype", f"stitch's {op} does not take {dt}")
-    if spec.group in ("unary",):
-        return types[0]
-    if spec.group in ("binary", "compare", "select"):
-        shape = _broadcast([t.shape for t in types])
-        if shape is None:
-            raise Unsupported("shape", f"{op}: shapes {[list(t.shape) for t in types]} do not broadcast")
-        return TensorType("bool" if spec.group == "compare" else dt, shape)
-    if op == "matmul":
-        shape = matmul_shape(types[0].shape, types[1].shape)
-        if isinstance(shape, str):
-            raise Unsupported("shape", f"matmul: {shape}")
-        return TensorType(dt, shape)
-    if spec.group == "reduce":
-        axes = normalize_axes(attrs.get("axes", range(types[0].rank)), types[0].rank)
-        if isinstance(axes, str):
-            raise Unsupported("shape", axes)
-        return TensorType(dt, reduce_shape(types[0].shape, axes, attrs.get("keepdims", False)))
-    if op == "transpose":
-        return TensorType(dt, tuple(types[0].shape[p] for p in attrs["perm"]))
-    if op in ("reshape", "broadcast_to"):
-        return TensorType(dt, tuple(attrs["shape"]))
-    assert op == "cast"
-    return TensorType(attrs["dtype"], types[0].shape)
+def refusal_kind(message: str) -> str:
+    """The problem kind of a checker error on an emitted op: a dtype it does not take, else a shape."""
+    dtype_words = ("dtype", "float tensor", "numeric tensor", "must be bool", "indices must be")
+    return "dtype" if any(w in message for w in dtype_words) else "shape"

@@ -19,14 +19,9 @@ import math
 
 import numpy as np
 
-from ..engine.ir import TensorType
 from .onnx_import import Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axis
 
 INDEX_DTYPES = ("i32", "i64")
-
-
-def retype(t: TensorType, shape: tuple[int, ...]) -> TensorType:
-    return TensorType(t.dtype, tuple(shape))
 
 
 def positions(dim: int, start: int, end: int, step: int) -> range:
@@ -66,11 +61,10 @@ def slice_ranges(b: Builder, x: Value, ranges: dict[int, range], hint: str) -> V
         starts = [min(forward[a]) for a in axes]
         steps = [abs(forward[a].step) if len(forward[a]) > 1 else 1 for a in axes]
         ends = [max(forward[a]) + 1 for a in axes]
-        shape = tuple(len(forward[a]) if a in forward else d for a, d in enumerate(t.shape))
         attrs = {"axes": tuple(axes), "starts": tuple(starts), "ends": tuple(ends)}
         if any(s != 1 for s in steps):
             attrs["steps"] = tuple(steps)
-        x = b.emit("slice", [x], retype(b.type_of(x), shape), hint, **attrs)
+        x = b.emit("slice", [x], hint, **attrs)
     for a, r in ranges.items():
         if a not in forward:  # a reversed run: gather at the positions
             x = take(b, x, np.array(list(r), np.int64), a, hint)
@@ -90,7 +84,7 @@ def take(b: Builder, x: Value, indices: np.ndarray, axis: int, hint: str) -> Val
         picked = slice_ranges(b, x, {axis: range(int(flat[0]), int(flat[-1]) + 1, step)}, hint)
         return reshaped(b, picked, out_shape, hint)
     where = Known(np.asarray(indices, np.int64), name=f"{hint}_indices")
-    return b.emit("gather", [x, where], retype(t, out_shape), hint, axis=axis)
+    return b.emit("gather", [x, where], hint, axis=axis)
 
 
 def is_progression(flat: np.ndarray) -> bool:
@@ -121,8 +115,7 @@ def convert_gather(b, node, ins):
     it = b.type_of(idx)
     if it.dtype not in INDEX_DTYPES:
         raise invalid(f"Gather indices must be int32 or int64, got {it.dtype}")
-    shape = t.shape[:axis] + it.shape + t.shape[axis + 1:]
-    return [b.emit("gather", [x, idx], retype(t, shape), node.out, axis=axis)]
+    return [b.emit("gather", [x, idx], node.out, axis=axis)]
 
 
 def convert_slice(b, node, ins):
@@ -198,10 +191,7 @@ def convert_concat(b, node, ins):
     if all(isinstance(v, Known) for v in parts):  # some of them weights: one new weight
         name = next((v.param for v in parts if v.param), "")
         return [Known(np.concatenate([v.array for v in parts], axis=axis), param=name, name=node.out)]
-    total = sum(_shape(b, v)[axis] for v in parts)
-    t = b.type_of(parts[0])
-    return [b.emit("concat", parts, retype(t, t.shape[:axis] + (total,) + t.shape[axis + 1:]), node.out,
-                   axis=axis)]
+    return [b.emit("concat", parts, node.out, axis=axis)]
 
 
 def _shape(b: Builder, v: Value) -> tuple[int, ...]:
@@ -237,7 +227,7 @@ def convert_gather_elements(b, node, ins):
     offsets, stride = element_offsets(t.shape, it.shape, axis)
     picked = runtime_positions(b, [(idx, t.shape[axis], stride)], Known(offsets.astype(np.dtype(_np(it.dtype)))),
                                t.size, node.out)
-    return [b.emit("gather", [flat, picked], retype(t, it.shape), node.out, axis=0)]
+    return [b.emit("gather", [flat, picked], node.out, axis=0)]
 
 
 def _np(dtype: str) -> str:
@@ -319,8 +309,7 @@ def gather_nd_at_run_time(b: Builder, x: Value, idx: Sym, batch_dims: int, hint:
         terms.append((reshaped(b, component, lead, hint), inner[k], math.prod(inner[k + 1:])))
     offsets = Known(zeros.astype(np.dtype(_np(it.dtype))))
     picked = runtime_positions(b, terms, offsets, flat_shape[0], hint)
-    return b.emit("gather", [reshaped(b, x, flat_shape, hint), picked], retype(t, lead + flat_shape[1:]), hint,
-                  axis=0)
+    return b.emit("gather", [reshaped(b, x, flat_shape, hint), picked], hint, axis=0)
 
 
 def convert_trilu(b, node, ins):
