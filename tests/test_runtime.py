@@ -314,6 +314,18 @@ def test_a_large_onchip_budget_keeps_tile_buffers_off_the_stack(name, cache, tmp
 
 
 @needs_cc
+def test_a_wide_f16_matmul_keeps_its_float_shadow_in_scratch(cache, tmp_path):
+    """The float shadow of an f16 matmul's row of cells is 512 KiB here: beyond LOCAL_STACK_BYTES it
+    lives in the tile's scratch, and the result is still numpy's (one rounding per element)."""
+    f = stitch.compile("func f(a: f16[2, 8], b: f16[8, 131072]) -> f16[2, 131072] { return matmul(a, b) }",
+                       target=str(big_onchip_target(tmp_path)), cache_dir=cache)
+    assert "float *acc_f = (float *)(st_scratch + " in f.native.source_path.read_text()
+    rng = np.random.default_rng(0)
+    a, b = (rng.random(shape, dtype=np.float32).astype(np.float16) for shape in ((2, 8), (8, 131072)))
+    np.testing.assert_array_equal(f(a=a, b=b)[0], a @ b)
+
+
+@needs_cc
 def test_run_profile_times_every_kernel_beside_the_estimate(cache, capsys):
     path = str(EXAMPLES / "attention.ir")
     assert main(["run", path, "--profile", "--runs", "3", "--cache-dir", str(cache)]) == 0
