@@ -368,6 +368,15 @@ def test_profile_refuses_what_is_not_compiled_c(capsys):
     assert "--profile times compiled C" in capsys.readouterr().err
 
 
+def test_the_runtime_source_ships_with_the_package():
+    import fnmatch
+    import tomllib
+
+    config = tomllib.loads((Path(runtime.__file__).parent.parent / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["stitch.targets"]
+    assert any(fnmatch.fnmatch(runtime.SOURCE.name, p) for p in patterns)
+
+
 def test_thread_count_knobs():
     assert runtime.default_threads({"OMP_NUM_THREADS": "3"}) == 3
     assert runtime.default_threads({"OMP_NUM_THREADS": "4,2"}) == 4
