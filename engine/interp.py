@@ -2,7 +2,10 @@
 
 A float32 program computes in float32, as numpy does: every op keeps its
 operands' dtype (reductions pass `dtype=` so integer sums do not widen).
-Values are dropped right after their last use.
+Where numpy's answer depends on the platform or on the order it visits
+elements (float -> int casts out of range, the sign of a zero maximum, f16
+sums), `floats.py` fixes the one every target gives. Values are dropped right
+after their last use.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import math
 
 import numpy as np
 
+from . import floats
 from .errors import StitchError
 from .graph import Graph, Node
 
@@ -51,7 +55,7 @@ def _unary(op: str, x: np.ndarray) -> np.ndarray:
     if op == "sigmoid":
         return np.reciprocal(dt.type(1) + np.exp(np.negative(x)))
     if op == "relu":
-        return np.maximum(x, dt.type(0))
+        return floats.maximum(x, dt.type(0))
     if op == "erf":
         # frompyfunc gives a bare Python float for a 0-d input, so wrap before casting.
         return np.asarray(_erf(x.astype(np.float64)), dtype=np.float64).astype(dt)
@@ -63,9 +67,9 @@ _BINARY = {
     "sub": np.subtract,
     "mul": np.multiply,
     "div": np.divide,
-    "pow": np.power,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
+    "pow": floats.power,
+    "maximum": floats.maximum,
+    "minimum": floats.minimum,
     "less": np.less,
     "greater": np.greater,
     "equal": np.equal,
@@ -80,7 +84,7 @@ def elementwise(op: str, dtype: str, args: list[np.ndarray]) -> np.ndarray:
     if op == "where":
         return np.where(args[0], args[1], args[2]).astype(out_dt, copy=False)
     if op == "cast":
-        return np.asarray(args[0]).astype(out_dt)
+        return floats.cast(args[0], out_dt)
     return np.asarray(_unary(op, np.asarray(args[0])), dtype=out_dt)
 
 
@@ -90,12 +94,10 @@ def apply_op(node: Node, args: list[np.ndarray]) -> np.ndarray:
     out_dt = np_dtype(node.type.dtype)
     if op == "const":
         return np.asarray(node.attr("value"), dtype=out_dt)
-    if op in ("sum", "mean", "max", "min"):
-        axes = node.attr("axes")
-        keep = node.attr("keepdims")
-        fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[op]
-        kwargs = {"dtype": out_dt} if op in ("sum", "mean") else {}
-        return np.asarray(fn(args[0], axis=axes, keepdims=keep, **kwargs), dtype=out_dt)
+    if op in ("sum", "mean"):
+        return floats.reduce_sum(op, args[0], node.attr("axes"), node.attr("keepdims"), out_dt)
+    if op in ("max", "min"):
+        return floats.reduce_extremum(op, args[0], node.attr("axes"), node.attr("keepdims"))
     if op == "matmul":
         return np.asarray(np.matmul(args[0], args[1]), dtype=out_dt)
     if op == "transpose":

@@ -102,6 +102,7 @@ class Schedule:
     outputs: list[str]
     types: dict[str, TensorType]
     params: dict[str, str] = field(default_factory=dict)  # e-class -> parameter name
+    constants: dict[str, object] = field(default_factory=dict)  # an output that is a literal -> its value
 
     def kernel_of(self, cid: str) -> Kernel | None:
         return next((k for k in self.kernels if k.root == cid), None)
@@ -166,9 +167,10 @@ def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Sch
     position = {cid: i for i, cid in enumerate(order)}
     roots.sort(key=position.__getitem__)
     params = {cid: choice[cid].attr("name") for cid in order if choice[cid].op == "param"}
+    constants = {cid: choice[cid].attr("value") for cid in outputs if choice[cid].op == "const"}
     form = form or (lambda r: form_kernel(data, choice, r))
     kernels = [form(r) for r in roots]
-    return Schedule(kernels, outputs, data.types, params)
+    return Schedule(kernels, outputs, data.types, params, constants)
 
 
 def form_kernel(data: EGraphData, choice: dict[str, ENode], root: str) -> Kernel:

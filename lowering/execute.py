@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine import floats
 from ..engine.interp import DTYPE_OF_NP, elementwise, np_dtype
 from .loops import Accumulate, For, Ix, Lit, Load, LoopProgram, Op, Store, accumulates_in_float, perfect_nest
 
@@ -97,22 +98,8 @@ class TileRun:
         index = tuple(np.broadcast_to(_index(ix, grid), full) for ix in leaf.index)
         if isinstance(leaf, Store):
             target[index] = value
-        elif not index:  # a scalar accumulator: fold every iteration into it
-            ufunc = _ACCUMULATE[leaf.op]
-            target[()] = ufunc(target[()], ufunc.reduce(value, axis=None)) if value.size else target[()]
         else:
-            ufunc = _ACCUMULATE[leaf.op]
-            folded = tuple(a for a, loop in enumerate(loops) if all(loop.var not in dict(ix.terms) for ix in leaf.index))
-            if folded:  # loops the accumulator's index ignores (reduce loops) fold first: one at() per cell, not per term
-                value = ufunc.reduce(value, axis=folded, dtype=value.dtype, keepdims=True)
-                first = tuple(slice(0, 1) if a in folded else slice(None) for a in range(rank))
-                index = tuple(i[first] for i in index)
-            if widened:
-                wide = target.astype(np.float32)
-                ufunc.at(wide, index, value)
-                target[...] = wide
-            else:
-                ufunc.at(target, index, value)
+            self.accumulate(leaf, loops, target, index, value, widened)
         for name, by_index in touched.items():
             accesses = list(by_index.values())  # one per distinct index expression
             if len(accesses) == 1 and accesses[0][0] is not None:
@@ -128,6 +115,34 @@ class TileRun:
             self.written += cells
             if isinstance(leaf, Accumulate):  # accumulating in global memory reads it too
                 self.read += cells
+
+    @staticmethod
+    def accumulate(leaf: Accumulate, loops: list[For], target: np.ndarray, index: tuple, value: np.ndarray,
+                   widened: bool) -> None:
+        """Fold every iteration's value into the target cells, in the target's dtype (an i32 sum wraps
+        as the reference's does). Float max/min fold integer keys ordered as floats.maximum orders
+        floats (NaN wins, +0.0 above -0.0), whatever order numpy groups them in."""
+        ufunc = _ACCUMULATE[leaf.op]
+        keyed = leaf.op in ("max", "min") and target.dtype.kind == "f"
+        if keyed:
+            acc, value = floats.order_keys(target, leaf.op), floats.order_keys(value, leaf.op)
+        else:
+            acc = target.astype(np.float32) if widened else target
+        if not index:  # a scalar accumulator: fold every iteration into it
+            if value.size:
+                acc[()] = ufunc(acc[()], ufunc.reduce(value, axis=None, dtype=acc.dtype))
+        else:
+            rank = len(loops)
+            folded = tuple(a for a, loop in enumerate(loops) if all(loop.var not in dict(ix.terms) for ix in leaf.index))
+            if folded:  # loops the accumulator's index ignores (reduce loops) fold first: one at() per cell, not per term
+                value = ufunc.reduce(value, axis=folded, dtype=acc.dtype, keepdims=True)
+                first = tuple(slice(0, 1) if a in folded else slice(None) for a in range(rank))
+                index = tuple(i[first] for i in index)
+            ufunc.at(acc, index, value)
+        if keyed:
+            target[...] = floats.from_order_keys(acc, target.dtype)
+        elif widened:
+            target[...] = acc
 
     def expr(self, e, grid: dict, touched: dict):
         if isinstance(e, Lit):

@@ -40,6 +40,12 @@ def identity(op: str, dtype: str):
     return int(info.min) if op == "max" else int(info.max)
 
 
+def _widen(program: LoopProgram, target) -> LoopProgram:
+    from .widen import widen_f16_accumulators
+
+    return widen_f16_accumulators(program)
+
+
 def _forward(program: LoopProgram, target) -> LoopProgram:
     from .forward import forward_buffers
 
@@ -53,7 +59,7 @@ def _merge(program: LoopProgram, target) -> LoopProgram:
 
 
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_forward, _merge]
+PASSES = [_widen, _forward, _merge]
 
 
 @allows_deep_recursion
@@ -83,12 +89,24 @@ def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target) ->
         lowering = _KernelLowering(f"k{i}", kernel, kc, types, names, target)
         kernels.append(lowering.lower())
         intermediates.extend(lowering.temporaries)
+    for cid, value in schedule.constants.items():  # an output that is a literal: a kernel filling it
+        kernels.append(fill_kernel(f"k{len(kernels)}", names[cid], types[cid], value))
     for cid in schedule.outputs:
-        if cid not in {k.root for k in schedule.kernels} and cid not in schedule.params:
+        if cid not in {k.root for k in schedule.kernels} and cid not in schedule.params | schedule.constants:
             raise AssertionError(f"output {cid} has no kernel")
     out_buffers = [Buffer(names[c], "global", types[c].dtype, types[c].shape)
                    for c in dict.fromkeys(schedule.outputs) if c not in schedule.params]
     return LoopProgram(name, params, [names[c] for c in schedule.outputs], intermediates, kernels, out_buffers)
+
+
+def fill_kernel(name: str, buffer: str, t: TensorType, value) -> LoopKernel:
+    """A kernel storing `value` into every element of `buffer`."""
+    loops = [For(f"p{d}", n, "serial", []) for d, n in enumerate(t.shape)]
+    body: Stmt = Store(buffer, tuple(Ix.var(loop.var) for loop in loops), Lit(value, t.dtype))
+    for loop in reversed(loops):
+        loop.body.append(body)
+        body = loop
+    return LoopKernel(name, [], [body])
 
 
 class _KernelLowering:

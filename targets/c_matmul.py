@@ -28,10 +28,33 @@ A_SCRATCH_BYTES = 64 * 1024  # the most stack one row block's precomputed A may 
 
 
 def vector_typedefs(vector_bytes: int) -> str:
-    """Unaligned, aliasing vector types: loads and stores go straight to any element address."""
-    return "".join(f"typedef {c} {name} __attribute__((vector_size({vector_bytes}), aligned({dtype_bytes(t)}), "
-                   f"may_alias));\n"
-                   for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")))
+    """Unaligned, aliasing vector types: loads and stores go straight to any element address; and
+    st_fma_* (scalar a, vector b, vector c: a * b + c), fused where the machine has FMA.
+
+    Code is compiled with -ffp-contract=off (no fused multiply-add outside matmul: README,
+    "Floating-point semantics"), so the micro-kernel asks for FMA explicitly, as BLAS does."""
+    out = []
+    for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")):
+        out.append(f"typedef {c} {name} __attribute__((vector_size({vector_bytes}), aligned({dtype_bytes(t)}), "
+                   f"may_alias));\n")
+    intrinsic, guard = _FMA_INTRINSICS.get(vector_bytes, (None, None))
+    if intrinsic:
+        out.append(f"#if {guard}\n#include <immintrin.h>\n")
+        for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")):
+            suffix = "ps" if t == "f32" else "pd"
+            out.append(f"static inline {name} st_fma_{t}({c} a, {name} b, {name} c) "
+                       f"{{ return {intrinsic}_fmadd_{suffix}({intrinsic}_set1_{suffix}(a), b, c); }}\n")
+        out.append("#else\n")
+    for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")):
+        out.append(f"static inline {name} st_fma_{t}({c} a, {name} b, {name} c) {{ return a * b + c; }}\n")
+    if intrinsic:
+        out.append("#endif\n")
+    return "".join(out)
+
+
+# x86 FMA intrinsics per vector width, and the macro that says the compiler may use them
+_FMA_INTRINSICS = {16: ("_mm", "defined(__FMA__)"), 32: ("_mm256", "defined(__FMA__) && defined(__AVX__)"),
+                   64: ("_mm512", "defined(__AVX512F__)")}
 
 
 @dataclass(frozen=True)
@@ -155,7 +178,7 @@ def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dt
     for r in range(rows):
         a = f"{a_pre}[{r}][{k.var}]" if a_pre else kernel.expr(_shift(nest.a, {i: r}))
         lines.append(f"{pad}  {ct} a{r} = {a};")
-        lines.append(f"{pad}  " + " ".join(f"{c[r, v]} += a{r} * b{v};" for v in range(nv)))
+        lines.append(f"{pad}  " + " ".join(f"{c[r, v]} = st_fma_{dtype}(a{r}, b{v}, {c[r, v]});" for v in range(nv)))
     lines.append(f"{pad}}}")
     lines += [f"{pad}*({vt} *){c_addr(r, v)} = {name};" for (r, v), name in c.items()]
     return lines

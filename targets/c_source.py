@@ -16,6 +16,7 @@ propagation in maximum/minimum, integer wraparound via -fwrapv).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ..engine.ir import dtype_bytes
@@ -25,21 +26,11 @@ from .c_matmul import contiguous_in, match_matmul, render_matmul, shift_ix, vect
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
-PRELUDE = r"""#include <math.h>
+PRELUDE_HEAD = r"""#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-/* each operand is evaluated once: nested ops would otherwise grow the source exponentially */
-#define ST_MAX(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); (a_ != a_ || a_ > b_) ? a_ : b_; })
-#define ST_MIN(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); (a_ != a_ || a_ < b_) ? a_ : b_; })
-#define ST_IMAX(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); a_ > b_ ? a_ : b_; })
-#define ST_IMIN(a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); a_ < b_ ? a_ : b_; })
-#define ST_RELU(a) ({ __typeof__(a) a_ = (a); (a_ != a_ || a_ > 0) ? a_ : (__typeof__(a))0; })
-#define ST_IABS(a) ({ __typeof__(a) a_ = (a); a_ < 0 ? -a_ : a_; })
-/* both arms evaluated: a load only in one arm becomes an AVX-512 masked load, which gcc 12.2
-   -O3 -march=native miscompiles (where(less(x, 0), mul(x, s), x) read garbage for s) */
-#define ST_WHERE(c, a, b) ({ __typeof__(a) a_ = (a); __typeof__(b) b_ = (b); (c) ? a_ : b_; })
 #ifdef STITCH_LIBMVEC
 /* glibc's vector math library: lets loops calling these vectorize */
 #pragma omp declare simd notinbranch
@@ -55,11 +46,55 @@ double log(double);
 #endif
 """
 
+_FLOAT_HELPERS = """\
+static inline {t} st_max_{d}({t} a, {t} b) {{ return a != a ? a : b != b ? b : a > b ? a : b > a ? b : __builtin_signbit(a) ? b : a; }}
+static inline {t} st_min_{d}({t} a, {t} b) {{ return a != a ? a : b != b ? b : a < b ? a : b < a ? b : __builtin_signbit(a) ? a : b; }}
+static inline {t} st_relu_{d}({t} a) {{ return a != a || a > 0 ? a : ({t})0; }}
+static inline {t} st_where_{d}(bool c, {t} a, {t} b) {{ return c ? a : b; }}
+static inline {t} st_pow_{d}({t} a, {t} b) {{ {t} r = pow{sfx}(a, b); return b == ({t})0.5 && (a == 0 || a == -INFINITY) ? ({t})(a == 0 ? 0 : INFINITY) : r; }}
+static inline int32_t st_cast_i32_{d}({t} a) {{ float_t_{d} x = a; return x > {i32_lo} && x < {i32_hi} ? (int32_t)x : INT32_MIN; }}
+static inline int64_t st_cast_i64_{d}({t} a) {{ float_t_{d} x = a; return x >= {i64_lo} && x < {i64_hi} ? (int64_t)x : INT64_MIN; }}
+"""
+_INT_HELPERS = """\
+static inline {t} st_max_{d}({t} a, {t} b) {{ return a > b ? a : b; }}
+static inline {t} st_min_{d}({t} a, {t} b) {{ return a < b ? a : b; }}
+static inline {t} st_relu_{d}({t} a) {{ return a > 0 ? a : 0; }}
+static inline {t} st_abs_{d}({t} a) {{ return a < 0 ? -a : a; }}
+static inline {t} st_where_{d}(bool c, {t} a, {t} b) {{ return c ? a : b; }}
+"""
+
+
+def prelude() -> str:
+    """Includes and one small function per (op, dtype) for the ops that are not one C operator.
+
+    Functions, not macros: a macro repeating its argument's text (through __typeof__, say) doubles
+    the preprocessed source at every level of nesting. `where` takes both arms evaluated (a load in
+    only one arm becomes an AVX-512 masked load, which gcc 12.2 -O3 -march=native miscompiles).
+    Float -> int casts are defined as numpy's on x86-64 (README, "Floating-point semantics"): truncate
+    toward zero, and NaN or a value outside the integer type's range gives its minimum. pow is C99's:
+    gcc's vectorizer turns pow(x, 0.5) into sqrt(x), which differs at -0.0 and -inf, so st_pow puts
+    those two back."""
+    out = [PRELUDE_HEAD]
+    for d in ("f16", "f32", "f64"):
+        # the range test runs in a type that holds every value of the source exactly
+        wide = "double" if d == "f64" else "float"
+        out.append(f"typedef {wide} float_t_{d};\n")
+        out.append(_FLOAT_HELPERS.format(
+            t=C_TYPES[d], d=d, sfx="" if d == "f64" else "f", i32_lo="-2147483649.0" if d == "f64" else "-2147483904.0f",
+            i32_hi="2147483648.0" if d == "f64" else "2147483648.0f",
+            i64_lo="-9223372036854775808.0" if d == "f64" else "-9223372036854775808.0f",
+            i64_hi="9223372036854775808.0" if d == "f64" else "9223372036854775808.0f"))
+    for d in ("i32", "i64"):
+        out.append(_INT_HELPERS.format(t=C_TYPES[d], d=d))
+    out.append("static inline bool st_where_bool(bool c, bool a, bool b) { return c ? a : b; }\n")
+    return "".join(out)
+
+
+PRELUDE = prelude()
+
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"less": "<", "greater": ">", "equal": "=="}
-_FLOAT_FN = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "pow": "pow", "abs": "fabs",
-}
+_FLOAT_FN = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
 
 
 def buffer_order(program: LoopProgram) -> list[Buffer]:
@@ -83,12 +118,17 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1) -
     size, each under `#if STITCH_PART == i` (stitch_main in part 0), so the compiler can build the
     parts in parallel (`cpu.build`); compiled without STITCH_PART defined, the file is one unit."""
     globals_ = buffer_order(program)
-    signature = ", ".join(f"{C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in globals_)
-    kernels = [(k.name, _Kernel(k, {b.name: b for b in globals_}, vector_bytes).render(signature))
-               for k in program.kernels]
+    position = {b.name: i for i, b in enumerate(globals_)}
+    kernels, uses = [], {}
+    for k in program.kernels:
+        # Each kernel takes the global buffers it touches, not all of them: a program of n kernels
+        # would otherwise have n * n parameters (10,000 kernels: gigabytes of C).
+        uses[k.name] = [globals_[i] for i in sorted(position[n] for n in buffers_named(k) if n in position)]
+        used = {b.name: b for b in uses[k.name]}
+        kernels.append((k.name, _Kernel(k, used, vector_bytes).render(_signature(uses[k.name]))))
     parts = min(max_parts, sum(len(text) for _, text in kernels) // PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes), RUNNER]
-    out += [f"{_PROTO} int {_kernel_name(name)}({signature});" for name, _ in kernels]
+    out += [f"{_PROTO} int {_kernel_name(name)}({_signature(uses[name])});" for name, _ in kernels]
     for part, group in enumerate(_deal(kernels, parts)):
         out.append(_part_guard(part, parts))
         out += [text for _, text in group]
@@ -100,7 +140,7 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1) -
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")
     for i, k in enumerate(program.kernels):
-        out.append(f"  ST_CALL({i}, {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in globals_)}));")
+        out.append(f"  ST_CALL({i}, {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in uses[k.name])}));")
     out.append("  return 0;")
     out.append("}")
     out.append("#endif" if parts > 1 else "")
@@ -142,6 +182,30 @@ static int64_t st_clock(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC
 
 
 _PROTO = '__attribute__((visibility("hidden")))'
+
+
+def _signature(buffers: list[Buffer]) -> str:
+    return ", ".join(f"{C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in buffers) or "void"
+
+
+def buffers_named(node) -> set[str]:
+    """The buffer names a kernel's statements name anywhere (a load, a store, an index), whatever IR
+    nodes hold them: any dataclass with a `buffer` field, searched through fields, lists and tuples."""
+    names: set[str] = set()
+    stack = [node]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if isinstance(getattr(x, "buffer", None), str):
+                names.add(x.buffer)
+            stack.extend(getattr(x, f.name) for f in dataclasses.fields(x) if f.name != "allocs")
+    return names
+
+
+def _signature(buffers: list[Buffer]) -> str:
+    return ", ".join(f"{C_TYPES[b.dtype]} *restrict {_ident(b.name)}" for b in buffers) or "void"
 
 
 def _part_guard(part: int, parts: int) -> str:
@@ -398,14 +462,22 @@ class _Kernel:
         return True
 
     def float_extremum(self, leaf: Accumulate, target: str, ctype: str, head: str, pad: str) -> None:
-        """max/min into a scalar, NaN propagating as numpy's: the extremum of the non-NaN values and
-        a separate any-NaN flag, both plain vector reductions, combined after the loop."""
-        cmp, start, fn = (">", "-INFINITY", "ST_MAX") if leaf.op == "max" else ("<", "INFINITY", "ST_MIN")
-        self.lines += [f"{pad}{{ {ctype} acc = {start}; int nan = 0;",
-                       f"{pad}  #pragma omp simd reduction({leaf.op}:acc) reduction(|:nan)",
+        """max/min into a scalar as the prelude's st_max/st_min define them, in plain vector reductions
+        combined after the loop: the extremum of the non-NaN values, an any-NaN flag, and whether a zero
+        of the winning sign was seen (+0.0 is the larger zero, whatever order the lanes combine in)."""
+        dtype = self.buffers[leaf.buffer].dtype
+        if leaf.op == "max":
+            cmp, start, zero, other = ">", "-INFINITY", f"!__builtin_signbit(v)", f"-({ctype})0"
+            winner = f"({ctype})0"
+        else:
+            cmp, start, zero, other = "<", "INFINITY", f"(__builtin_signbit(v) != 0)", f"({ctype})0"
+            winner = f"-({ctype})0"
+        self.lines += [f"{pad}{{ {ctype} acc = {start}; int nan = 0, zero = 0;",
+                       f"{pad}  #pragma omp simd reduction({leaf.op}:acc) reduction(|:nan) reduction(|:zero)",
                        f"{pad}  {head} {{ {ctype} v = {self.expr(leaf.value)}; nan |= v != v; "
-                       f"acc = v {cmp} acc ? v : acc; }}",
-                       f"{pad}  {target} = {fn}({target}, nan ? ({ctype})NAN : acc); }}"]
+                       f"zero |= (v == 0) & {zero}; acc = v {cmp} acc ? v : acc; }}",
+                       f"{pad}  if (acc == 0) acc = zero ? {winner} : {other};",
+                       f"{pad}  {target} = st_{leaf.op}_{dtype}({target}, nan ? ({ctype})NAN : acc); }}"]
 
     def leaf(self, s) -> str:
         target = self.access(s.buffer, s.index, None)
@@ -415,9 +487,7 @@ class _Kernel:
         dtype = self.buffers[s.buffer].dtype
         if s.op == "sum":
             return f"{target} += {value};"
-        fn = ("ST_MAX" if s.op == "max" else "ST_MIN") if dtype in ("f16", "f32", "f64") else (
-            "ST_IMAX" if s.op == "max" else "ST_IMIN")
-        return f"{target} = {fn}({target}, {value});"
+        return f"{target} = st_{s.op}_{dtype}({target}, {value});"
 
     def access(self, name: str, index: tuple[Ix, ...], view) -> str:
         shape = view if view is not None else self.buffers[name].shape
@@ -431,11 +501,27 @@ class _Kernel:
         return f"{_ident(name)}[{' + '.join(reversed(flat)) or '0'}]"
 
     def expr(self, e) -> str:
+        """C for an expression. An op it reads more than once (an inline value used twice) is computed
+        once into a typed temporary of a statement expression, so the text stays linear in the
+        expression's DAG, not its tree (and no recursion: a chain of thousands of inline ops is fine)."""
+        if not isinstance(e, Op):
+            return self.operand(e)
+        canon, order, uses = _number_ops(e)
+        text: dict[int, str] = {}
+        decls = []
+        for n, op in order:
+            args = [text[canon[id(a)]] if isinstance(a, Op) else self.operand(a) for a in op.args]
+            text[n] = _op(op, args, [_dtype_of(a, self.buffers) for a in op.args])
+            if uses.get(n, 0) > 1:
+                decls.append(f"{C_TYPES[op.dtype]} t{len(decls)}_ = {text[n]};")
+                text[n] = f"t{len(decls) - 1}_"
+        body = text[canon[id(e)]]
+        return f"({{ {' '.join(decls)} {body}; }})" if decls else body
+
+    def operand(self, e) -> str:
         if isinstance(e, Load):
             return self.access(e.buffer, e.index, e.view)
-        if isinstance(e, Lit):
-            return _literal(e.value, e.dtype)
-        return _op(e, [self.expr(a) for a in e.args], [_dtype_of(a, self.buffers) for a in e.args])
+        return _literal(e.value, e.dtype)
 
 
 def _is_tile_loop(stmt) -> bool:
@@ -490,6 +576,34 @@ def _literal(value, dtype: str) -> str:
     return f"(({C_TYPES[dtype]})({text}))"
 
 
+def _number_ops(root: Op) -> tuple[dict[int, int], list[tuple[int, Op]], dict[int, int]]:
+    """Number the distinct ops of an expression: equal ops get one number whether or not they are
+    one object, and each object is visited once. Returns the number of every op object (by id), the
+    distinct ops operands first, and how many distinct ops read each one."""
+    canon: dict[int, int] = {}
+    numbers: dict[tuple, int] = {}
+    order: list[tuple[int, Op]] = []
+    uses: dict[int, int] = {}
+    stack: list[tuple[Op, bool]] = [(root, False)]
+    while stack:
+        e, operands_done = stack.pop()
+        if id(e) in canon:
+            continue
+        if not operands_done:
+            stack.append((e, True))
+            stack += [(a, False) for a in e.args if isinstance(a, Op) and id(a) not in canon]
+            continue
+        structure = (e.op, e.dtype, tuple(("op", canon[id(a)]) if isinstance(a, Op) else a for a in e.args))
+        if structure not in numbers:
+            numbers[structure] = len(numbers)
+            order.append((numbers[structure], e))
+            for a in e.args:
+                if isinstance(a, Op):
+                    uses[canon[id(a)]] = uses.get(canon[id(a)], 0) + 1
+        canon[id(e)] = numbers[structure]
+    return canon, order, uses
+
+
 def _dtype_of(e, buffers) -> str:
     if isinstance(e, Load):
         return buffers[e.buffer].dtype
@@ -504,24 +618,27 @@ def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:
     suffix = "f" if src in ("f16", "f32") else ""
     a = args[0] if args else ""
     if op == "cast":
+        if is_float and t in ("i32", "i64"):  # out of range is undefined in C: defined in the prelude
+            return f"st_cast_{t}_{src}({a})"
         return f"(({ct})({a}))"
     if op in _ARITH:
         return f"(({ct})({a} {_ARITH[op]} {args[1]}))"
     if op in _COMPARE:
         return f"({a} {_COMPARE[op]} {args[1]})"
     if op in ("maximum", "minimum"):
-        fn = ("ST_MAX" if op == "maximum" else "ST_MIN") if is_float else ("ST_IMAX" if op == "maximum" else "ST_IMIN")
-        return f"(({ct}){fn}({a}, {args[1]}))"
+        return f"st_{op[:3]}_{t}({a}, {args[1]})"
     if op == "where":
-        return f"(({ct})ST_WHERE({a}, {args[1]}, {args[2]}))"
+        return f"st_where_{t}({a}, {args[1]}, {args[2]})"
     if op == "neg":
         return f"(({ct})(-({a})))"
     if op == "relu":
-        return f"(({ct})ST_RELU({a}))"
+        return f"st_relu_{t}({a})"
+    if op == "pow":
+        return f"st_pow_{t}({a}, {args[1]})"
     if op == "abs":
         if is_float:
             return f"(({ct})fabs{suffix}({a}))"
-        return f"(({ct})ST_IABS({a}))"
+        return f"st_abs_{t}({a})"
     if op == "rsqrt":
         return f"(({ct})(1 / sqrt{suffix}({a})))"
     if op == "sigmoid":
