@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ import numpy as np
 from .errors import StitchError
 from .graph import Graph
 from .interp import bind_inputs, np_dtype
+from .memory import check_memory
 from .recursion import allows_deep_recursion
 
 
@@ -103,12 +106,13 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
 @allows_deep_recursion
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
             entry: str | None = None, cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
-            limits=None, without_rules: tuple[str, ...] = ()) -> CompiledProgram:
+            limits=None, without_rules: tuple[str, ...] = (), unsafe_fp: bool = False) -> CompiledProgram:
     """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path).
 
     `cflags` (a string or a list of flags) replaces the optimisation flags (`-O3 -march=native`); the
     flags the generated C needs are always added (`targets/cpu.py`, REQUIRED_FLAGS).
-    `without_rules` drops built-in rule files (`forwarding`) or built-in rules by name pattern (`stitch-*`).
+    `without_rules` drops built-in rule files (`forwarding`) or built-in rules by name pattern (`stitch-*`);
+    `unsafe_fp` also uses rules tagged [unsafe-fp] (they may change results at NaN, inf, -0.0, overflow).
     On an accel target calls run on the simulator and leave its report in `.report`."""
     from ..lowering.lower import lower
     from ..targets.target import load_target
@@ -117,6 +121,9 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     from .pipeline import compile_graph, load_rule_files
     from .saturate import Limits
 
+    _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules)
+    if not isinstance(unsafe_fp, bool):
+        _wrong("unsafe_fp", "True or False", unsafe_fp)
     text_given = isinstance(source, str) and "func" in source and "{" in source
     program = parse_program(source, "<string>") if text_given else parse_file(source)
     graphs = check_program(program)
@@ -126,8 +133,11 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
         raise StitchError(f"no func named '{entry}' (the program defines {', '.join(graphs)})")
     graph = graphs[entry] if entry else next(iter(graphs.values()))
     tgt = load_target(target)
-    compiled = compile_graph(graph, load_rule_files(list(rules), builtin_rules, without_rules), tgt, limits or Limits())
+    rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp)
+    limits = limits or Limits()
+    compiled = compile_graph(graph, rule_files, tgt, limits)
     loops = lower(compiled)
+    check_memory(limits.memory, "lowering")
     native = None
     if tgt.kind == "cpu":
         from ..targets.cpu import build, compiler_flags
@@ -140,3 +150,39 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     else:  # the numpy executor only where no C compiler could build the library
         executor = "c" if native is not None and native.library is not None else "numpy"
     return CompiledProgram(graph, compiled, loops, native, executor)
+
+
+def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules) -> None:
+    """TypeError naming the argument for a value of the wrong kind (a bare int would otherwise be read
+    as a file descriptor, a bare string as a list of one-letter names)."""
+    from .saturate import Limits
+
+    path = (str, os.PathLike)
+    if not isinstance(source, path):
+        _wrong("source", ".ir text or the path of a .ir file", source)
+    if not isinstance(target, path):
+        _wrong("target", "'cpu', 'accel' or the path of a .toml file", target)
+    for name, value, what in (("rules", rules, "rule file paths"), ("without_rules", without_rules, "names"),
+                              ("cflags", cflags, "compiler flags (or one string of them)")):
+        if name == "cflags" and (value is None or isinstance(value, str)):
+            continue
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, path if name == "rules" else str) for v in value):
+            _wrong(name, f"a list of {what}", value)
+    if not isinstance(builtin_rules, bool):
+        _wrong("builtin_rules", "True or False", builtin_rules)
+    if entry is not None and not isinstance(entry, str):
+        _wrong("entry", "a func name", entry)
+    if cache_dir is not None and not isinstance(cache_dir, path):
+        _wrong("cache_dir", "a directory path", cache_dir)
+    if limits is not None:
+        if not isinstance(limits, Limits):
+            _wrong("limits", "a stitch.engine.saturate.Limits", limits)
+        for field in dataclasses.fields(limits):
+            value = getattr(limits, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise StitchError(f"limits.{field.name} must be a positive number, got {value!r}")
+
+
+def _wrong(name: str, want: str, got) -> None:
+    raise TypeError(f"stitch.compile: {name} must be {want}, not {type(got).__name__} {got!r:.60}")

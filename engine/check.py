@@ -13,8 +13,13 @@ from math import prod
 
 from .errors import StitchError
 from .graph import Graph, Node
-from .ir import DTYPES, FLOAT_DTYPES, NOPOS, Call, Const, DTypeName, Expr, Func, Pos, Program, TensorType, Var
+from .ir import (DTYPES, FLOAT_DTYPES, NOPOS, Call, Const, DTypeName, Expr, Func, Pos, Program, TensorType, Var,
+                 dtype_bytes)
 from .ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS, OpGroup, OpSpec, value_positions
+
+# Element counts and byte offsets are int64 everywhere after checking (the e-graph's size analysis,
+# the generated C's indices), so no tensor may hold more bytes than that counts.
+MAX_TENSOR_BYTES = 2**63 - 1
 
 
 def check_program(program: Program) -> dict[str, Graph]:
@@ -193,6 +198,9 @@ class _Checker:
         return StitchError(message, pos, self.source, hint)
 
     def add(self, op: str, inputs, attrs, typ: TensorType, pos: Pos, name: str = "") -> int:
+        if typ.nbytes > MAX_TENSOR_BYTES:
+            raise self.error(f"{typ} is too large: {typ.size} elements of {dtype_bytes(typ.dtype)} bytes "
+                             f"(stitch addresses at most 2**63 - 1 bytes per tensor)", pos)
         node = Node(len(self.nodes), op, tuple(inputs), tuple(attrs), typ, name, pos)
         self.nodes.append(node)
         return node.id

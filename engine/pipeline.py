@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .errors import StitchError, StitchWarning
 from .graph import Graph
+from .memory import GIB, check_memory, checkpoint, memory_budget
 from .pictures import egraph_dot, schedule_dot, write_picture
 from .recursion import allows_deep_recursion
 from .rules import RuleFile, builtin_rule_files, load_rules
@@ -27,16 +28,20 @@ if TYPE_CHECKING:
     from .search import SearchResult
 
 
-def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, ...] = ()) -> list[RuleFile]:
+def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, ...] = (),
+                    unsafe_fp: bool = False) -> list[RuleFile]:
     """The built-in rule files (unless disabled) followed by the user's, in order.
 
     `without` names built-in rule files (`forwarding`) or patterns of built-in rule names
-    (`stitch-*`) to leave out: the seed comparisons compile a program with and without them."""
+    (`stitch-*`) to leave out: the seed comparisons compile a program with and without them.
+    Rules tagged [unsafe-fp] are left out unless `unsafe_fp` (README, "Floating-point semantics")."""
     if without and not builtin:
         raise StitchError("--without-rules leaves out built-in rules, which --no-builtin-rules already leaves out")
     files = without_rules(builtin_rule_files(), without) if builtin else []
     for p in paths:
         files.append(load_rules(p))
+    if not unsafe_fp:
+        files = [replace(rf, rules=tuple(r for r in rf.rules if not r.unsafe_fp)) for rf in files]
     names = {}
     for rf in files:
         if rf.name in names:
@@ -137,9 +142,12 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target, limits: Limi
     from .schedule import build_schedule
 
     start = time.perf_counter()
-    run, report = saturate_program(graph, rule_files, limits)
-    data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
-    extracted = extract_schedule(data, target)
+    with memory_budget(limits.memory):
+        run, report = saturate_program(graph, rule_files, limits)
+        checkpoint("saturation")
+        data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
+        checkpoint("reading the saturated e-graph")
+        extracted = extract_schedule(data, target)
     # Say why the most-fused alternative was not taken, when it was refused.
     fused = build_schedule(data, extract_tree(data, MOST_FUSED))
     blocked = []
@@ -170,6 +178,9 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--time-limit", type=float, default=Limits.seconds, help="saturation seconds")
     p.add_argument("--match-limit", type=int, default=Limits.match_limit,
                    help="matches per rule per iteration before back-off")
+    p.add_argument("--memory-limit", type=float, default=Limits.memory / GIB, metavar="GIB",
+                   help=f"memory the compile may hold, in GiB (default {Limits.memory / GIB:.3g}: half this "
+                        "machine's, at most 8); saturation stops at half of it")
 
 
 def add_rule_arguments(p) -> None:
@@ -179,6 +190,9 @@ def add_rule_arguments(p) -> None:
     p.add_argument("--without-rules", action="append", default=[], metavar="NAME",
                    help="leave out a built-in rule file (algebra, fusion, forwarding) or the built-in rules "
                         "matching a name pattern, e.g. 'stitch-*' (repeatable)")
+    p.add_argument("--unsafe-fp", action="store_true",
+                   help="also use rules tagged [unsafe-fp], which may change results at NaN, inf, -0.0 or "
+                        "near overflow (as -ffast-math does)")
 
 
 def draw(path: str, dot: str) -> None:
@@ -205,10 +219,12 @@ def compile_command(args) -> int:
                         ("--match-limit", args.match_limit)):
         if value <= 0:
             raise StitchError(f"{flag} must be positive, got {value}")
-    if args.time_limit <= 0:
-        raise StitchError(f"--time-limit must be positive, got {args.time_limit}")
-    limits = Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit)
-    rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules))
+    for flag, value in (("--time-limit", args.time_limit), ("--memory-limit", args.memory_limit)):
+        if not value > 0 or value == float("inf"):
+            raise StitchError(f"{flag} must be a positive number, got {value}")
+    limits = Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit, args.memory_limit * GIB)
+    rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules),
+                                 unsafe_fp=args.unsafe_fp)
     if args.emit == "egraph" and not args.json:
         run, report = saturate_program(graph, rule_files, limits)
         print(report.render())
@@ -234,6 +250,7 @@ def compile_command(args) -> int:
         from ..lowering.lower import lower
 
         program = lower(compiled)
+        check_memory(limits.memory, "lowering")
     if args.json:
         out = compiled.to_json()
         for k, lk in zip(out["kernels"], program.kernels):

@@ -1,13 +1,15 @@
 """The rule language: `.rules` text -> validated Rule dataclasses.
 
-    rule NAME: PATTERN => PATTERN [where CONDITION, ...]
+    rule NAME [TAG, ...]: PATTERN => PATTERN [where CONDITION, ...]
 
 Patterns use the program call syntax. `?x` matches a tensor (or, in an
 attribute position, an attribute value); `?f(...)` in op position matches any
 op of that arity (an extension; narrow it with a condition such as
 `elementwise(?f)`); the placement functions `global shared local inline`
-describe the schedule (README, "Schedule vocabulary"). All errors point into
-the user's `.rules` file.
+describe the schedule (README, "Schedule vocabulary"). The one tag, `unsafe-fp`,
+marks a rule that holds on ordinary values but not at NaN, inf, -0.0 or near
+overflow: compile leaves such rules out unless asked (`--unsafe-fp`). All
+errors point into the user's `.rules` file.
 """
 
 from __future__ import annotations
@@ -96,6 +98,21 @@ class Rule:
     rhs: Pattern
     conds: tuple[Cond, ...] = ()
     pos: Pos = _pos()
+    tags: tuple[str, ...] = ()  # TAGS below
+
+    @property
+    def unsafe_fp(self) -> bool:
+        return UNSAFE_FP in self.tags
+
+
+# Tags a rule may carry: `rule NAME [unsafe-fp]: ...`.
+UNSAFE_FP = "unsafe-fp"  # equal on ordinary values, not at NaN, inf, -0.0 or near overflow (like -ffast-math)
+TAGS = (UNSAFE_FP,)
+
+
+@dataclass(frozen=True)
+class _Tags:
+    names: tuple[tuple[str, Pos], ...]
 
 
 @dataclass(frozen=True)
@@ -178,9 +195,19 @@ class _ToRules(LiteralTransformer):
         return list(rules)
 
     def rule(self, items):
-        kw, name, lhs, rhs, *rest = items
+        kw, name, *rest = items
+        tags = rest.pop(0).names if isinstance(rest[0], _Tags) else ()
+        lhs, rhs, *rest = rest
         conds = tuple(c for c in rest if isinstance(c, Cond))
-        return Rule(str(name), lhs, rhs, conds, self._pos(kw))
+        for tag, pos in tags:
+            if tag not in TAGS:
+                close = difflib.get_close_matches(tag, TAGS, n=1)
+                raise StitchError(f"rule '{name}': unknown tag '{tag}' (tags: {', '.join(TAGS)})", pos,
+                                  hint=f"did you mean '{close[0]}'?" if close else "")
+        return Rule(str(name), lhs, rhs, conds, self._pos(kw), tuple(dict.fromkeys(t for t, _ in tags)))
+
+    def tags(self, items):
+        return _Tags(tuple((str(t), self._pos(t)) for t in items))
 
     def pvar(self, items):
         return PVar(str(items[0]), self._pos(items[0]))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
 from .egraph_data import EGraphData, ENode
+from .memory import checkpoint
 from .ops import is_elementwise
 from .schedule import CyclicChoice, Kernel, Schedule, build_schedule, form_kernel, fuse_into
 
@@ -134,6 +135,7 @@ class Space:
         key = self.kernel_key(choice, root)
         hit = self.kernel_cache.get(key)
         if hit is None:
+            checkpoint("extraction (the schedule search)")
             kernel = form_kernel(self.data, choice, root)
             hit = (kernel, kernel_cost(kernel, self.data.types, self.target))
             self.kernel_cache[key] = hit

@@ -63,6 +63,7 @@ wrong differs by O(M): far more.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 import tempfile
 from collections import Counter
@@ -108,14 +109,32 @@ _CAST_TARGETS = ("f32", "f64", "i32", "i64", "bool", "f16")
 @dataclass(frozen=True)
 class Verdict:
     rule: Rule
-    status: str  # "ok" | "unsound" | "skipped"
+    # "ok": holds (an [unsafe-fp] rule: on ordinary values); "edge": holds on ordinary values but not
+    # at edge values, and is not tagged [unsafe-fp]; "unsound"; "skipped"
+    status: str
     detail: str = ""  # the counterexample, or why the rule was skipped
     instances: int = 0  # instances tested (for "ok")
+    edge: str = ""  # a counterexample at edge values, if one was found
+    edge_instances: int = 0
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("unsound", "edge")
 
     def render(self) -> str:
         where = f"{self.rule.pos.file}:{self.rule.pos.line}"
+        counts = f"{self.instances} instances, {self.edge_instances} at edge values"
+        if self.status == "ok" and self.rule.unsafe_fp:
+            if not self.edge:
+                return (f"{where}: {self.rule.name}: ok ({counts}); tagged unsafe-fp, but it held at every "
+                        "edge value tried")
+            return f"{where}: {self.rule.name}: ok away from edge values, as its unsafe-fp tag says ({counts})\n" \
+                   f"{self.edge}"
         if self.status == "ok":
-            return f"{where}: {self.rule.name}: ok ({self.instances} instances)"
+            return f"{where}: {self.rule.name}: ok ({counts})"
+        if self.status == "edge":
+            return (f"{where}: {self.rule.name}: HOLDS ONLY AWAY FROM EDGE VALUES ({self.instances} ordinary "
+                    f"instances passed): tag it [unsafe-fp] or narrow its conditions\n{self.edge}")
         if self.status == "skipped":
             return f"{where}: {self.rule.name}: skipped: {self.detail}"
         return f"{where}: {self.rule.name}: UNSOUND\n{self.detail}"
@@ -135,11 +154,14 @@ def check_rule_file(rf: RuleFile, max_examples: int = 100) -> list[Verdict]:
 def report(rf: RuleFile, verdicts: list[Verdict], max_examples: int) -> str:
     """The text `stitch rules check` prints: a header, one entry per rule, a summary."""
     counts = Counter(v.status for v in verdicts)
-    lines = [f"checking {rf.filename}: {len(verdicts)} rule(s), up to {max_examples} instances each",
+    lines = [f"checking {rf.filename}: {len(verdicts)} rule(s), up to {max_examples} instances each on ordinary "
+             "values and as many on edge values",
              f"  float tolerance: {TOLERANCE}",
-             "    (eps: machine epsilon of the result dtype; n: terms summed per element; M: largest magnitude)"]
+             "    (eps: machine epsilon of the result dtype; n: terms summed per element; M: largest magnitude)",
+             f"  edge values: {EDGE_VALUES}"]
     lines += [v.render() for v in verdicts]
-    lines.append(f"{counts['unsound']} unsound, {counts['ok']} ok, {counts['skipped']} skipped")
+    lines.append(f"{counts['unsound']} unsound, {counts['edge']} only away from edge values, {counts['ok']} ok, "
+                 f"{counts['skipped']} skipped")
     return "\n".join(lines)
 
 
@@ -150,10 +172,24 @@ class _Counterexample(Exception):
 
 
 def check_rule(rule: Rule, max_examples: int = 100) -> Verdict:
-    """Search for a counterexample to `rule`; the verdict carries the shrunk one."""
+    """Search for a counterexample to `rule` on ordinary values, then at edge values; the verdict
+    carries the shrunk one."""
     facts = _Facts(rule)
     if facts.impossible:
         return Verdict(rule, "skipped", facts.impossible)
+    found, tested, rejected = _search(facts, max_examples, edge=False)
+    if found:
+        return Verdict(rule, "unsound", found)
+    if not tested:
+        reason = rejected.most_common(1)[0][0] if rejected else "no instance satisfies the conditions"
+        return Verdict(rule, "skipped", reason)
+    edge, edge_tested, _ = _search(facts, max_examples, edge=True)
+    status = "edge" if edge and not rule.unsafe_fp else "ok"
+    return Verdict(rule, status, instances=tested, edge=edge, edge_instances=edge_tested)
+
+
+def _search(facts: "_Facts", max_examples: int, edge: bool) -> tuple[str, int, Counter]:
+    """(the shrunk counterexample or '', instances tested, why instances were rejected)."""
     rejected: Counter[str] = Counter()
     tested = [0]
 
@@ -173,19 +209,16 @@ def check_rule(rule: Rule, max_examples: int = 100) -> Verdict:
     )
     @given(st.data())
     def probe(data):
-        _probe(data.draw, facts, reject)
+        _probe(data.draw, facts, reject, edge)
         tested[0] += 1
 
     try:
         probe()
     except _Counterexample as cx:
-        return Verdict(rule, "unsound", cx.text)
+        return cx.text, tested[0], rejected
     except Unsatisfiable:
         pass
-    if not tested[0]:
-        reason = rejected.most_common(1)[0][0] if rejected else "no instance satisfies the conditions"
-        return Verdict(rule, "skipped", reason)
-    return Verdict(rule, "ok", instances=tested[0])
+    return "", tested[0], rejected
 
 
 # ---------------------------------------------------------------------------
@@ -355,8 +388,10 @@ class _Instance:
         return out
 
 
-def _probe(draw, facts: _Facts, reject) -> None:
-    """Draw one instance of the rule and test it; raise _Counterexample if it fails."""
+def _probe(draw, facts: _Facts, reject, edge: bool = False) -> None:
+    """Draw one instance of the rule and test it; raise _Counterexample if it fails. With `edge`,
+    inputs mix edge values in (see EDGE_VALUES) and every result counts: NaN, inf and wrapped
+    integers too."""
     rule = facts.rule
     inst, lhs, left_type = _Drawer(draw, facts, reject).instance()
     params = inst.params()
@@ -374,9 +409,10 @@ def _probe(draw, facts: _Facts, reject) -> None:
     # gather's indices: in range for the left side (what the e-graph matched); the right side must cope.
     left_graph = check_func(Func("left", params, (left_type,), (), (lhs,)))
     bounds = index_bounds(left_graph)
-    # Inputs anywhere in [-3, 3] first; if a side leaves its domain, positive ones.
-    for positive in (False, True):
-        inputs = _draw_inputs(draw, params, positive, bounds)
+    # Inputs anywhere in [-3, 3] first; if a side leaves its domain, positive ones. At edge values
+    # every result counts, NaN and wrapped integers too.
+    for positive in (False,) if edge else (False, True):
+        inputs = _draw_inputs(draw, params, positive, bounds, edge)
         try:
             values = evaluate(everything, inputs)
         except StitchError as err:  # an index out of range
@@ -386,13 +422,13 @@ def _probe(draw, facts: _Facts, reject) -> None:
                 reject("the left side reads out of range")
             raise _Counterexample(_explain(inst, lhs, rhs, f"the right side fails: {err.message}",
                                            left_type, right_type, inputs))
-        if all(np.isfinite(v).all() for v in values if v.dtype.kind == "f"):
+        if edge or all(np.isfinite(v).all() for v in values if v.dtype.kind == "f"):
             break
     else:
         reject("the inputs drawn were outside a side's domain (nan or inf)")
-    if _overflows(graph, values):
+    if not edge and _overflows(graph, values):
         reject("the integer arithmetic overflowed")
-    mismatch = _compare(graph, values)
+    mismatch = _compare(graph, values, edge)
     if mismatch:
         left, right = values[graph.outputs[0]], values[graph.outputs[1]]
         raise _Counterexample(_explain(inst, lhs, rhs, mismatch, left_type, right_type, inputs, left, right))
@@ -674,7 +710,24 @@ def _term(t: CFun, inst: _Instance):
             "space": typ.shape}[t.name]
 
 
-def _draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[str, int]) -> dict[str, np.ndarray]:
+EDGE_VALUES = ("0, -0.0, 1, -1, +-inf, nan, +-max, +-max/2, +-sqrt(max)*2, +-(log(max) + 1), +-100, "
+               "+-tiny (smallest normal), +-smallest subnormal of the float dtype; 0, 1, -1, min, max, min + 1 of "
+               "the integer dtype; mixed with ordinary values")
+
+
+def edge_values(dtype: str) -> list:
+    """Values at the edges of `dtype`'s range, simplest first (hypothesis shrinks towards the front)."""
+    if dtype in FLOAT_DTYPES:
+        info = np.finfo(np_dtype(dtype))
+        big, tiny, sub = float(info.max), float(info.tiny), float(info.smallest_subnormal)
+        magnitudes = [1.0, math.inf, big, big / 2, math.sqrt(big) * 2, math.log(big) + 1, 100.0, tiny, sub]
+        return [0.0, -0.0, math.nan] + [v for m in magnitudes for v in (m, -m)]
+    info = np.iinfo(np_dtype(dtype))
+    return [0, 1, -1, int(info.min), int(info.max), int(info.min) + 1]
+
+
+def _draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[str, int],
+                 edge: bool = False) -> dict[str, np.ndarray]:
     out = {}
     for p in params:
         dt = p.type.dtype
@@ -687,6 +740,8 @@ def _draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[s
             elements = st.booleans()
         else:
             elements = st.integers(1 if positive else -8, 8)
+        if edge and dt != "bool" and p.name not in bounds:
+            elements = st.one_of(st.sampled_from(edge_values(dt)), elements)
         # A flat list is much cheaper to draw than hypothesis.extra.numpy.arrays, and shrinks as well.
         flat = draw(st.lists(elements, min_size=p.type.size, max_size=p.type.size))
         out[p.name] = np.array(flat, dtype=np_dtype(dt)).reshape(p.type.shape)
@@ -707,7 +762,7 @@ def _overflows(graph: Graph, values: list[np.ndarray]) -> bool:
     return False
 
 
-def _compare(graph: Graph, values: list[np.ndarray]) -> str:
+def _compare(graph: Graph, values: list[np.ndarray], edge: bool = False) -> str:
     """'' if the two results agree (see the module docstring), else how they differ."""
     left, right = values[graph.outputs[0]], values[graph.outputs[1]]
     dtype = graph.nodes[graph.outputs[0]].type.dtype
@@ -722,15 +777,31 @@ def _compare(graph: Graph, values: list[np.ndarray]) -> str:
                      for v in values if v.dtype != np.bool_ and v.size), default=0.0)
     terms = _terms_per_element(graph)
     l64, r64 = left.astype(np.float64), right.astype(np.float64)
-    with np.errstate(over="ignore"):  # an infinite tolerance at the edge of the range is fine
+    with np.errstate(over="ignore", invalid="ignore"):  # an infinite tolerance at the edge of the range is fine
         tol = ULPS * eps * (np.maximum(np.abs(l64), np.abs(r64)) + terms * magnitude)
-    bad = np.abs(l64 - r64) > tol
+        bad = np.abs(l64 - r64) > tol
+        if edge:
+            bad = _edge_mismatches(l64, r64, tol, float(np.finfo(np_dtype(dtype)).max), eps)
     if not np.any(bad):
         return ""
     at = tuple(int(i) for i in np.argwhere(bad)[0])
     return (f"they differ at index {list(at)}: {l64[at].item()!r} vs {r64[at].item()!r} "
             f"(by {abs(l64[at] - r64[at]):.3g}; "
             f"tolerance {tol[at]:.3g} with eps={eps:.3g}, n={terms}, M={magnitude:.3g})")
+
+
+def _edge_mismatches(left: np.ndarray, right: np.ndarray, tol: np.ndarray, big: float, eps: float) -> np.ndarray:
+    """Where two results disagree when NaN, inf and signed zeros count: NaN only against NaN; an
+    infinity only against one of its sign or a finite value rounding could have carried past the
+    largest finite one; finite values within `tol`, and two zeros only of one sign."""
+    nan_l, nan_r = np.isnan(left), np.isnan(right)
+    finite = np.isfinite(left) & np.isfinite(right)
+    band = big * (1 - ULPS * eps)
+    overflowed = lambda v: np.where(np.abs(v) >= band, np.sign(v), 0.0)  # noqa: E731
+    infinite = ~finite & ~nan_l & ~nan_r
+    zeros = (left == 0) & (right == 0) & (np.signbit(left) != np.signbit(right))
+    return ((nan_l != nan_r) | (infinite & ((overflowed(left) != overflowed(right)) | (overflowed(left) == 0)))
+            | (finite & ((np.abs(left - right) > tol) | zeros)))
 
 
 def _terms_per_element(graph: Graph) -> int:

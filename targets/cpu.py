@@ -10,7 +10,9 @@ executor (lowering/execute.py) instead.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import hashlib
 import os
 import shlex
@@ -35,9 +37,10 @@ from .c_source import buffer_order, c_source
 OPTIMIZE_FLAGS = ("-O3", "-march=native")
 # What the generated C needs whatever the user asks: a loadable shared library, OpenMP simd pragmas,
 # wrapping integer arithmetic (the reference's), libm calls that never set errno or trap, GNU C's
-# vector types.
+# vector types; and what it means (README, "Floating-point semantics"): no multiply-add fused outside
+# matmul's micro-kernel, every f16 (or float) operation rounded to its type, as numpy's are.
 REQUIRED_FLAGS = ("-fopenmp-simd", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
-                  "-std=gnu11")
+                  "-std=gnu11", "-ffp-contract=off", "-fexcess-precision=standard")
 DEFAULT_FLAGS = OPTIMIZE_FLAGS + REQUIRED_FLAGS
 # A compiler run (or a probe of the compiler) taking longer is stopped and reported: the 600-op
 # generated program compiles in about 10 s as one unit here.
@@ -124,26 +127,45 @@ def c_for_target(program: LoopProgram, target, flags: tuple[str, ...] = DEFAULT_
 
 def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str, ...] = DEFAULT_FLAGS,
           cc: str | None = None) -> Native:
-    """Compile (or fetch from the cache) and load `program`; None library when there is no compiler."""
+    """Compile (or fetch from the cache) and load `program`; None library when there is no compiler.
+
+    A cache that cannot be written (read-only, full) still serves what it holds; a library it lacks
+    is built in a temporary directory instead, with a warning, and loaded from there."""
     cc = cc or compiler()
     if cc is None:
         print("stitch: no C compiler found; running on the numpy executor", file=sys.stderr)
         return Native(program, None, None)
     cache_dir = Path(cache_dir or default_cache_dir())
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    if cache_dir.exists() and not cache_dir.is_dir():
+        raise StitchError(f"the cache directory {cache_dir} is a file, not a directory",
+                          hint="name a directory with --cache-dir (cache_dir=), or move the file away")
     vector_bytes = _vector_bytes(cc, tuple(flags))
     source, parts = c_source(program, vector_bytes, max_parts=os.cpu_count() or 1)
     # gcc's default on AVX-512 machines is 256-bit loops; 512 doubles the throughput of
     # vectorized transcendentals (bias+GELU, 1 thread: 35 -> 18 ms)
     wide = ("-mprefer-vector-width=512",) if vector_bytes == 64 else ()
     requested = tuple(flags)
-    flags = requested + wide + _vector_math(cc, cache_dir)
-    lib_path = cached_library(source, parts, cc, flags, cache_dir)
+    flags = requested + wide + _vector_math(cc)
     try:
-        library = _load(lib_path, cc, cache_dir)
-    except OSError:  # checked but does not load: build it again
-        lib_path.unlink(missing_ok=True)
-        library = _load(cached_library(source, parts, cc, flags, cache_dir), cc, cache_dir)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        lib_path = cached_library(source, parts, cc, flags, cache_dir)
+        try:
+            library = _load(lib_path, cc, cache_dir)
+        except OSError:  # checked but does not load: build it again
+            lib_path.unlink(missing_ok=True)
+            library = _load(cached_library(source, parts, cc, flags, cache_dir), cc, cache_dir)
+        return Native(program, library, lib_path.with_suffix(".c"), flags=requested, cache_dir=cache_dir)
+    except OSError as err:
+        print(f"stitch: cannot write to the cache directory {cache_dir} ({err.strerror or err}); building in a "
+              "temporary directory instead", file=sys.stderr)
+    try:
+        with tempfile.TemporaryDirectory(prefix="stitch-") as tmp:  # a loaded library may be deleted
+            lib_path = cached_library(source, parts, cc, flags, Path(tmp))
+            library = _load(lib_path, cc, cache_dir)
+    except OSError as err:
+        raise StitchError(f"cannot build the C library: {err.strerror or err} (in the cache directory {cache_dir} "
+                          f"and in {tempfile.gettempdir()})", hint="free some disk space, or pass --cache-dir "
+                          "(cache_dir=) naming a writable directory") from None
     return Native(program, library, lib_path.with_suffix(".c"), flags=requested, cache_dir=cache_dir)
 
 
@@ -152,20 +174,29 @@ def source_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
 
 
 def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cache_dir: Path) -> Path:
-    """The shared library `source` compiles to, from the cache when a checked entry is there."""
+    """The shared library `source` compiles to, from the cache when a checked entry is there, else
+    built into it. Reads only, when the entry is there; raises OSError when it must write and cannot
+    (a truncated file is not left behind)."""
     key = source_key(source, cc, flags)
-    lib_path = cache_dir / f"{key}.so"
-    src_path = cache_dir / f"{key}.c"
-    sum_path = cache_dir / f"{key}.sha256"
-    if lib_path.exists() and sum_path.exists() and sum_path.read_text() == _digest(lib_path):
-        return lib_path
-    lib_path.unlink(missing_ok=True)  # missing, corrupt or stale: build it again
-    src_path.write_text(source)
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        tmp_lib = Path(tmp) / "lib.so"
-        _compile(cc, flags, src_path, tmp_lib, parts, Path(tmp))
-        os.replace(tmp_lib, lib_path)
-    sum_path.write_text(_digest(lib_path))
+    lib_path, src_path, sum_path = (cache_dir / f"{key}{ext}" for ext in (".so", ".c", ".sha256"))
+    try:
+        if lib_path.exists() and sum_path.exists() and sum_path.read_text() == _digest(lib_path):
+            return lib_path
+    except OSError:  # unreadable: build it again
+        pass
+    try:
+        lib_path.unlink(missing_ok=True)  # missing, corrupt or stale: build it again
+        src_path.write_text(source)
+        with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+            tmp_lib = Path(tmp) / "lib.so"
+            _compile(cc, flags, src_path, tmp_lib, parts, Path(tmp))
+            os.replace(tmp_lib, lib_path)
+        sum_path.write_text(_digest(lib_path))
+    except OSError:
+        for path in (src_path, lib_path, sum_path):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        raise
     return lib_path
 
 
@@ -212,6 +243,8 @@ def _too_long(src: Path) -> StitchError:
 
 
 def _check(proc: subprocess.CompletedProcess, src: Path) -> None:
+    if proc.returncode != 0 and "No space left on device" in proc.stderr:  # not the source's fault
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if proc.returncode != 0:
         raise StitchError(f"the C compiler failed on the generated source {src}:\n{proc.stderr.strip()[:2000]}")
 
@@ -231,14 +264,18 @@ def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
 _VECTOR_MATH: dict[str, tuple[str, ...]] = {}
 
 
-def _vector_math(cc: str, cache_dir: Path) -> tuple[str, ...]:
+def _vector_math(cc: str) -> tuple[str, ...]:
     """Flags for glibc's vector math library (libmvec), when this compiler can link against it."""
     if cc not in _VECTOR_MATH:
-        probe = cache_dir / "libmvec_probe.c"
-        probe.write_text("#include <math.h>\nfloat f(float x) { return expf(x); }\n")
         flags = ("-DSTITCH_LIBMVEC", "-lmvec")
-        proc = _probe([cc, "-shared", "-fPIC", str(probe), "-o", str(cache_dir / "libmvec_probe.so"), *flags])
-        _VECTOR_MATH[cc] = flags if proc.returncode == 0 else ()
+        try:
+            with tempfile.TemporaryDirectory(prefix="stitch-probe-") as tmp:
+                probe = Path(tmp) / "libmvec_probe.c"
+                probe.write_text("#include <math.h>\nfloat f(float x) { return expf(x); }\n")
+                proc = _probe([cc, "-shared", "-fPIC", str(probe), "-o", str(Path(tmp) / "probe.so"), *flags])
+                _VECTOR_MATH[cc] = flags if proc.returncode == 0 else ()
+        except OSError:  # nowhere to write the probe: do without
+            return ()
     return _VECTOR_MATH[cc]
 
 

@@ -430,13 +430,25 @@ def test_nesting_up_to_the_limit_is_fine(capsys, tmp_path):
     assert main(["eval", str(path)]) == 0, capsys.readouterr().err
 
 
-def test_eval_refuses_tensors_numpy_cannot_describe(capsys, tmp_path):  # regression: ValueError, exit 3
+@pytest.mark.parametrize("command", ["check", "eval", "compile", "run"])
+def test_tensors_beyond_int64_bytes_are_refused_by_the_checker(command, capsys, tmp_path):
+    # regressions: eval raised ValueError (exit 3); compile and run blamed the rules (issue 18.4)
     path = tmp_path / "huge.ir"
     path.write_text("func f(x: f32[2147483647, 2147483647, 2147483647]) -> f32[] {\n  return sum(x)\n}\n")
-    assert main(["check", str(path)]) == 0
-    assert main(["eval", str(path)]) == 1
+    assert main([command, str(path)]) == 1
     err = capsys.readouterr().err
-    assert f"{path}:1:8: error: f32[2147483647, 2147483647, 2147483647] is too large to evaluate" in err
+    assert f"{path}:1:8: error: f32[2147483647, 2147483647, 2147483647] is too large" in err and "2**63" in err
+    path.write_text("func g(x: f32[65536, 65536]) -> f32[65536, 65536, 65536, 65536] {\n"
+                    "  return broadcast_to(x, shape=[65536, 65536, 65536, 65536])\n}\n")
+    assert main([command, str(path)]) == 1
+    assert f"{path}:2:10: error: f32[65536, 65536, 65536, 65536] is too large" in capsys.readouterr().err
+
+
+def test_numpy_refusing_a_size_is_out_of_memory(capsys, tmp_path):
+    path = tmp_path / "big.ir"  # 2**62 bytes: within int64, beyond what numpy allocates
+    path.write_text("func f(x: f32[1073741824, 1073741824]) -> f32[1073741824] {\n  return sum(x, axes=[1])\n}\n")
+    assert main(["eval", str(path)]) == 1
+    assert "out of memory" in capsys.readouterr().err
 
 
 def test_eval_out_of_memory_is_a_user_error(capsys, tmp_path, monkeypatch):

@@ -1,0 +1,74 @@
+"""The compile memory budget: how much this process may hold while it compiles.
+
+Saturation checks it between iterations (and stops there, as at the node
+limit); later stages check it where they might grow (extraction's search,
+lowering) and stop with an error naming the stage. Measured as the resident
+set size, so it counts egglog's memory (Rust, invisible to Python) too.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from .errors import StitchError
+
+GIB = 2**30
+
+
+def default_budget() -> int:
+    """Bytes a compile may use by default: half the machine's memory, at most 8 GiB."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 16 * GIB
+    return min(8 * GIB, physical // 2)
+
+
+def resident_bytes() -> int:
+    """This process's resident set size now (its peak where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if os.uname().sysname == "Darwin" else peak * 1024
+
+
+def over_budget(budget: float) -> bool:
+    return resident_bytes() > budget
+
+
+def check_memory(budget: float, stage: str) -> None:
+    """StitchError if this process holds more than `budget` bytes, naming the stage it was in."""
+    held = resident_bytes()
+    if held > budget:
+        raise StitchError(
+            f"compiling needs more memory than the budget: {held / GIB:.2f} GiB held during {stage}, "
+            f"budget {budget / GIB:.2f} GiB",
+            hint="raise it with --memory-limit GIB (limits=Limits(memory=...)), lower --node-limit, "
+                 "or split the program")
+
+
+# The budget of the compile running in this context (None: no compile is checking), so that a stage
+# deep inside extraction can check without every signature on the way taking it.
+_BUDGET: ContextVar[float | None] = ContextVar("stitch_memory_budget", default=None)
+
+
+@contextmanager
+def memory_budget(budget: float) -> Iterator[None]:
+    token = _BUDGET.set(budget)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def checkpoint(stage: str) -> None:
+    """check_memory against the budget of the compile in progress, if any."""
+    budget = _BUDGET.get()
+    if budget is not None:
+        check_memory(budget, stage)
