@@ -20,6 +20,8 @@ reference interpreter, the numpy executor and the generated C all give it:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 _KEY_INTS = {2: np.int16, 4: np.int32, 8: np.int64}
@@ -105,3 +107,19 @@ def from_order_keys(keys: np.ndarray, dtype: np.dtype) -> np.ndarray:
     info = np.iinfo(_KEY_INTS[np.dtype(dtype).itemsize])
     keys = np.asarray(keys, info.dtype)
     return np.where(keys < 0, keys ^ info.max, keys).astype(info.dtype).view(dtype)
+
+
+def edge_values(dtype: str) -> list:
+    """Values at the edges of `dtype`'s range, simplest first (hypothesis shrinks towards the front):
+    what `stitch rules check` and the fuzz tests mix into ordinary inputs."""
+    if np.dtype(_NP[dtype]).kind == "f":
+        info = np.finfo(_NP[dtype])
+        big, tiny, sub = float(info.max), float(info.tiny), float(info.smallest_subnormal)
+        magnitudes = [1.0, math.inf, big, big / 2, math.sqrt(big) * 2, math.log(big) + 1, 100.0, tiny, sub]
+        with np.errstate(all="ignore"):  # each exactly representable in the dtype
+            return [0.0, -0.0, math.nan] + [float(_NP[dtype](v)) for m in magnitudes for v in (m, -m)]
+    info = np.iinfo(_NP[dtype])
+    return [0, 1, -1, int(info.min), int(info.max), int(info.min) + 1]
+
+
+_NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}

@@ -63,7 +63,6 @@ wrong differs by O(M): far more.
 from __future__ import annotations
 
 import dataclasses
-import math
 import operator
 import tempfile
 from collections import Counter
@@ -78,6 +77,7 @@ from hypothesis.errors import Unsatisfiable
 
 from .check import check_func
 from .errors import StitchError
+from .floats import edge_values
 from .graph import Graph
 from .interp import apply_op, evaluate, index_bounds, np_dtype
 from .ir import FLOAT_DTYPES, INT_DTYPES, Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, TensorType, Var
@@ -713,17 +713,6 @@ def _term(t: CFun, inst: _Instance):
 EDGE_VALUES = ("0, -0.0, 1, -1, +-inf, nan, +-max, +-max/2, +-sqrt(max)*2, +-(log(max) + 1), +-100, "
                "+-tiny (smallest normal), +-smallest subnormal of the float dtype; 0, 1, -1, min, max, min + 1 of "
                "the integer dtype; mixed with ordinary values")
-
-
-def edge_values(dtype: str) -> list:
-    """Values at the edges of `dtype`'s range, simplest first (hypothesis shrinks towards the front)."""
-    if dtype in FLOAT_DTYPES:
-        info = np.finfo(np_dtype(dtype))
-        big, tiny, sub = float(info.max), float(info.tiny), float(info.smallest_subnormal)
-        magnitudes = [1.0, math.inf, big, big / 2, math.sqrt(big) * 2, math.log(big) + 1, 100.0, tiny, sub]
-        return [0.0, -0.0, math.nan] + [v for m in magnitudes for v in (m, -m)]
-    info = np.iinfo(np_dtype(dtype))
-    return [0, 1, -1, int(info.min), int(info.max), int(info.min) + 1]
 
 
 def _draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[str, int],

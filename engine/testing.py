@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from .check import broadcast_shapes, check_func, clamp_slice
+from .floats import edge_values
 from .graph import Graph
 from .interp import index_bounds, np_dtype
 from .ir import DTYPES, FLOAT_DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Program, TensorType, Var
@@ -108,6 +109,25 @@ def inputs_for(graph: Graph, low: float = 0.5, high: float = 2.0) -> st.SearchSt
     return st.fixed_dictionaries(
         {
             name: hnp.arrays(np_dtype(t.dtype), t.shape, elements=_elements(t.dtype, low, high, bounds.get(name)))
+            for name, t in zip(graph.param_names, graph.param_types)
+        }
+    )
+
+
+def edge_inputs_for(graph: Graph) -> st.SearchStrategy[dict]:
+    """Arrays for every parameter with edge values mixed in (NaN, +-inf, +-0.0, the dtype's largest and
+    smallest, integer min and max: floats.edge_values) among ordinary ones; gather indices in range."""
+    bounds = index_bounds(graph)
+
+    def elements(dtype: str, bound: int | None):
+        ordinary = _elements(dtype, -3.0, 3.0, bound)
+        if dtype == "bool" or bound is not None:
+            return ordinary
+        return st.one_of(st.sampled_from(edge_values(dtype)), ordinary)
+
+    return st.fixed_dictionaries(
+        {
+            name: hnp.arrays(np_dtype(t.dtype), t.shape, elements=elements(t.dtype, bounds.get(name)))
             for name, t in zip(graph.param_names, graph.param_types)
         }
     )

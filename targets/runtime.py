@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -72,10 +73,16 @@ def _load(cc: str, cache_dir: Path) -> ctypes.CDLL | None:
         if _library is None and not _failed:
             from .cpu import cached_library
 
-            try:
-                home = Path(cache_dir) / "runtime"  # beside, not among, the programs' libraries
+            def build(home: Path) -> ctypes.CDLL:
                 home.mkdir(parents=True, exist_ok=True)
-                library = ctypes.CDLL(str(cached_library(SOURCE.read_text(), 1, cc, FLAGS, home)))
+                return ctypes.CDLL(str(cached_library(SOURCE.read_text(), 1, cc, FLAGS, home)))
+
+            try:
+                try:
+                    library = build(Path(cache_dir) / "runtime")  # beside, not among, the programs' libraries
+                except OSError:  # a read-only or full cache without it: built aside (a loaded library may go)
+                    with tempfile.TemporaryDirectory(prefix="stitch-runtime-") as tmp:
+                        library = build(Path(tmp))
             except (StitchError, OSError) as err:
                 _failed = True
                 print(f"stitch: the thread pool could not be built, kernels run on one thread: {err}",

@@ -248,6 +248,17 @@ def test_an_unwritable_cache_still_serves_and_builds_elsewhere(code, tmp_path, m
 
 
 @needs_cc
+def test_the_thread_pool_builds_aside_when_the_cache_is_read_only(tmp_path, monkeypatch, capsys):
+    from stitch.targets import runtime
+
+    monkeypatch.setattr(runtime, "_library", None)  # as in a fresh process
+    monkeypatch.setattr(runtime, "_failed", False)
+    fail_writes_under(monkeypatch, tmp_path, errno.EROFS)
+    assert runtime._load(cpu.compiler(), tmp_path / "cache") is not None
+    assert "thread pool" not in capsys.readouterr().err
+
+
+@needs_cc
 def test_a_cache_and_a_temporary_directory_both_full_is_a_clear_error(tmp_path, monkeypatch):
     fail_writes_under(monkeypatch, Path("/"), errno.ENOSPC)
     with pytest.raises(StitchError, match="cannot build the C library: No space left on device"):
