@@ -73,7 +73,8 @@ def without_rules(files: list[RuleFile], names: tuple[str, ...]) -> list[RuleFil
 
 # Which option raises each limit (and its Limits field), for the warning when saturation stops at one.
 LIMIT_OPTIONS = {"iteration limit": ("--iter-limit", "iterations", "iteration(s)"),
-                 "node limit": ("--node-limit", "nodes", "e-nodes"), "time limit": ("--time-limit", "seconds", "s")}
+                 "node limit": ("--node-limit", "nodes", "e-nodes"), "time limit": ("--time-limit", "seconds", "s"),
+                 "memory limit": ("--memory-limit", "memory", "bytes, of which saturation may hold half")}
 
 
 def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = Limits()) -> tuple[EGraphRun, RunReport]:

@@ -54,11 +54,14 @@ CHAIN_STEPS = {
     "min": "add(min({v}, axes=[0], keepdims=true), y)", "matmul": "matmul({v}, m)",
     "transpose": "transpose({v}, perm=[1, 0])", "reshape": "reshape(reshape({v}, shape=[64]), shape=[8, 8])",
     "broadcast_to": "mul({v}, broadcast_to(sum(y, axes=[0]), shape=[8, 8]))",
+    "slice": "concat(slice({v}, axes=[1], starts=[0], ends=[4]), slice(y, axes=[1], starts=[4], ends=[8]), axis=1)",
+    "concat": "slice(concat({v}, y, axis=0), axes=[0], starts=[4], ends=[12])",
+    "gather": "gather({v}, i, axis=0)",
 }
 
 
 def chain(step: str, n: int) -> str:
-    lines = ["func f(x: f32[8, 8], y: f32[8, 8], m: f32[8, 8]) -> f32[8, 8] {", "  v0 = x"]
+    lines = ["func f(x: f32[8, 8], y: f32[8, 8], m: f32[8, 8], i: i32[8]) -> f32[8, 8] {", "  v0 = x"]
     lines += [f"  v{i + 1} = {step.format(v=f'v{i}')}" for i in range(n)]
     return "\n".join(lines + [f"  return v{n}", "}", ""])
 
@@ -88,7 +91,10 @@ def test_every_op_has_a_chain_step():
 def test_generated_c_grows_linearly_with_a_chain_of_each_op(op):
     # regression: ST_RELU and friends repeated their argument's text through __typeof__, doubling the
     # preprocessed source at every step (a 14-step relu(add(...)) chain exhausted the compiler)
-    sizes = [preprocessed_bytes(c_text(chain(CHAIN_STEPS[op], n))) for n in (4, 8, 16)]
+    try:
+        sizes = [preprocessed_bytes(c_text(chain(CHAIN_STEPS[op], n))) for n in (4, 8, 16)]
+    except NotImplementedError as err:  # slice, concat, gather: until their C lowering lands
+        pytest.skip(f"no C for {op} yet: {err}")
     assert sizes[2] - sizes[1] <= 3 * max(sizes[1] - sizes[0], 200), sizes
 
 
@@ -299,7 +305,8 @@ BAD_ARGUMENTS = [
     ({"rules": "my.rules"}, TypeError, "rules"),
     ({"rules": [3]}, TypeError, "rules"),
     ({"without_rules": "algebra"}, TypeError, "without_rules"),
-    ({"cflags": "-O2"}, TypeError, "cflags"),
+    ({"cflags": 5}, TypeError, "cflags"),
+    ({"cflags": ["-O2", 3]}, TypeError, "cflags"),
     ({"entry": 5}, TypeError, "entry"),
     ({"cache_dir": 5}, TypeError, "cache_dir"),
     ({"builtin_rules": None}, TypeError, "builtin_rules"),
