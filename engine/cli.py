@@ -394,6 +394,10 @@ def cmd_run(args) -> int:
     if args.json:
         out = program.compiled.to_json()
         out.update({"run_seconds": run_seconds, "executor": program.executor})
+        if program.executor == "c":
+            from ..targets import runtime
+
+            out["threads"] = runtime.threads()
         if program.report is not None:
             out.update(simulated_json(out, program.report))
         if args.check:

@@ -392,6 +392,9 @@ def test_run_threads_flag_sets_the_pool(cache, threads, capsys):
     before = runtime.threads()
     assert main(["run", str(EXAMPLES / "mlp.ir"), "--threads", "3", "--cache-dir", str(cache)]) == 0
     assert runtime.threads() == 3
+    capsys.readouterr()
+    assert main(["run", str(EXAMPLES / "mlp.ir"), "--threads", "2", "--json", "--cache-dir", str(cache)]) == 0
+    assert json.loads(capsys.readouterr().out)["threads"] == 2
     threads(before)
     with pytest.raises(SystemExit) as exit_:
         main(["run", str(EXAMPLES / "mlp.ir"), "--threads", "0"])
