@@ -61,6 +61,19 @@ def torch_function(graph: Graph):
             return args[0].expand(list(n.attr("shape")))
         if n.op == "cast":
             return args[0].to(dtypes[n.type.dtype])
+        if n.op == "slice":
+            index = [slice(None)] * args[0].dim()
+            for a, start, end, step in zip(*(n.attr(k) for k in ("axes", "starts", "ends", "steps"))):
+                index[a] = slice(start, end, step)
+            return args[0][tuple(index)]
+        if n.op == "concat":
+            return torch.cat(args, dim=n.attr("axis"))
+        if n.op == "gather":  # np.take: negative indices count from the end
+            x, idx = args
+            axis = n.attr("axis")
+            idx = torch.where(idx < 0, idx + x.shape[axis], idx).long()
+            return torch.index_select(x, axis, idx.reshape(-1)).reshape(
+                x.shape[:axis] + idx.shape + x.shape[axis + 1:])
         raise NotImplementedError(f"no torch for op {n.op}")
 
     def run(*tensors):

@@ -1,31 +1,41 @@
 """The cost model: a Schedule priced on a Target, reading only the target's numbers.
 
-Per kernel:
+Per kernel it decides the *plan* lowering follows (tiled axes, tile sizes,
+which inputs are held whole, which reads are staged on chip, which stored
+reductions finish across tiles) and prices it:
 
-    cycles = launch_cycles + transfer (+ or max, with overlap_dma) compute
-    transfer = (bytes read + bytes written) / global_bandwidth
+    cycles = launch_cycles + transfer (+ or max, with overlap_dma) compute [+ sync]
+    transfer = (bytes read + bytes written) / global_bandwidth   (strided reads cost whole lines)
     compute = vector work / (vector_lanes * cores used) + matrix work
 
-- Tile space: the kernel parallelizes over the root's output axes along which
-  every reduction and matmul inside it varies (and which a reshape inside it
-  keeps as a common prefix) (AStitch's rule: a tile holds the
+- Tile space: the kernel's parallel axes along which every reduction,
+  matmul and stored value inside it varies (AStitch's rule: a tile holds the
   reduced axes whole, so no reduction is split or recomputed across tiles).
-- Tile size: a divisor of each tiled extent (tiles are whole), grown along those
-  axes, innermost first, while the tile's on-chip
-  footprint (global inputs read more than once, which are staged; shared and
-  local values; the accumulator of a reduction or matmul output; each aligned;
-  an input read once and an elementwise output stream through) fits `onchip_bytes` and at least 2 x cores tiles remain. A kernel
-  whose smallest tile does not fit is infeasible.
+  The one exception is *global stitching*: a stored reduction that nothing
+  else in the kernel reads may be tiled along the axes it reduces; each tile
+  then produces a partial, and the partials are combined in tile order after
+  the last tile (deterministic; priced as a sync plus the partials' traffic).
+- Tile size: a divisor of each tiled extent, grown one axis at a time while the
+  tile's on-chip footprint fits `onchip_bytes` and at least 2 x cores tiles
+  remain. The footprint: inputs held whole, staged reads, shared/local values
+  and the accumulators of reductions and matmuls, each aligned. A kernel whose
+  smallest tile does not fit is infeasible.
 - Bytes: an input that does not vary along every tiled axis and takes at most
-  an eighth of the on-chip buffer (a bias, a norm's weight) is held whole for
-  the kernel and read once. Otherwise tiles are visited in order (outermost
-  tiled axis first) and an input's slice stays on chip until an axis it varies
-  along moves on, so a matmul's right operand is read again for each tile of
-  rows (`rereads`). Where that order matters, every order of the tiled axes is
-  priced and the cheapest kept (`tile_orders`). The output is written once.
-  Lowering reads and writes exactly these bytes, in that order.
-- Work: each instance computes its slice per tile; inline values are recomputed
-  per use, so recomputation is priced.
+  an eighth of the on-chip buffer is held whole and read once (*resident*).
+  Otherwise a read made in two nests, or not varying along every tiled axis,
+  is *staged*: copied on chip once per tile where the innermost tiled axis it
+  varies along moves on (so a matmul's right operand is read again for each
+  tile of rows: `rereads`); reads that differ only by renaming whole axes
+  share one copy. A read made in one nest *streams*: the reads of one input in
+  one nest touch the union of their images (x and rotate_half(x) read x
+  once). Where the order of tile loops matters, every order is priced and the
+  cheapest kept (`tile_orders`). Outputs are written once. Lowering reads and
+  writes exactly these bytes, in that order (gathers read at most this many:
+  repeated indices read a row once).
+- Work: each instance computes its slice per tile; inline values are
+  recomputed in each nest that reads them, so recomputation is priced; index
+  maps (transpose, reshape, broadcast, slice) cost nothing, a concat's select
+  and a gather's index one op per element.
 """
 
 from __future__ import annotations
@@ -35,16 +45,30 @@ import math
 from dataclasses import dataclass, field
 
 from ..targets.target import Target
-from .ir import dtype_bytes
-from .schedule import Kernel, Label, Schedule
+from .index import Indirect, Ix, interval
+from .ir import TensorType, dtype_bytes
+from .maps import REDUCTIONS, Guard
+from .ops import is_injective
+from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule
 
 INFEASIBLE = math.inf
+FREE_OPS = ("transpose", "reshape", "broadcast_to", "slice")  # index maps: no arithmetic
+WHOLE = "*"  # a region dimension read whole (an untiled axis over the full extent)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A read copied on chip per tile: the input, the index it is copied at, and its region key."""
+
+    cid: str
+    index: tuple[Ix, ...]
+    region: tuple
 
 
 @dataclass
 class KernelCost:
-    parallel: list[str]  # tiled root axes ("p0", ...)
-    tile: dict[str, int]  # tile extent of each parallel axis
+    parallel: list[str]  # tiled axes, outermost first
+    tile: dict[str, int]  # tile extent of each tiled axis
     tiles: int
     footprint: int  # on-chip bytes of one tile
     bytes_read: int
@@ -54,6 +78,13 @@ class KernelCost:
     transfer_cycles: float
     cycles: float
     problem: str = ""
+    resident: frozenset = frozenset()  # inputs held whole for the kernel
+    staged: tuple[Staged, ...] = ()  # reads copied on chip per tile
+    partial: frozenset = frozenset()  # reductions split across tiles (instance keys): global stitching
+    epilogue: frozenset = frozenset()  # instances computed from them after the last tile
+    # bytes_read is what lowering reads, not an upper bound (a gather with repeated indices, or
+    # overlapping reads of one input the model does not follow, read at most bytes_read)
+    exact: bool = True
 
     @property
     def feasible(self) -> bool:
@@ -77,80 +108,299 @@ def align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
 
-def parallel_axes(kernel: Kernel) -> list[str]:
-    root = kernel.root_instance
-    axes = [lab for lab in root.labels if lab is not None]
-    for allowed in kernel.restrict:
-        axes = [a for a in axes if a in allowed]
-    return [a for a in axes if kernel.extents[a] > 1]
+# ---------------------------------------------------------------------------
+# what the kernel's contents imply
 
 
-def slice_elems(labels: tuple[Label, ...], kernel: Kernel, tile: dict[str, int]) -> int:
-    n = 1
-    for lab in labels:
-        if lab is not None:
-            n *= tile.get(lab, kernel.extents[lab])
-    return n
+@dataclass
+class _Facts:
+    """What pricing needs from a kernel's contents, computed once per kernel."""
+
+    restrict: list[frozenset]  # axis sets the tiled axes must lie in
+    candidates: list[str]  # axes that may be tiled, in loop order
+    partial_axes: dict[int, frozenset]  # reduction -> the axes it may be split along (global stitching)
+    tails: dict[int, frozenset]  # such a reduction -> the instances computed from it after the last tile
+    buffers: list[tuple[tuple[str, ...], int]]  # on-chip values: (axes, bytes per element)
+    work: list[tuple[tuple[str, ...], str, float]]  # (axes of the loop nest, op, elements per point)
+    matmuls: list[tuple[Instance, int]]  # (instance, k)
+    aliases: list[tuple[tuple[Ix, ...], tuple[Ix, ...]]]  # a held value read at another index
 
 
-def resident_inputs(kernel: Kernel, parallel: list[str], types, target: Target) -> set[str]:
-    """Small inputs that do not vary along every tiled axis: held on chip for the whole kernel, read once."""
-    out = set()
-    for cid, labels in kernel.inputs.items():
-        if any(a not in labels for a in parallel) and types[cid].nbytes <= target.onchip_bytes // 8:
-            out.add(cid)
+def reduced_axes(inst: Instance) -> tuple[str, ...]:
+    """The axes a reduction or matmul instance sums over (in its operands, not in its index)."""
+    own = set(inst.axes)
+    return tuple(dict.fromkeys(a for t in inst.operand_index for ix in t for a in ix.axes() if a not in own))
+
+
+def facts(kernel: Kernel, types) -> _Facts:
+    restrict: list[frozenset] = []
+    buffers, work, matmuls, aliases = [], [], [], []
+    stored = set(kernel.stores)
+    tails = _tails(kernel)
+    partial_axes = {key: frozenset(kernel.instances[key].axes) | frozenset(reduced_axes(kernel.instances[key]))
+                    for key in tails}
+    in_tail = set().union(*tails.values()) if tails else set()
+    for inst in kernel.instances:
+        op = inst.node.op
+        if op in ("param", "const"):
+            continue
+        accumulates = op in REDUCTIONS or op == "matmul"
+        own = frozenset(inst.axes)
+        if inst.key in partial_axes:
+            restrict.append(partial_axes[inst.key])
+        elif (accumulates or inst.key in stored) and inst.key not in in_tail:
+            restrict.append(own)
+        if op == "matmul":
+            matmuls.append((inst, types[inst.node.children[0]].shape[-1]))
+        elif op not in FREE_OPS:
+            loop = inst.axes + (reduced_axes(inst) if accumulates else ())
+            work.append((loop, op, 1.0))
+        if inst.hold in (Hold.SHARED, Hold.LOCAL) or (inst.hold is Hold.ROOT and accumulates):
+            buffers.append((inst.axes, dtype_bytes(types[inst.cid].dtype)))
+        for (kind, ref), index in zip(inst.operands, inst.operand_index):
+            if kind not in ("global", "const") and kernel.instances[ref].held and kernel.instances[ref].index != index:
+                aliases.append((kernel.instances[ref].index, index))
+    root_axes = [a for ix in kernel.root_instance.index for a in ix.axes()]
+    order = list(dict.fromkeys(root_axes + [a.name for a in kernel.axes if a.kind is AxisKind.PARALLEL]
+                               + [a for axes in partial_axes.values() for a in sorted(axes)]))
+    candidates = [a for a in order if kernel.extents.get(a, 1) > 1
+                  and (kernel.kinds[a] is AxisKind.PARALLEL or any(a in s for s in partial_axes.values()))]
+    return _Facts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases)
+
+
+def _tails(kernel: Kernel) -> dict[int, frozenset]:
+    """Reductions that may be split across tiles (global stitching): sum, mean, max or min whose
+    readers in the kernel (and theirs, ...) are injective and vary along none of the axes the
+    reduction sums over; the readers are then computed once, after the partials are combined."""
+    readers = kernel.readers
+    out = {}
+    for inst in kernel.instances:
+        if inst.node.op not in REDUCTIONS:
+            continue
+        own = set(inst.axes)
+        tail: set[int] = set()
+        stack = list(readers.get(inst.key, ()))
+        ok = True
+        while stack and ok:
+            key = stack.pop()
+            if key in tail:
+                continue
+            r = kernel.instances[key]
+            ok = is_injective(r.node.op) and set(r.axes) <= own
+            tail.add(key)
+            stack.extend(readers.get(key, ()))
+        if ok and (tail or inst.key in kernel.stores):
+            out[inst.key] = frozenset(tail)
     return out
 
 
-def staged(kernel: Kernel, cid: str, labels, parallel: list[str]) -> bool:
-    """A global input copied on chip: read more than once, or kept while tiles it does not vary along pass."""
-    return kernel.input_uses.get(cid, 0) >= 2 or any(a not in labels for a in parallel)
+def parallel_axes(kernel: Kernel, f: _Facts | None = None) -> list[str]:
+    f = f or facts(kernel, None)
+    axes = list(f.candidates)
+    for allowed in f.restrict:
+        axes = [a for a in axes if a in allowed]
+    return axes
 
 
-def footprint_terms(kernel: Kernel, types, resident: set[str],
-                    parallel: list[str]) -> tuple[list[int], list[tuple[tuple, int]]]:
-    """The tile's on-chip buffers: (sizes of the buffers held whatever the tile, [(axis map, bytes per element)])."""
-    fixed = [types[cid].nbytes for cid in resident]
-    terms = [
-        (labels, dtype_bytes(types[cid].dtype))
-        for cid, labels in kernel.inputs.items()
-        if cid not in resident and staged(kernel, cid, labels, parallel)  # others stream through
-    ]
-    return fixed, terms + kernel.buffers
+def alias_problem(kernel: Kernel, f: _Facts, parallel: list[str]) -> str:
+    """A held value read at another index is fine where the two differ only by whole (untiled)
+    axes of the same extent: the buffer holds those axes whole."""
+    tiled = set(parallel)
+    for own, other in f.aliases:
+        for a, b in zip(own, other):
+            if a == b:
+                continue
+            la, lb = a.label, b.label
+            if (la is None or lb is None or la in tiled or lb in tiled
+                    or kernel.extents[la] != kernel.extents[lb]):
+                return "a held value is read at two different indices"
+    return ""
 
 
-def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, resident: set[str] = frozenset(),
-              terms=None) -> int:
-    fixed, terms = terms or footprint_terms(kernel, types, resident, list(tile))
-    total = sum(align(n, alignment) for n in fixed)  # each its own buffer, aligned as the merge places it
-    extents = kernel.extents
-    for labels, nbytes in terms:
-        n = nbytes
-        for lab in labels:
-            if lab is not None:
-                n *= tile.get(lab) or extents[lab]
-        total += (n + alignment - 1) // alignment * alignment
+# ---------------------------------------------------------------------------
+# global reads
+
+
+def region(read: Read, kernel: Kernel, tiled: set[str], shape: tuple[int, ...]) -> tuple:
+    """A read's staging key: equal keys share one on-chip copy (whole untiled axes renamed)."""
+    labels = [ix.label for ix in read.index]
+    distinct = len(set(labels)) == len(labels)
+    key = []
+    for ix, d in zip(read.index, shape):
+        lab = ix.label
+        if distinct and lab is not None and lab not in tiled and kernel.extents[lab] == d:
+            key.append(WHOLE)
+        else:
+            key.append(ix)
+    return tuple(key) + (read.guards,)
+
+
+def image(r: Read, kernel: Kernel, shape: tuple[int, ...]) -> int:
+    """Elements of the input one read touches over the whole kernel: the product of its axes'
+    ranges (an injective index map), at most its bounding box."""
+    span = _spans(r, kernel)
+    n = 1
+    for a in r.axes:
+        lo, hi = span(a)
+        n *= max(hi - lo + 1, 0)
+    if _gathered(r):  # tiles may read a row again: at most one element per point, not the box
+        return n
+    return min(n, _volume(_box(r, shape, span)))
+
+
+def _gathered(r: Read) -> bool:
+    return any(isinstance(t, Indirect) for ix in r.index for t, _ in ix.terms)
+
+
+def _spans(r: Read, kernel: Kernel):
+    """Each axis's inclusive range under the read's guards (a guard on `c*a + k` narrows `a`)."""
+    narrowed: dict[str, tuple[int, int]] = {}
+    for g in r.guards:
+        if len(g.ix.terms) == 1 and isinstance(g.ix.terms[0][0], str) and g.ix.terms[0][1] > 0:
+            (a, c), k = g.ix.terms[0], g.ix.const
+            lo, hi = narrowed.get(a, (0, kernel.extents[a] - 1))
+            narrowed[a] = (max(lo, -(-(g.lo - k) // c)), min(hi, -(-(g.hi - k) // c) - 1))
+
+    def span(a: str) -> tuple[int, int]:
+        return narrowed.get(a, (0, kernel.extents[a] - 1))
+
+    return span
+
+
+def _box(r: Read, shape: tuple[int, ...], span) -> list[tuple[int, int]]:
+    box = []
+    for ix, d in zip(r.index, shape):
+        lo, hi = interval(ix, span)
+        box.append((max(lo, 0), min(hi, d - 1)))
+    return box
+
+
+def _volume(box) -> int:
+    n = 1
+    for lo, hi in box:
+        n *= max(hi - lo + 1, 0)
+    return n
+
+
+def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int]) -> tuple[int, bool]:
+    """(elements, exact?) of one input that one nest's reads touch, summed over tiles.
+
+    One read: its image. Reads that differ only in one dimension, by an offset along one axis
+    (the pieces of a concat, x beside rotate_half(x)): exact, the union along that axis tile by
+    tile. Otherwise the images' sum, at most the input: an upper bound."""
+    distinct = list(dict.fromkeys((r.index, r.guards) for r in reads))
+    if len(distinct) == 1:
+        r = reads[0]
+        return image(r, kernel, shape), not _gathered(r)
+    rs = [next(r for r in reads if (r.index, r.guards) == key) for key in distinct]
+    exact = _pieces(rs, kernel, tile)
+    if exact is not None:
+        return exact, True
+    total = sum(image(r, kernel, shape) for r in rs)
+    return (total if any(_gathered(r) for r in rs) else min(total, math.prod(shape))), False
+
+
+def _pieces(rs: list[Read], kernel: Kernel, tile: dict[str, int]) -> int | None:
+    """The union of reads that differ only in dimension d, each reading `axis + offset` there,
+    with guards only on that axis; None when they are not so."""
+    dims = [d for d in range(len(rs[0].index)) if len({r.index[d] for r in rs}) > 1]
+    if len(dims) > 1:
+        return None
+    d = dims[0] if dims else None
+    axis = None
+    offsets = []
+    for r in rs:
+        if d is None:
+            return None
+        ix = r.index[d]
+        if len(ix.terms) != 1 or not isinstance(ix.terms[0][0], str) or ix.terms[0][1] != 1:
+            return None
+        a = ix.terms[0][0]
+        if axis not in (None, a):
+            return None
+        axis = a
+        offsets.append(ix.const)
+        if any(axis in set(o.axes()) for j, o in enumerate(r.index) if j != d):
+            return None
+        if any(set(g.ix.axes()) != {axis} for g in r.guards):
+            return None
+    common = 1
+    for a in dict.fromkeys(x for j, ix in enumerate(rs[0].index) if j != d for x in ix.axes()):
+        common *= kernel.extents[a]
+    spans = [_spans(r, kernel)(axis) for r in rs]
+    extent = kernel.extents[axis]
+    t = tile.get(axis, extent)
+    along = 0
+    for start in range(0, extent, t):
+        cells = set()
+        for (lo, hi), off in zip(spans, offsets):
+            cells.update(range(max(lo, start) + off, min(hi, start + t - 1) + off + 1))
+        along += len(cells)
+    return common * along
+
+
+def line_factor(index: tuple[Ix, ...], dtype: str, line: int = 64) -> float:
+    """Bytes moved per byte used by a read: a stride along the last dimension, or an index the
+    hardware cannot follow, fetches whole lines for single elements."""
+    if not index:
+        return 1.0
+    last = index[-1]
+    elem = dtype_bytes(dtype)
+    worst = line / elem
+    if any(not isinstance(t, str) for t, _ in last.terms):
+        return min(2.0, worst)
+    strides = [abs(c) for _, c in last.terms]
+    if not strides or 1 in strides:
+        return 1.0
+    return min(float(min(strides)), worst)
+
+
+@dataclass
+class _Inputs:
+    resident: set[str]
+    staged: list[Staged]  # distinct staged regions
+    streamed: dict[tuple[str, int], list[Read]]  # (input, nest) -> its reads there
+
+
+def classify(kernel: Kernel, types, parallel: list[str], target: Target) -> _Inputs:
+    tiled = set(parallel)
+    resident, staged, streamed = set(), {}, {}
+    for cid, reads in kernel.inputs.items():
+        shape = types[cid].shape
+        varies = set(a for r in reads for a in r.axes)
+        if any(a not in varies for a in parallel) and types[cid].nbytes <= target.onchip_bytes // 8:
+            resident.add(cid)
+            continue
+        nests = {r.owner for r in reads}
+        for r in reads:
+            must_stage = len(nests) >= 2 or any(a not in r.axes for a in parallel)
+            if must_stage and not r.guards and not any(isinstance(t, Indirect) for ix in r.index for t, _ in ix.terms):
+                key = region(r, kernel, tiled, shape)
+                staged.setdefault((cid, key), Staged(cid, r.index, key))
+            else:
+                streamed.setdefault((cid, r.owner), []).append(r)
+    return _Inputs(resident, list(staged.values()), streamed)
+
+
+# ---------------------------------------------------------------------------
+# tiles
+
+
+def slice_elems(axes, kernel: Kernel, tile: dict[str, int]) -> int:
+    n = 1
+    for a in axes:
+        n *= tile.get(a, kernel.extents[a])
+    return n
+
+
+def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, ins: _Inputs, f: _Facts) -> int:
+    total = sum(align(types[cid].nbytes, alignment) for cid in ins.resident)
+    for s in ins.staged:
+        axes = tuple(dict.fromkeys(a for ix in s.index for a in ix.axes()))
+        total += align(slice_elems(axes, kernel, tile) * dtype_bytes(types[s.cid].dtype), alignment)
+    for axes, nbytes in f.buffers:
+        total += align(slice_elems(axes, kernel, tile) * nbytes, alignment)
     return total
-
-
-def choose_tile(kernel: Kernel, parallel: list[str], types, target: Target,
-                resident: set[str] = frozenset(), grow: list[str] | None = None) -> tuple[dict[str, int], int]:
-    """Grow the tile one axis at a time (`grow`, default innermost first) while it fits and leaves
-    enough tiles for every core."""
-    terms = footprint_terms(kernel, types, resident, parallel)
-    tile = {a: 1 for a in parallel}
-    fp = footprint(kernel, tile, types, target.alignment, resident, terms)
-    if fp > target.onchip_bytes:
-        return tile, fp
-    want_tiles = 2 * target.cores
-    for axis in grow or reversed(parallel):
-        for size in divisors(kernel.extents[axis])[1:]:
-            trial = dict(tile, **{axis: size})
-            fp_trial = footprint(kernel, trial, types, target.alignment, resident, terms)
-            if fp_trial > target.onchip_bytes or count_tiles(kernel, trial) < want_tiles:
-                break
-            tile, fp = trial, fp_trial
-    return tile, fp
 
 
 def divisors(n: int) -> list[int]:
@@ -166,11 +416,30 @@ def count_tiles(kernel: Kernel, tile: dict[str, int]) -> int:
     return n
 
 
-def rereads(labels: tuple[Label, ...], parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> int:
-    """How many times an input is read: tiles are visited in `parallel` order (outermost first) and an
-    input's slice stays on chip until an axis it varies along moves on, so only tiled axes it does not
-    vary along, outside the innermost one it does, make it read again."""
-    have = set(labels)
+def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, target: Target, ins: _Inputs,
+                f: _Facts) -> tuple[dict[str, int], int]:
+    """Grow the tile one axis at a time (in `grow` order) while it fits and leaves enough tiles for
+    every core."""
+    tile = {a: 1 for a in parallel}
+    fp = footprint(kernel, tile, types, target.alignment, ins, f)
+    if fp > target.onchip_bytes:
+        return tile, fp
+    want_tiles = 2 * target.cores
+    for axis in grow:
+        for size in divisors(kernel.extents[axis])[1:]:
+            trial = dict(tile, **{axis: size})
+            fp_trial = footprint(kernel, trial, types, target.alignment, ins, f)
+            if fp_trial > target.onchip_bytes or count_tiles(kernel, trial) < want_tiles:
+                break
+            tile, fp = trial, fp_trial
+    return tile, fp
+
+
+def rereads(axes, parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> int:
+    """How many times a staged read is made: tiles are visited in `parallel` order (outermost
+    first) and a copy stays on chip until an axis it varies along moves on, so only tiled axes it
+    does not vary along, outside the innermost one it does, make it read again."""
+    have = set(axes)
     inner = max((i for i, a in enumerate(parallel) if a in have), default=0)
     n = 1
     for a in parallel[:inner]:
@@ -179,94 +448,116 @@ def rereads(labels: tuple[Label, ...], parallel: list[str], kernel: Kernel, tile
     return n
 
 
-def tile_work(kernel: Kernel, tile: dict[str, int], target: Target) -> tuple[float, float]:
+def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, types) -> tuple[float, float]:
     """(vector element-cycles, matrix-unit cycles) of one tile."""
     vector = 0.0
-    for labels, ops in kernel.work.items():
-        per_elem = sum(n * target.cycles_per_element(op) for op, n in ops.items())
-        vector += slice_elems(labels, kernel, tile) * per_elem
+    for axes, op, n in f.work:
+        vector += slice_elems(axes, kernel, tile) * n * target.cycles_per_element(op)
     matrix = 0.0
-    for labels, k in kernel.matmuls:
-        out = slice_elems(labels, kernel, tile)
+    for inst, k in f.matmuls:
+        out = slice_elems(inst.axes, kernel, tile)
         if target.matrix is None:
             vector += out * k / target.fma_per_lane
             continue
         m = target.matrix
-        rows = _tile_extent(labels, -2, kernel, tile) if len(labels) >= 2 else 1
-        cols = _tile_extent(labels, -1, kernel, tile) if labels else 1
+        rows = slice_elems(inst.index[-2].axes(), kernel, tile) if len(inst.index) >= 2 else 1
+        cols = slice_elems(inst.index[-1].axes(), kernel, tile) if inst.index else 1
         batch = out // max(rows * cols, 1)
         matrix += batch * -(-rows // m.tile_m) * -(-cols // m.tile_n) * -(-k // m.tile_k) * m.cycles_per_tile
     return vector, matrix
 
 
-def _tile_extent(labels, index, kernel, tile) -> int:
-    lab = labels[index]
-    return 1 if lab is None else tile.get(lab, kernel.extents[lab])
-
-
-def indexing_problem(kernel: Kernel, parallel: list[str]) -> str:
-    """A value held for the tile must be read along the same tiled axes it was computed along;
-    untiled axes are whole in the buffer, so any axis map of the same extent reads them."""
-    tiled = set(parallel)
-    for op, own, other in kernel.indexings:
-        for a, b in zip(own, other):
-            if a == b:
-                continue
-            if a in tiled or b in tiled or (a is None) != (b is None) or kernel.extents.get(a) != kernel.extents.get(b):
-                return f"held value {op} is read with two different indexings"
-    return ""
+# ---------------------------------------------------------------------------
+# pricing
 
 
 def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
     """The kernel priced with its cheapest order of tile loops (see `tile_orders`)."""
-    parallel = parallel_axes(kernel)
-    resident = resident_inputs(kernel, parallel, types, target)
+    f = facts(kernel, types)
+    parallel = parallel_axes(kernel, f)
+    spaces = [parallel]
+    whole = [a for a in parallel if kernel.kinds[a] is AxisKind.PARALLEL]
+    if whole != parallel:  # splitting a stored reduction across tiles is priced against not splitting it
+        spaces.append(whole)
     best = None
-    for order, grow in tile_orders(kernel, parallel, resident):
-        kc = _kernel_cost(kernel, order, grow, resident, types, target)
-        if best is None or (kc.cycles, kc.bytes_read) < (best.cycles, best.bytes_read):
-            best = kc  # equal time (compute-bound): fewer bytes
+    for space in spaces:
+        for order, grow in tile_orders(kernel, space, types, target):
+            kc = _kernel_cost(kernel, order, grow, types, target, f)
+            if best is None or (kc.cycles, kc.bytes_read) < (best.cycles, best.bytes_read):
+                best = kc  # equal time (compute-bound): fewer bytes
     return best
 
 
-def tile_orders(kernel: Kernel, parallel: list[str], resident: set[str]) -> list[tuple[list[str], list[str]]]:
-    """(loop order, tile growth order) pairs worth pricing, the root's axis order (grown innermost
+def tile_orders(kernel: Kernel, parallel: list[str], types, target: Target) -> list[tuple[list[str], list[str]]]:
+    """(loop order, tile growth order) pairs worth pricing, the natural order (grown innermost
     first) first. The others only when the order can change what is read (an input that does not
     vary along every tiled axis is re-read as `rereads` says, e.g. a matmul's operands), and only
     for 2 or 3 tiled axes."""
     default = [(parallel, list(reversed(parallel)))]
     if len(parallel) < 2 or len(parallel) > 3:
         return default
-    if all(cid in resident or all(a in labels for a in parallel) for cid, labels in kernel.inputs.items()):
+    small = target.onchip_bytes // 8
+    if all(types[cid].nbytes <= small or all(a in r.axes for a in parallel for r in reads)
+           for cid, reads in kernel.inputs.items()):
         return default
     orders = [list(p) for p in itertools.permutations(parallel)]
     return default + [(o, g) for o in orders for g in orders if (o, g) != default[0]]
 
 
-def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], resident: set[str], types,
-                 target: Target) -> KernelCost:
-    tile, fp = choose_tile(kernel, parallel, types, target, resident, grow)
+def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, target: Target,
+                 f: _Facts) -> KernelCost:
+    ins = classify(kernel, types, parallel, target)
+    tile, fp = choose_tile(kernel, parallel, grow, types, target, ins, f)
     tiles = count_tiles(kernel, tile)
-    problem = kernel.problem or indexing_problem(kernel, parallel)
+    problem = kernel.problem or alias_problem(kernel, f, parallel)
     if not problem and fp > target.onchip_bytes:
-        problem = (f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}")
+        problem = f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}"
     reads = 0
-    for cid, labels in kernel.inputs.items():
-        nbytes = types[cid].nbytes
-        reads += nbytes if cid in resident or not parallel else nbytes * rereads(labels, parallel, kernel, tile)
-    written = types[kernel.root].nbytes
-    vec, mat = tile_work(kernel, tile, target)
+    moved = 0.0  # bytes the memory system moves for them (whole lines for strided reads)
+    for cid in ins.resident:
+        reads += types[cid].nbytes
+        moved += types[cid].nbytes
+    exact = True
+    for s in ins.staged:
+        t = types[s.cid]
+        r = Read(s.cid, s.index, -1, (-1, -1), s.region[-1])
+        n = image(r, kernel, t.shape) * dtype_bytes(t.dtype) * rereads(r.axes, parallel, kernel, tile)
+        reads += n
+        moved += n * line_factor(s.index, t.dtype)
+    for (cid, _), rs in ins.streamed.items():
+        t = types[cid]
+        elements, sure = nest_image(rs, kernel, t.shape, tile)
+        exact = exact and sure
+        n = elements * dtype_bytes(t.dtype)
+        n *= rereads(tuple(dict.fromkeys(a for r in rs for a in r.axes)), parallel, kernel, tile)
+        reads += n
+        moved += n * max(line_factor(r.index, t.dtype) for r in rs)
+    partial = frozenset(key for key, axes in f.partial_axes.items()
+                        if any(a in tile and tile[a] < kernel.extents[a] and a not in kernel.instances[key].axes
+                               for a in axes))
+    written = sum(types[cid].nbytes for cid in kernel.roots)
+    sync = 0.0
+    for key in partial:  # each tile writes its partial; one thread combines them in tile order
+        nbytes = slice_elems(kernel.instances[key].axes, kernel, {}) * dtype_bytes(types[kernel.instances[key].cid].dtype)
+        split = math.prod(-(-kernel.extents[a] // tile[a]) for a in f.partial_axes[key]
+                          if a in tile and a not in kernel.instances[key].axes)
+        written += nbytes * split
+        reads += nbytes * split
+        moved += 2 * nbytes * split
+        sync += target.sync_cycles
+    vec, mat = tile_work(kernel, tile, target, f, types)
     vec *= tiles
     mat *= tiles
     cores = max(1, min(target.cores, tiles))
     vector_cycles = vec / (target.vector_lanes * cores)
     matrix_cycles = mat / cores
-    transfer = (reads + written) / target.global_bandwidth
+    transfer = (moved + written) / target.global_bandwidth
     compute = vector_cycles + matrix_cycles
     body = max(transfer, compute) if target.overlap_dma else transfer + compute
-    cycles = INFEASIBLE if problem else target.launch_cycles + body
-    return KernelCost(parallel, tile, tiles, fp, reads, written, vector_cycles, matrix_cycles, transfer, cycles,
-                      problem)
+    cycles = INFEASIBLE if problem else target.launch_cycles + body + sync
+    epilogue = frozenset().union(*(f.tails[key] for key in partial)) if partial else frozenset()
+    return KernelCost(parallel, tile, tiles, fp, int(reads), int(written), vector_cycles, matrix_cycles, transfer,
+                      cycles, problem, frozenset(ins.resident), tuple(ins.staged), partial, epilogue, exact)
 
 
 def schedule_cost(schedule: Schedule, target: Target, kernel_costs: list[KernelCost] | None = None) -> ScheduleCost:
@@ -280,7 +571,7 @@ def schedule_cost(schedule: Schedule, target: Target, kernel_costs: list[KernelC
 
 def compulsory_bytes(schedule: Schedule) -> int:
     """Bytes every schedule must move: the parameters it reads and the outputs it writes."""
-    types = schedule.types
+    types: dict[str, TensorType] = schedule.types
     read = set()
     for k in schedule.kernels:
         read.update(c for c in k.inputs if c in schedule.params)

@@ -100,6 +100,7 @@ PRELUDE = r"""
 (relation is-unary (T))
 (relation is-binary (T))
 (relation is-injective (T))
+(relation is-input (T))
 (relation is-movement (T))
 (ruleset analysis)
 """ + "".join(f'(compare-op "{op}")\n' for op in COMPARE) + "".join(
@@ -260,6 +261,7 @@ PRELUDE = r"""
 (rule ((= t (Inline a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
 
 ; op classes of a value (an e-class holding such a node)
+(rule ((= t (Input n))) ((is-input t)) :ruleset analysis)
 (rule ((= t (Un op a))) ((is-elementwise t) (is-unary t) (is-injective t)) :ruleset analysis)
 (rule ((= t (Bin op a b))) ((is-elementwise t) (is-binary t) (is-injective t)) :ruleset analysis)
 (rule ((= t (Where c a b))) ((is-elementwise t) (is-injective t)) :ruleset analysis)

@@ -44,8 +44,9 @@ def schedule_dot(compiled) -> str:
         lines.append(f'  {_id("in", name)} [label={_quote(name)}, shape=ellipse, fontname="Helvetica"];')
     for i, (k, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
         text = [line for line in print_kernel(i, k, kc, names, schedule) if not line.startswith("  in ")]
-        writer[names[k.root]] = _id("k", i)
-        types[names[k.root]] = schedule.types[k.root]
+        for cid in k.roots:  # a kernel may write several values
+            writer[names[cid]] = _id("k", i)
+            types[names[cid]] = schedule.types[cid]
         color = "#dc2626" if kc.problem else "#111827"
         label = _quote("\n".join(text) + "\n", left=True)
         lines.append(f"  {_id('k', i)} [label={label}, color={_quote(color)}];")

@@ -40,6 +40,7 @@ TENSOR_CLASS_RELATIONS = {
     "layout": "is-layout",
     "movement": "is-movement",
     "injective": "is-injective",
+    "input": "is-input",
 }
 _CMP = {"==": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 

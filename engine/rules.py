@@ -134,6 +134,7 @@ PREDICATES = {
     "layout": 1,
     "movement": 1,  # slice, concat, gather
     "injective": 1,  # elementwise, layout or movement: each output element reads one element of each operand
+    "input": 1,  # a parameter of the program (read from global memory, computed by no kernel)
     "float": 1,  # a float dtype
     "same_shape": 2,
 }

@@ -24,7 +24,8 @@ from .rulecompile import base_rule_name, compile_rule_file
 from .rules import RuleFile
 
 T_CONSTRUCTORS = (
-    "Input", "Const", "Un", "Bin", "Where", "Red", "MatMul", "Transpose", "Reshape", "Bcast", "Cast",
+    "Input", "Const", "Un", "Bin", "Where", "Red", "MatMul", "Transpose", "Reshape", "Bcast", "Cast", "Slice", "Concat",
+    "Gather",
     "Global", "Shared", "Local", "Inline",
 )
 

@@ -1,98 +1,184 @@
 """Schedules: what one choice of e-nodes means as kernels.
 
 A choice picks one e-node per e-class. Its values (non-placement e-nodes) and
-the placements on their operand edges form the schedule:
+the placements on their operand edges form the schedule.
 
-- a *kernel* is rooted at every value that is a program output or is read
-  through a `global` edge; it contains every value reached from its root
-  through non-global edges (a value reached that way from two kernels is
-  computed in both);
-- an *instance* is one value computed inside a kernel, with its axis map: for
-  each of its dimensions, the kernel axis it runs along (`p0, p1, ...` are the
-  root's output axes, `r...` are axes reduced inside the kernel, None is a
-  broadcast size-1 dimension). An `inline` value gets one instance per
-  distinct indexing it is read with (recomputed, e.g. once inside a reduction
-  and once outside it); `shared` and `local` values one per kernel.
+Kernel formation, in two steps:
 
-The cost model (`cost.py`) prices kernels; lowering turns them into loops.
+1. *Walk.* Every value that is a program output or is read through a
+   `global` edge is a root. From each root, a walk follows non-global edges
+   to the values it computes. Each value computed is an *instance* at an
+   *index*: one `Ix` per dimension of the value, over the kernel's axes
+   (`p0, p1, ...` the root's output axes, `r0, ...` axes reduced inside the
+   kernel). Operands are read through the op's index map (`maps.py`):
+   transposes, reshapes, slices, concats and gathers move no data, they only
+   change where the next value is read. An `inline` value gets one instance
+   per nest that uses it and per index it is read at (recomputed); a
+   `shared` or `local` value one instance per kernel (held on chip). Global
+   reads are recorded with the nest that performs them (`Read.owner`).
+2. *Merge.* A value held (`shared`/`local`) by two kernels, a root that
+   another kernel computes, and an input two kernels read through `shared`
+   edges join those kernels into one (DESIGN: a kernel is a group of ops
+   joined by non-global edges). The second kernel's axes are renamed so the
+   common value sits at the same index in both (`_merge`). A kernel may so
+   write several values (`Kernel.roots`): a value fused into a kernel and
+   needed elsewhere is written by the kernel that computes it.
+
+The result is plain immutable data. The cost model (`cost.py`) decides tiling
+and prices kernels from it; lowering turns it into loops.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import cached_property
 
 from .egraph_data import EGraphData, ENode
-from .ir import TensorType, dtype_bytes
-from .ops import is_elementwise
+from .index import Indirect, Ix
+from .ir import TensorType
+from .maps import GatherRef, Guard, operand_maps
+from .ops import is_injective
 
-Label = str | None  # "p0".. a root axis, "r3".. a reduced axis, None a broadcast dim
+
+class Placement(StrEnum):
+    """How a producer -> consumer edge is held (README, "Schedule vocabulary")."""
+
+    GLOBAL = "global"
+    SHARED = "shared"
+    LOCAL = "local"
+    INLINE = "inline"
+
+
+class Hold(StrEnum):
+    """How a kernel holds a value it computes."""
+
+    ROOT = "root"  # in a nest of its own, written to global memory
+    SHARED = "shared"  # on chip for the whole tile
+    LOCAL = "local"  # on chip, forwarded tile by tile
+    INLINE = "inline"  # an expression inside the nest that reads it, recomputed per use
+
+
+class AxisKind(StrEnum):
+    PARALLEL = "parallel"  # an output axis: may be tiled
+    REDUCE = "reduce"  # an axis a reduction or matmul sums over inside the kernel
+
+
+# An operand reference: ("global", cid) | ("const", value) | (hold, instance key)
+Operand = tuple[str, object]
 
 
 @dataclass(frozen=True)
 class Instance:
     cid: str  # the value's e-class
     node: ENode
-    labels: tuple[Label, ...]  # one per dimension of the value
-    placement: str  # how the kernel holds it: "root", "shared", "local" or "inline"
-    key: int  # a number unique within the kernel
-    operands: tuple[tuple[str, object], ...] = ()  # per operand: ("global", cid) | ("const", value) | (placement, key)
-    operand_labels: tuple[tuple[Label, ...], ...] = ()  # the axis map each operand is read with
+    index: tuple[Ix, ...]  # where each of its elements sits: one Ix per dimension, over kernel axes
+    hold: Hold
+    key: int  # its position in Kernel.instances
+    operands: tuple[Operand, ...] = ()
+    operand_index: tuple[tuple[Ix, ...], ...] = ()  # where each operand is read
+    owner: int = -1  # the held instance whose nest computes it (itself, unless inline)
+    guards: tuple[Guard, ...] = ()  # computed only where these hold (inside a concat piece)
+
+    @property
+    def held(self) -> bool:
+        return self.hold is not Hold.INLINE
+
+    @cached_property
+    def axes(self) -> tuple[str, ...]:
+        """The kernel axes its value varies along, in first-use order."""
+        return tuple(dict.fromkeys(a for ix in self.index for a in ix.axes()))
 
 
-@dataclass
+@dataclass(frozen=True)
+class Read:
+    """A global value read inside a kernel: at `index`, under `guards`, in the nest of `owner`."""
+
+    cid: str
+    index: tuple[Ix, ...]
+    owner: int
+    site: tuple[int, int]  # (consumer instance key, operand position)
+    guards: tuple[Guard, ...] = ()
+    shared: bool = False  # an input read through a `shared` edge: joins the kernels that read it so
+
+    @cached_property
+    def axes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a for ix in self.index for a in ix.axes()))
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    extent: int
+    kind: AxisKind
+
+
+@dataclass(frozen=True)
 class Kernel:
-    """A kernel's instances plus the aggregates the cost model reads (kept up to date as it grows)."""
+    roots: tuple[str, ...]  # the values it writes to global memory (the first sets the axes)
+    stores: tuple[int, ...]  # the instance writing each root
+    instances: tuple[Instance, ...]
+    reads: tuple[Read, ...]
+    axes: tuple[Axis, ...]
+    problems: tuple[str, ...] = ()
 
-    root: str  # e-class of the value it writes to global memory
-    instances: list[Instance]  # the root is the first one created, key 0 of the walk's last return
-    inputs: dict[str, tuple[Label, ...]]  # global values read (e-class -> axis map of the read)
-    extents: dict[str, int]  # extent of every label
-    input_uses: dict[str, int] = field(default_factory=dict)  # operand slots reading each global input
-    problems: list[str] = field(default_factory=list)
-    root_key: int = -1
-    # where each global input is read: (consumer instance key, operand index, axis map)
-    reads_at: dict[str, list[tuple[int, int, tuple[Label, ...]]]] = field(default_factory=dict)
-    # aggregates: work[labels][op] = elements of `op` per element of a slice with these labels
-    work: dict[tuple[Label, ...], dict[str, float]] = field(default_factory=dict)
-    buffers: list[tuple[tuple[Label, ...], int]] = field(default_factory=list)  # (labels, bytes per element)
-    matmuls: list[tuple[tuple[Label, ...], int]] = field(default_factory=list)  # (output labels, k)
-    restrict: list[frozenset] = field(default_factory=list)  # label sets the tiled axes must lie in
-    held: dict[str, int] = field(default_factory=dict)  # shared/local value -> its instance key
-    # a held value read with another axis map: (op, its own map, the reader's map)
-    indexings: list[tuple[str, tuple, tuple]] = field(default_factory=list)
-    computed: dict[tuple[str, tuple[Label, ...]], int] = field(default_factory=dict)  # inline (value, labels)
-    reduced: int = 0  # counter for fresh reduced-axis labels
+    @property
+    def root(self) -> str:
+        return self.roots[0]
+
+    @property
+    def root_instance(self) -> Instance:
+        return self.instances[self.stores[0]]
+
+    @cached_property
+    def extents(self) -> dict[str, int]:
+        return {a.name: a.extent for a in self.axes}
+
+    @cached_property
+    def kinds(self) -> dict[str, AxisKind]:
+        return {a.name: a.kind for a in self.axes}
+
+    @cached_property
+    def inputs(self) -> dict[str, list[Read]]:
+        """The global values it reads, each with its reads, in first-read order."""
+        out: dict[str, list[Read]] = {}
+        for r in self.reads:
+            out.setdefault(r.cid, []).append(r)
+        return out
 
     @property
     def problem(self) -> str:
         return "; ".join(dict.fromkeys(self.problems))
 
-    @property
-    def root_instance(self) -> Instance:
-        return self.instances[self.root_key]
-
-    def copy(self) -> "Kernel":
-        return Kernel(
-            self.root, list(self.instances), dict(self.inputs), dict(self.extents), dict(self.input_uses),
-            list(self.problems), self.root_key, {k: list(v) for k, v in self.reads_at.items()},
-            {k: dict(v) for k, v in self.work.items()}, list(self.buffers), list(self.matmuls),
-            list(self.restrict), dict(self.held), list(self.indexings), dict(self.computed), self.reduced,
-        )
+    @cached_property
+    def readers(self) -> dict[int, list[int]]:
+        """For each instance, the instances reading it through a fused edge."""
+        out: dict[int, list[int]] = {}
+        for inst in self.instances:
+            for kind, ref in inst.operands:
+                if kind not in ("global", "const"):
+                    out.setdefault(ref, []).append(inst.key)
+        return out
 
     def ordered(self) -> list[Instance]:
-        """Instances with every operand before its reader (growing a kernel appends producers last)."""
+        """Instances with every operand before its reader, stores in root order."""
         done: dict[int, None] = {}
 
         def visit(key: int) -> None:
             if key in done:
                 return
-            for kind, ref in self.instances[key].operands:
+            inst = self.instances[key]
+            for kind, ref in inst.operands:
+                if kind not in ("global", "const"):
+                    visit(ref)
+            for t in (t for ix in inst.index for t, _ in ix.terms if isinstance(t, Indirect)):
+                kind, ref = self.instances[t.value.key].operands[1]  # the gather's index operand
                 if kind not in ("global", "const"):
                     visit(ref)
             done[key] = None
 
-        visit(self.root_key)
+        for key in self.stores:
+            visit(key)
         return [self.instances[k] for k in done]
 
 
@@ -105,11 +191,12 @@ class Schedule:
     constants: dict[str, object] = field(default_factory=dict)  # an output that is a literal -> its value
 
     def kernel_of(self, cid: str) -> Kernel | None:
-        return next((k for k in self.kernels if k.root == cid), None)
+        return next((k for k in self.kernels if cid in k.roots), None)
 
 
 class CyclicChoice(Exception):
-    """The choice makes a value depend on itself (an e-graph cycle): it denotes no program."""
+    """The choice makes a value depend on itself (an e-graph cycle), or its kernels depend on each
+    other: it denotes no runnable program."""
 
 
 def values_of(data: EGraphData, choice: dict[str, ENode], cid: str) -> tuple[str, ENode]:
@@ -121,40 +208,45 @@ def values_of(data: EGraphData, choice: dict[str, ENode], cid: str) -> tuple[str
     return cid, node
 
 
-def operand_edges(data: EGraphData, choice: dict[str, ENode], node: ENode) -> list[tuple[str, str]]:
+def operand_edges(choice: dict[str, ENode], node: ENode) -> list[tuple[Placement, str]]:
     """(placement, value e-class) for each operand of a value e-node."""
     edges = []
     for child in node.children:
         pnode = choice[child]
-        placement = pnode.op if pnode.is_placement else "global"
-        value = pnode.children[0] if pnode.is_placement else child
-        edges.append((placement, value))
+        if pnode.is_placement:
+            edges.append((Placement(pnode.op), pnode.children[0]))
+        else:
+            edges.append((Placement.GLOBAL, child))
     return edges
 
 
-def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Schedule:
-    """Kernels of a choice, in an order where producers come before consumers."""
+def find_roots(data: EGraphData, choice: dict[str, ENode]) -> tuple[list[str], list[str], dict[str, str]]:
+    """(roots in producer-first order, outputs, params by e-class) of a choice."""
     roots: list[str] = []
     seen: set[str] = set()
-    order: list[str] = []  # value classes, post-order (producers first)
-
     active: set[str] = set()
+    order: list[str] = []
 
     def walk(cid: str) -> None:
-        if cid in seen:
-            if cid in active:
-                raise CyclicChoice(cid)
-            return
-        seen.add(cid)
-        active.add(cid)
-        node = choice[cid]
-        for placement, value in operand_edges(data, choice, node):
-            walk(value)
-            vnode = choice[value]
-            if placement == "global" and vnode.op not in ("param", "const") and value not in roots:
-                roots.append(value)
-        order.append(cid)
-        active.discard(cid)
+        stack = [(cid, False)]
+        while stack:
+            c, done = stack.pop()
+            if done:
+                active.discard(c)
+                order.append(c)
+                continue
+            if c in seen:
+                if c in active:
+                    raise CyclicChoice(c)
+                continue
+            seen.add(c)
+            active.add(c)
+            stack.append((c, True))
+            for placement, value in reversed(operand_edges(choice, choice[c])):
+                if placement is Placement.GLOBAL and choice[value].op not in ("param", "const") \
+                        and value not in roots:
+                    roots.append(value)
+                stack.append((value, False))
 
     outputs = []
     for r in data.roots:
@@ -167,205 +259,473 @@ def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Sch
     position = {cid: i for i, cid in enumerate(order)}
     roots.sort(key=position.__getitem__)
     params = {cid: choice[cid].attr("name") for cid in order if choice[cid].op == "param"}
+    return roots, outputs, params
+
+
+def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Schedule:
+    """Kernels of a choice, producers before consumers (`form(root)` forms one root's kernel)."""
+    roots, outputs, params = find_roots(data, choice)
     constants = {cid: choice[cid].attr("value") for cid in outputs if choice[cid].op == "const"}
     form = form or (lambda r: form_kernel(data, choice, r))
-    kernels = [form(r) for r in roots]
+    kernels = merge_kernels([form(r) for r in roots], set(outputs))
     return Schedule(kernels, outputs, data.types, params, constants)
 
 
 def form_kernel(data: EGraphData, choice: dict[str, ENode], root: str) -> Kernel:
+    """The kernel of one root: its walk (step 1 of the module docstring)."""
     shape = data.types[root].shape
-    kernel = Kernel(root, [], {}, {f"p{i}": d for i, d in enumerate(shape)})
-    kernel.root_key = _Builder(data, choice, kernel).visit(root, tuple(f"p{i}" for i in range(len(shape))), "root")
-    return kernel
+    b = _Builder(data, choice)
+    for i, d in enumerate(shape):
+        b.axes.append(Axis(f"p{i}", d, AxisKind.PARALLEL))
+    key = b.visit(root, tuple(Ix.var(f"p{i}") for i in range(len(shape))), Hold.ROOT, -1, ())
+    return _with_owners(Kernel((root,), (key,), tuple(b.instances), tuple(b.reads), tuple(b.axes),
+                               tuple(b.problems)))
 
 
-def fuse_into(data: EGraphData, choice: dict[str, ENode], kernel: Kernel, producer: str,
-              consumers: set[str]) -> Kernel:
-    """`kernel` with `producer` computed inside it instead of read from global memory.
+def _with_owners(k: Kernel) -> Kernel:
+    """Every global read once per nest that makes it: an inline value is an expression inside each
+    nest that reads it (directly or through other inline values), so its reads happen in each of
+    them (the cost model stages what two nests read)."""
+    nests: dict[int, set[int]] = {}
+    for inst in k.instances:
+        if not inst.held:
+            continue
+        stack = [inst.key]
+        while stack:
+            key = stack.pop()
+            if inst.key in nests.setdefault(key, set()):
+                continue
+            nests[key].add(inst.key)
+            stack.extend(ref for kind, ref in k.instances[key].operands if kind == "inline")
+    # a gather's indices are read wherever its index is evaluated: in the nests that read through
+    # it, and in the nest of a value held at a gathered index
+    evaluates: dict[int, set[int]] = {}
+    for inst in k.instances:
+        for key in _gathers(inst.index) | {g for r in k.reads if r.site[0] == inst.key for g in _gathers(r.index)}:
+            evaluates.setdefault(key, set()).update(nests.get(inst.key, ()))
+    reads = []
+    for r in dict.fromkeys(replace(r, owner=-1) for r in k.reads):
+        owners = set(nests.get(r.site[0], ()))
+        if r.site[1] == 1 and k.instances[r.site[0]].node.op == "gather":
+            owners |= evaluates.get(r.site[0], set())
+        reads.extend(replace(r, owner=owner) for owner in sorted(owners))
+    return replace(k, reads=tuple(reads))
 
-    `choice` is the new choice: the consumers of `producer` in this kernel read
-    it through non-global edges, and nothing else changed. Only the producer's
-    part is walked, so growing a kernel costs what is added to it.
-    """
-    new = kernel.copy()
-    sites = [site for site in new.reads_at.pop(producer) if new.instances[site[0]].cid in consumers]
-    kept = [site for site in kernel.reads_at[producer] if site not in sites]
-    if kept:  # other consumers in this kernel still read it from global memory
-        new.reads_at[producer] = kept
-        new.input_uses[producer] = len(kept)
-    else:
-        del new.inputs[producer]
-        del new.input_uses[producer]
-    builder = _Builder(data, choice, new)
-    for key, index, labels in sites:
-        inst = new.instances[key]
-        node = choice[inst.cid]
-        edge, value = operand_edges(data, choice, node)[index]
-        assert value == producer and edge != "global", (edge, value)
-        consumer_labels = inst.labels
-        ref = builder.edge(node, edge, value, labels, consumer_labels)
-        operands = list(new.instances[key].operands)
-        operands[index] = ref
-        new.instances[key] = Instance(inst.cid, node, inst.labels, inst.placement, key, tuple(operands),
-                                      inst.operand_labels)
-    return new
+
+def _gathers(index: tuple[Ix, ...]) -> set[int]:
+    """The gathers (instance keys) whose index an index expression evaluates."""
+    out = set()
+    for ix in index:
+        for t, _ in ix.terms:
+            if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
+                out.add(t.value.key)
+                out |= _gathers(t.value.index)
+            elif hasattr(t, "x"):
+                out |= _gathers((t.x,))
+    return out
 
 
 class _Builder:
-    """Walks a kernel's values from the root through non-global edges, accounting as it goes."""
+    """Walks a kernel's values from the root through non-global edges."""
 
-    def __init__(self, data: EGraphData, choice: dict[str, ENode], kernel: Kernel):
-        self.data = data
+    def __init__(self, data: EGraphData, choice: dict[str, ENode]):
         self.types = data.types
         self.choice = choice
-        self.k = kernel
+        self.instances: list[Instance | None] = []
+        self.reads: list[Read] = []
+        self.axes: list[Axis] = []
+        self.problems: list[str] = []
+        self.held: dict[str, int] = {}  # shared/local value -> its instance
+        self.computed: dict[tuple, int] = {}  # inline (value, index, guards) -> its instance
 
     def fresh(self, extent: int) -> str:
-        label = f"r{self.k.reduced}"
-        self.k.reduced += 1
-        self.k.extents[label] = extent
-        return label
+        name = f"r{sum(a.kind is AxisKind.REDUCE for a in self.axes)}"
+        self.axes.append(Axis(name, extent, AxisKind.REDUCE))
+        return name
 
-    def visit(self, cid: str, labels: tuple[Label, ...], placement: str) -> int:
-        k = self.k
-        if placement in ("shared", "local") and cid in k.held:
-            inst = k.instances[k.held[cid]]
-            if inst.labels != labels:  # fine unless they differ along a tiled axis: cost.py decides
-                k.indexings.append((self.choice[cid].op, inst.labels, labels))
-            return inst.key
-        if placement == "inline" and (cid, labels) in k.computed:
-            return k.computed[(cid, labels)]
+    def extent(self, axis: str) -> int:
+        return next(a.extent for a in self.axes if a.name == axis)
+
+    def visit(self, cid: str, index: tuple[Ix, ...], hold: Hold, owner: int, guards: tuple[Guard, ...]) -> int:
+        if hold in (Hold.SHARED, Hold.LOCAL) and cid in self.held:
+            # read again, perhaps at another index: the cost model checks that the two differ only
+            # by whole axes (cost.alias_problem), which the buffer holds whole
+            return self.held[cid]
+        memo = (cid, index, guards)
+        if hold is Hold.INLINE and memo in self.computed:
+            return self.computed[memo]
         node = self.choice[cid]
-        key = len(k.instances)
-        k.instances.append(None)  # reserve the key: operands may be read by key before this returns
-        read_labels = operand_labels(node, labels, self.types, cid, self.fresh, k.problems)
+        key = len(self.instances)
+        self.instances.append(None)  # reserve the key: operands may refer to it before this returns
+        if hold is not Hold.INLINE:
+            owner = key
+            if guards:
+                self.problems.append(f"{node.op} is held on chip but read inside a concat piece")
+        maps = operand_maps(node.op, node.attrs, index, [self.types[c].shape for c in node.children],
+                            self.types[cid].shape, self.fresh, self.extent, key)
         operands = []
-        for index, ((edge, value), child_labels) in enumerate(zip(operand_edges(self.data, self.choice, node),
-                                                                   read_labels)):
+        for i, ((edge, value), m) in enumerate(zip(operand_edges(self.choice, node), maps)):
             vnode = self.choice[value]
+            under = guards + m.guards
             if vnode.op == "const":
                 operands.append(("const", vnode.attr("value")))
-            elif edge == "global" or vnode.op == "param":
-                self.read_global(value, child_labels, key, index)
+            elif edge is Placement.GLOBAL or vnode.op == "param":
+                shared = edge is Placement.SHARED and vnode.op == "param"
+                self.reads.append(Read(value, m.index, owner, (key, i), under, shared))
                 operands.append(("global", value))
             else:
-                operands.append(self.edge(node, edge, value, child_labels, labels))
-        inst = Instance(cid, node, labels, placement, key, tuple(operands), tuple(read_labels))
-        k.instances[key] = inst
-        if placement in ("shared", "local"):
-            k.held[cid] = key
-        elif placement == "inline":
-            k.computed[(cid, labels)] = key
-        self.account(inst)
+                self.check_edge(node, edge, vnode, m.index, index)
+                operands.append((edge.value, self.visit(value, m.index, Hold(edge.value), owner, under)))
+        self.instances[key] = Instance(cid, node, index, hold, key, tuple(operands),
+                                       tuple(m.index for m in maps), owner, guards)
+        if hold in (Hold.SHARED, Hold.LOCAL):
+            self.held[cid] = key
+        elif hold is Hold.INLINE:
+            self.computed[memo] = key
         return key
 
-    def edge(self, consumer: ENode, edge: str, value: str, labels, consumer_labels) -> tuple[str, int]:
-        vnode = self.choice[value]
-        if edge == "inline" and not is_elementwise(vnode.op):
-            self.k.problems.append(f"inline needs an elementwise producer, not {vnode.op}")
-        if edge == "local" and is_elementwise(consumer.op) and set(filter(None, labels)) < set(
-            filter(None, consumer_labels)
-        ):
-            self.k.problems.append(f"local value {vnode.op} is broadcast by its consumer {consumer.op}; use shared")
-        return (edge, self.visit(value, labels, edge))
+    def check_edge(self, consumer: ENode, edge: Placement, producer: ENode, read_at, consumer_index) -> None:
+        if edge is Placement.INLINE and not is_injective(producer.op):
+            self.problems.append(f"inline needs an injective producer, not {producer.op}")
+        if edge is Placement.LOCAL and consumer.op not in ("sum", "mean", "max", "min", "matmul") and set(
+                a for ix in read_at for a in ix.axes()) < set(a for ix in consumer_index for a in ix.axes()):
+            self.problems.append(f"local value {producer.op} is broadcast by its consumer {consumer.op}; use shared")
 
-    def read_global(self, value: str, labels, key: int, index: int) -> None:
-        k = self.k
-        k.reads_at.setdefault(value, []).append((key, index, labels))
-        prev = k.inputs.get(value)
-        if prev is not None and prev != labels:
-            # read twice with different indexings: stage the union (the whole slice of both)
-            labels = tuple(a if a == b else _wider(a, b) for a, b in zip(prev, labels))
-        k.inputs[value] = labels
-        k.input_uses[value] = k.input_uses.get(value, 0) + 1
 
-    def account(self, inst: Instance) -> None:
-        """Add what this instance costs per element of its slice to the kernel's aggregates."""
-        k = self.k
-        op = inst.node.op
-        if op in ("param", "const"):
-            return
-        if op == "matmul":
-            k.matmuls.append((inst.labels, self.types[inst.node.children[0]].shape[-1]))
-            k.restrict.append(frozenset(inst.labels))
+# ---------------------------------------------------------------------------
+# step 2: merging kernels joined by held values, computed roots and shared inputs
+
+
+def merge_kernels(kernels: list[Kernel], outputs: set[str]) -> list[Kernel]:
+    """Kernels joined into one where they compute the same value (or one computes another's root),
+    or where both read an input through `shared` edges; in producer-first order.
+
+    A join is made only when the two kernels' axes can be matched up on the common value
+    (`_unify`) and the result does not make two kernels each wait for the other; otherwise each
+    computes the value itself (recomputation)."""
+    group = list(range(len(kernels)))
+    merged: dict[int, Kernel] = dict(enumerate(kernels))
+    writer = {cid: i for i, k in enumerate(kernels) for cid in k.roots}
+    deps = [{writer[r.cid] for r in k.reads if r.cid in writer} for k in kernels]
+    for i, j in _joins(kernels):
+        gi, gj = group[i], group[j]
+        if gi == gj:
+            continue
+        trial = [gi if g == gj else g for g in group]
+        if not _acyclic(trial, deps):
+            continue
+        joined = _merge(merged[gi], merged[gj])
+        if joined is None:
+            continue
+        group = trial
+        merged[gi] = joined
+        del merged[gj]
+    return _order(list(merged.values()), outputs)
+
+
+def _joins(kernels: list[Kernel]) -> list[tuple[int, int]]:
+    """Pairs of kernels computing a common value, or reading an input through `shared` edges."""
+    first: dict[str, int] = {}
+    joins = []
+    for i, k in enumerate(kernels):
+        for cid in dict.fromkeys(inst.cid for inst in k.instances if inst.node.op not in ("param", "const")):
+            j = first.setdefault(cid, i)
+            if j != i:
+                joins.append((j, i))
+        for cid in dict.fromkeys(r.cid for r in k.reads if r.shared):
+            j = first.setdefault("input " + cid, i)
+            if j != i:
+                joins.append((j, i))
+    return list(dict.fromkeys(joins))
+
+
+def _acyclic(group: list[int], deps: list[set[int]]) -> bool:
+    """No group reads what it writes, directly or through other groups."""
+    edges: dict[int, set[int]] = {}
+    for i, ds in enumerate(deps):
+        for d in ds:
+            if group[d] == group[i]:
+                return False  # one kernel would read, from global memory, a value it writes itself
+            edges.setdefault(group[i], set()).add(group[d])
+    state: dict[int, int] = {}
+    for start in edges:
+        if state.get(start):
+            continue
+        stack = [(start, iter(edges.get(start, ())))]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return False
+            elif not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(edges.get(nxt, ()))))
+    return True
+
+
+def _full(inst: Instance) -> bool:
+    """An instance that covers its value's every element exactly once: one distinct parallel axis of
+    the value's extent per dimension (size-1 dimensions may read 0), outside any concat piece."""
+    if inst.guards:
+        return False
+    seen = set()
+    for ix in inst.index:
+        if ix.is_const and ix.const == 0:
+            continue
+        label = ix.label
+        if label is None or label in seen:
+            return False
+        seen.add(label)
+    return True
+
+
+def _merge(a: Kernel, b: Kernel) -> Kernel | None:
+    """One kernel doing the work of both: b's axes renamed so that a value both compute (or an
+    input both read through `shared` edges) sits at the same index in both, instances
+    deduplicated; None when no renaming keeps every stored value whole."""
+    mapping = _unify(a, b)
+    if mapping is None:
+        return None
+    return _concat(a, _rename(b, mapping, len(a.instances)))
+
+
+def _unify(a: Kernel, b: Kernel) -> dict[str, Ix] | None:
+    """A renaming of b's axes (to expressions over a's) under which a common value or shared input
+    has the same index in both and every value b stores still covers its elements once; b's other
+    axes get fresh names."""
+    in_a: dict[str, list[Instance]] = {}
+    for inst in a.instances:
+        in_a.setdefault(inst.cid, []).append(inst)
+    pairs = []
+    for inst in b.instances:
+        for mine in in_a.get(inst.cid, ()):
+            if inst.key in b.stores and not _full(mine):
+                continue  # b's root would be computed only where a reads it
+            pairs.append((mine.index, inst.index, inst.key in b.stores))
+    pairs.sort(key=lambda p: not p[2])  # a root of b first: its index is all of b's axes
+    a_reads = {r.cid: r.index for r in a.reads if r.shared}
+    pairs += [(a_reads[r.cid], r.index, False) for r in b.reads if r.shared and r.cid in a_reads]
+    for mine, theirs, _ in pairs:
+        mapping = _solve(mine, theirs)
+        if mapping is None:
+            continue
+        full = _complete(mapping, a, b)
+        if all(_full_index(tuple(ix.substitute(full) for ix in b.instances[key].index)) for key in b.stores):
+            return full
+    return None
+
+
+def _full_index(index: tuple[Ix, ...]) -> bool:
+    labels = [ix.label for ix in index if not (ix.is_const and ix.const == 0)]
+    return all(lab is not None for lab in labels) and len(set(labels)) == len(labels)
+
+
+def _solve(target: tuple[Ix, ...], source: tuple[Ix, ...]) -> dict[str, Ix] | None:
+    """Axes of b mapped so that `source` becomes `target`: each dimension of `source` must be one
+    of b's axes or the constant of `target`."""
+    if len(target) != len(source):
+        return None
+    mapping: dict[str, Ix] = {}
+    for t, s in zip(target, source):
+        if s.is_const:
+            if not t.is_const or t.const != s.const:
+                return None
+            continue
+        label = s.label
+        if label is None or mapping.get(label, t) != t:
+            return None
+        mapping[label] = t
+    return mapping
+
+
+def _complete(mapping: dict[str, Ix], a: Kernel, b: Kernel) -> dict[str, Ix]:
+    """b's unmapped axes renamed apart from a's."""
+    taken = {ax.name for ax in a.axes}
+    full = dict(mapping)
+    for ax in b.axes:
+        if ax.name in full:
+            continue
+        n = 0
+        prefix = "p" if ax.kind is AxisKind.PARALLEL else "r"
+        while f"{prefix}{n}" in taken:
+            n += 1
+        taken.add(f"{prefix}{n}")
+        full[ax.name] = Ix.var(f"{prefix}{n}")
+    return full
+
+
+def _rename(k: Kernel, mapping: dict[str, Ix], offset: int) -> Kernel:
+    """k with its axes substituted and its instance keys shifted by `offset`."""
+
+    def ix(i: Ix) -> Ix:
+        return _rekey(i.substitute(mapping), offset)
+
+    def idx(t):
+        return tuple(ix(i) for i in t)
+
+    def guards(gs):
+        return tuple(Guard(ix(g.ix), g.lo, g.hi) for g in gs)
+
+    def ops(operands):
+        return tuple((kind, ref + offset if kind not in ("global", "const") else ref) for kind, ref in operands)
+
+    instances = tuple(
+        Instance(inst.cid, inst.node, idx(inst.index), inst.hold, inst.key + offset, ops(inst.operands),
+                 tuple(idx(t) for t in inst.operand_index), inst.owner + offset, guards(inst.guards))
+        for inst in k.instances)
+    reads = tuple(Read(r.cid, idx(r.index), r.owner + offset, (r.site[0] + offset, r.site[1]), guards(r.guards),
+                       r.shared) for r in k.reads)
+    axes = []
+    for ax in k.axes:
+        new = mapping[ax.name]
+        if new.label is not None and new.label != ax.name:
+            axes.append(Axis(new.label, ax.extent, ax.kind))
+        elif new.label == ax.name:
+            axes.append(ax)
+    return Kernel(k.roots, tuple(s + offset for s in k.stores), instances, reads, tuple(axes), k.problems)
+
+
+def _rekey(ix: Ix, offset: int) -> Ix:
+    if offset == 0:
+        return ix
+    return ix.map_atoms(lambda t: Ix.var(_rekey_atom(t, offset)))
+
+
+def _rekey_atom(t, offset):
+    if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
+        ref = t.value
+        return Indirect(GatherRef(ref.key + offset, tuple(_rekey(i, offset) for i in ref.index)), t.extent, t.site)
+    if hasattr(t, "x"):
+        return type(t)(_rekey(t.x, offset), t.d)
+    return t
+
+
+def _concat(a: Kernel, b: Kernel) -> Kernel:
+    """a and b (b already renamed and re-keyed) as one kernel. What both compute at the same
+    index becomes one instance, as within one walk: a held or stored value, and an inline value
+    (recomputed once per index); the duplicate's reads move to the one kept."""
+    instances = list(a.instances) + list(b.instances)
+    stored = set(a.stores) | set(b.stores)
+    same: dict[int, int] = {}
+    seen: dict[tuple, int] = {}
+    for inst in instances:
+        sig = (inst.cid, inst.index, inst.guards, inst.held or inst.key in stored)
+        if sig in seen:
+            same[inst.key] = seen[sig]
         else:
-            factor = 1.0
-            if op in ("sum", "mean", "max", "min"):
-                in_shape = self.types[inst.node.children[0]].shape
-                factor = float(math.prod(in_shape[a] for a in inst.node.attr("axes")))
-                k.restrict.append(frozenset(inst.labels))
-            if op == "reshape":
-                k.restrict.append(frozenset(inst.operand_labels[0]))
-            ops = k.work.setdefault(inst.labels, {})
-            ops[op] = ops.get(op, 0.0) + factor
-        accumulates = op in ("sum", "mean", "max", "min", "matmul")
-        if inst.placement in ("shared", "local") or (inst.placement == "root" and accumulates):
-            k.buffers.append((inst.labels, dtype_bytes(self.types[inst.cid].dtype)))
+            seen[sig] = inst.key
+    axes = {ax.name: ax for ax in a.axes}
+    for ax in b.axes:
+        axes.setdefault(ax.name, ax)
+    roots = list(a.roots)
+    stores = list(a.stores)
+    for cid, key in zip(b.roots, b.stores):
+        key = same.get(key, key)
+        if cid not in roots:
+            roots.append(cid)
+            stores.append(key)
+    if same:
+        instances = _redirect(instances, same)
+    kernel = Kernel(tuple(roots), tuple(stores), tuple(instances), a.reads + b.reads, tuple(axes.values()),
+                    a.problems + b.problems)
+    return _with_owners(_compact(kernel))
 
 
-def _wider(a: Label, b: Label) -> Label:
-    return a if a is not None else b
+def _redirect(instances: list[Instance], same: dict[int, int]) -> list[Instance]:
+    """Operand references to a duplicate instance pointed at the one kept; the kept one takes the
+    strongest hold of the two (shared/local over root)."""
+    out = []
+    for inst in instances:
+        operands = tuple((kind, same.get(ref, ref) if kind not in ("global", "const") else ref)
+                         for kind, ref in inst.operands)
+        out.append(replace(inst, operands=operands, owner=same.get(inst.owner, inst.owner)))
+    for dup, kept in same.items():
+        if out[dup].hold in (Hold.SHARED, Hold.LOCAL) and out[kept].hold is Hold.ROOT:
+            out[kept] = replace(out[kept], hold=out[dup].hold)
+    return out
 
 
-def operand_labels(node: ENode, out: tuple[Label, ...], types, cid: str, fresh, problems: list[str]):
-    """The axis map of each operand of `node`, given the axis map `out` of its result."""
-    op = node.op
-    shapes = [types[c].shape for c in node.children]
-    out_shape = types[cid].shape
-    if op in ("param", "const"):
-        return []
-    if op in ("sum", "mean", "max", "min"):
-        (in_shape,) = shapes
-        axes = node.attr("axes")
-        keep = node.attr("keepdims")
-        it = iter(out)
-        labels = []
-        for i, d in enumerate(in_shape):
-            if i in axes:
-                labels.append(fresh(d))
-                if keep:
-                    next(it)
-            else:
-                labels.append(next(it))
-        return [tuple(labels)]
-    if op == "matmul":
-        a, b = shapes
-        k = fresh(a[-1])
-        a2 = len(a) == 1
-        b2 = len(b) == 1
-        lab = list(out)
-        n_label = None if b2 else lab.pop()
-        m_label = None if a2 else lab.pop()
-        batch = lab
-        la = _broadcast_into(a[:-2], batch) + ([m_label] if not a2 else []) + [k]
-        lb = _broadcast_into(b[:-2], batch) + [k] + ([n_label] if not b2 else [])
-        la = [None if (d == 1 and lab_ is not None and not lab_.startswith("r")) else lab_ for d, lab_ in zip(a, la)]
-        lb = [None if (d == 1 and lab_ is not None and not lab_.startswith("r")) else lab_ for d, lab_ in zip(b, lb)]
-        return [tuple(la), tuple(lb)]
-    if op == "transpose":
-        perm = node.attr("perm")
-        labels: list[Label] = [None] * len(perm)
-        for i, p in enumerate(perm):
-            labels[p] = out[i]
-        return [tuple(labels)]
-    if op == "reshape":
-        # Dimensions of a common prefix keep their axes; the rest are re-indexed
-        # through the flat index inside the tile (see parallel_axes).
-        (in_shape,) = shapes
-        labels = []
-        for i, d in enumerate(in_shape):
-            same = i < len(out_shape) and all(in_shape[j] == out_shape[j] for j in range(i + 1))
-            labels.append(out[i] if same else fresh(d))
-        return [tuple(labels)]
-    # elementwise, where, cast, broadcast_to: numpy broadcasting, trailing axes aligned
-    result = []
-    for s in shapes:
-        off = len(out_shape) - len(s)
-        result.append(tuple(None if (d == 1 and out_shape[j + off] != 1) else out[j + off] for j, d in enumerate(s)))
-    return result
+def _compact(k: Kernel) -> Kernel:
+    """Drop instances no store reaches (duplicates redirected away), renumbering keys."""
+    reach: dict[int, None] = {}
+    stack = list(k.stores)
+    while stack:
+        key = stack.pop()
+        if key in reach:
+            continue
+        reach[key] = None
+        inst = k.instances[key]
+        stack.extend(ref for kind, ref in inst.operands if kind not in ("global", "const"))
+    if len(reach) == len(k.instances):
+        return k
+    keep = sorted(reach)
+    new = {old: i for i, old in enumerate(keep)}
+
+    def ix(i: Ix) -> Ix:
+        return i.map_atoms(lambda t: Ix.var(_renumber(t, new)))
+
+    def idx(t):
+        return tuple(ix(i) for i in t)
+
+    instances = []
+    for old in keep:
+        inst = k.instances[old]
+        instances.append(Instance(
+            inst.cid, inst.node, idx(inst.index), inst.hold, new[old],
+            tuple((kind, new[ref] if kind not in ("global", "const") else ref) for kind, ref in inst.operands),
+            tuple(idx(t) for t in inst.operand_index), new.get(inst.owner, -1),
+            tuple(Guard(ix(g.ix), g.lo, g.hi) for g in inst.guards)))
+    reads = tuple(Read(r.cid, idx(r.index), new.get(r.owner, -1), (new[r.site[0]], r.site[1]),
+                       tuple(Guard(ix(g.ix), g.lo, g.hi) for g in r.guards), r.shared)
+                  for r in k.reads if r.site[0] in new)
+    used = {a for inst in instances for t in (inst.index, *inst.operand_index) for i in t for a in i.axes()}
+    axes = tuple(a for a in k.axes if a.name in used)
+    return Kernel(k.roots, tuple(new[s] for s in k.stores), tuple(instances), reads, axes, k.problems)
 
 
-def _broadcast_into(batch_shape, out_batch: list[Label]) -> list[Label]:
-    off = len(out_batch) - len(batch_shape)
-    return [out_batch[j + off] for j in range(len(batch_shape))]
+def _renumber(t, new: dict[int, int]):
+    if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
+        ref = t.value
+        return Indirect(GatherRef(new[ref.key], tuple(i.map_atoms(lambda a: Ix.var(_renumber(a, new)))
+                                                      for i in ref.index)), t.extent, t.site)
+    if hasattr(t, "x"):
+        return type(t)(t.x.map_atoms(lambda a: Ix.var(_renumber(a, new))), t.d)
+    return t
+
+
+def _order(kernels: list[Kernel], outputs: set[str]) -> list[Kernel]:
+    """Kernels in an order where each runs after the kernels whose values it reads; a cycle among
+    them (two kernels each reading what the other writes) denotes no runnable program."""
+    writer = {cid: i for i, k in enumerate(kernels) for cid in k.roots}
+    deps = [{writer[r.cid] for r in k.reads if r.cid in writer and writer[r.cid] != i}
+            for i, k in enumerate(kernels)]
+    for i, k in enumerate(kernels):
+        if any(writer.get(r.cid) == i for r in k.reads):
+            raise CyclicChoice(k.root)
+    order: list[int] = []
+    state = [0] * len(kernels)
+
+    def visit(i: int) -> None:
+        stack = [(i, False)]
+        while stack:
+            j, done = stack.pop()
+            if done:
+                state[j] = 2
+                order.append(j)
+                continue
+            if state[j] == 2:
+                continue
+            if state[j] == 1:
+                raise CyclicChoice(kernels[j].root)
+            state[j] = 1
+            stack.append((j, True))
+            stack.extend((d, False) for d in sorted(deps[j], reverse=True) if state[d] != 2)
+
+    for i in range(len(kernels)):
+        if state[i] == 0:
+            visit(i)
+    return [kernels[i] for i in order]

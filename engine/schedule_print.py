@@ -13,7 +13,8 @@ def global_names(schedule: Schedule) -> dict[str, str]:
     for i, cid in enumerate(schedule.outputs):
         names.setdefault(cid, f"out{i}")
     for k in schedule.kernels:
-        names.setdefault(k.root, f"t{len(names)}")
+        for cid in k.roots:
+            names.setdefault(cid, f"t{len(names)}")
     return names
 
 
@@ -38,20 +39,26 @@ def print_schedule(name: str, target_name: str, schedule: Schedule, cost: Schedu
 def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], schedule: Schedule) -> list[str]:
     space = ", ".join(f"{a}={k.extents[a]}" for a in kc.parallel) or "one tile"
     tile = ", ".join(str(kc.tile[a]) for a in kc.parallel)
+    writes = ", ".join(f"{names[c]}: {schedule.types[c]}" for c in k.roots)
     lines = [
-        f"kernel k{index} -> {names[k.root]}: {schedule.types[k.root]}",
+        f"kernel k{index} -> {writes}",
         f"  tiles over [{space}]" + (f" by [{tile}]" if kc.parallel else "") + f": {kc.tiles} tile(s), "
         f"on-chip {kc.footprint} B per tile",
         f"  reads {kc.bytes_read} B, writes {kc.bytes_written} B, {kc.cycles:.4g} cycles",
     ]
     if kc.problem:
         lines.append(f"  infeasible: {kc.problem}")
-    for cid in k.inputs:
-        lines.append(f"  in  {names.get(cid, cid)}: {schedule.types[cid]}  [{_labels(k.inputs[cid])}]")
+    for cid, reads in k.inputs.items():
+        at = "; ".join(dict.fromkeys(_index(r.index) for r in reads))
+        lines.append(f"  in  {names.get(cid, cid)}: {schedule.types[cid]}  [{at}]")
     ordered = k.ordered()
     number = {inst.key: i for i, inst in enumerate(ordered)}
+    stored = {key: names[cid] for cid, key in zip(k.roots, k.stores)}
     for inst in ordered:
-        lines.append("  " + print_instance(inst, names, number))
+        line = "  " + print_instance(inst, names, number)
+        if inst.key in stored and inst.hold.value != "root":
+            line += f", stored to {stored[inst.key]}"
+        lines.append(line)
     return lines
 
 
@@ -66,11 +73,11 @@ def print_instance(inst: Instance, names: dict[str, str], number: dict[int, int]
             args.append(f"{kind} %{number[ref]}")
     attrs = [f"{k}={print_attr_value(v)}" for k, v in inst.node.attrs if inst.node.op not in ("param", "const")]
     call = f"{inst.node.op}({', '.join(args + attrs)})"
-    return f"%{number[inst.key]} = {call:<44} [{_labels(inst.labels)}]  {inst.placement}"
+    return f"%{number[inst.key]} = {call:<44} [{_index(inst.index)}]  {inst.hold.value}"
 
 
-def _labels(labels) -> str:
-    return ", ".join("_" if lab is None else lab for lab in labels)
+def _index(index) -> str:
+    return ", ".join(str(ix) for ix in index)
 
 
 def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:
@@ -80,9 +87,9 @@ def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:
         kernels.append(
             {
                 "name": f"k{i}",
-                "writes": names[k.root],
+                "writes": [names[c] for c in k.roots],
                 "ops": [inst.node.op for inst in k.ordered()],
-                "placements": [inst.placement for inst in k.ordered()],
+                "placements": [inst.hold.value for inst in k.ordered()],
                 "reads": [names.get(c, c) for c in k.inputs],
                 "parallel_axes": [k.extents[a] for a in kc.parallel],
                 "tile": [kc.tile[a] for a in kc.parallel],

@@ -8,16 +8,23 @@ price cached by its contents.
 The space is narrowed without losing the optimum of the cost model: e-nodes
 of a class that compute the same op on the same values with the same kernel
 boundaries (which operands are `global`) differ only in how a fused operand
-is held, and for that the model has a dominant answer: an elementwise
-producer is best `inline` (the model recomputes a value once per indexing it
-is read with, and needs no buffer for it), anything else best `local`, then
-`shared`. Where the producer's class holds both kinds of e-node (algebra made
-`add(0, sum(x))` equal to `sum(x)`), the answer depends on its choice, so
-every placement is kept for that edge. The remaining options (op structure x boundary mask) are searched
+is held, and for that the model has a dominant answer: an injective producer
+is best `inline` (the model recomputes a value once per index it is read at,
+and needs no buffer for it), anything else best `local`, then `shared` (every
+fused edge joins its producer's and consumer's kernels alike). Where the
+producer's class holds both kinds of e-node (algebra made `add(0, sum(x))`
+equal to `sum(x)`), the answer depends on its choice, so every placement is
+kept for that edge. An input read through a `shared` edge joins the kernels
+that read it so; where only one class reads the input that joins nothing, and
+the edge counts as `global`.
+The remaining options (op structure x boundaries) are searched
 
-- exhaustively, when their product is small (every program of ~10 ops), or
-- greedily otherwise: start with every edge global and fuse one edge at a time
-  when the affected kernels get cheaper, pricing only those kernels.
+- exhaustively, when their product is at most EXHAUSTIVE_LIMIT points, or
+- greedily otherwise (`_greedy`): start from the cheapest op structure with
+  every edge global, then take moves while they pay. A move fuses one
+  producer into all the consumers that read it from global memory, with one
+  placement; only the kernels the move touches are formed, merged and priced
+  again.
 """
 
 from __future__ import annotations
@@ -28,16 +35,23 @@ from dataclasses import dataclass
 from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
 from .egraph_data import EGraphData, ENode
 from .memory import checkpoint
-from .ops import is_elementwise
-from .schedule import CyclicChoice, Kernel, Schedule, build_schedule, form_kernel, fuse_into
+from .ops import is_injective
+from .schedule import (CyclicChoice, Kernel, Placement, Schedule, _order, build_schedule, find_roots, form_kernel,
+                       merge_kernels)
 
 Choice = dict[str, ENode]
 
 # Narrowed spaces up to this many points are searched exhaustively (about 0.3 s);
 # the greedy search takes over above it.
 EXHAUSTIVE_LIMIT = 2048
+# The greedy search stops after this many passes over the producers without a paying move.
+GREEDY_ROUNDS = 4
+# Up to this many producers, each greedy step takes the best paying move of all (steepest descent,
+# which orders fusions by what they save); above it, the first paying move (each pass is linear).
+STEEPEST_LIMIT = 48
 
-_RANK_ELEMENTWISE = {"global": 0, "inline": 0, "local": 1, "shared": 2}
+# How good a placement is for a fused edge whose producer has one consumer class: lower is better.
+_RANK_INJECTIVE = {"global": 0, "inline": 0, "local": 1, "shared": 2}
 _RANK_OTHER = {"global": 0, "local": 0, "shared": 1, "inline": 9}
 
 
@@ -51,7 +65,7 @@ class SearchResult:
 
 
 class Space:
-    """The narrowed options of every value e-class, and kernel pricing with a cache."""
+    """The narrowed options of every value e-class, and kernel pricing with caches."""
 
     def __init__(self, data: EGraphData, target):
         self.data = data
@@ -63,36 +77,55 @@ class Space:
                 self.placement_choice[cid] = nodes[0]
             else:
                 self.value_classes.append(cid)
-        # per class: which kinds of e-node it holds (True = elementwise); read for every edge while narrowing
-        self.kinds = {cid: frozenset(is_elementwise(n.op) for n in nodes) for cid, nodes in data.classes.items()}
+        # per class: which kinds of e-node it holds (True = injective); read for every edge while narrowing
+        self.kinds = {cid: frozenset(is_injective(n.op) for n in nodes) for cid, nodes in data.classes.items()}
+        self.consumers = self._consumer_classes()
+        self.params = {cid for cid, nodes in data.classes.items() if nodes[0].op == "param"}
         self.options: dict[str, list[ENode]] = {cid: self._narrow(data.classes[cid]) for cid in self.value_classes}
-        self.kernel_cache: dict[tuple, tuple] = {}
+        self.form_cache: dict[tuple, Kernel] = {}
+        self.price_cache: dict[Kernel, KernelCost] = {}
         self.evaluated = 0
 
     def edge(self, child: str) -> tuple[str, str]:
         pnode = self.data.classes[child][0]
         return pnode.op, pnode.children[0]
 
+    def _consumer_classes(self) -> dict[str, set[str]]:
+        """For each value class, the classes with an e-node reading it."""
+        out: dict[str, set[str]] = {}
+        for cid in self.value_classes:
+            for n in self.data.classes[cid]:
+                for child in n.children:
+                    out.setdefault(self.edge(child)[1], set()).add(cid)
+        return out
+
+    def is_global(self, kind: str, value: str) -> bool:
+        """A kernel boundary: a global edge, or a shared read of an input only one class reads."""
+        if kind == "global":
+            return True
+        return value in self.params and len(self.consumers.get(value, ())) < 2
+
     def signature(self, node: ENode) -> tuple:
-        edges = tuple((kind == "global", value) for kind, value in map(self.edge, node.children))
+        edges = tuple((self.is_global(kind, value), value) for kind, value in map(self.edge, node.children))
         return node.op, node.attrs, edges
 
     def rank(self, node: ENode) -> tuple:
         out = []
         for kind, value in map(self.edge, node.children):
-            elementwise = self.kinds[value] == {True}
-            out.append((_RANK_ELEMENTWISE if elementwise else _RANK_OTHER)[kind])
+            injective = self.kinds[value] == {True}
+            out.append((_RANK_INJECTIVE if injective else _RANK_OTHER)[kind])
         return tuple(out)
 
-    def mixed(self, value: str) -> bool:
-        """A class holding both elementwise and other e-nodes: which placement is best depends on the choice."""
+    def keeps_placement(self, value: str) -> bool:
+        """Edges from this producer keep every placement apart: its class mixes kinds of e-node (the
+        best placement depends on its choice)."""
         return len(self.kinds[value]) > 1
 
     def _narrow(self, nodes: list[ENode]) -> list[ENode]:
         best: dict[tuple, ENode] = {}
         for n in nodes:
             op, attrs, edges = self.signature(n)
-            kinds = tuple(kind if self.mixed(value) else None for kind, value in map(self.edge, n.children))
+            kinds = tuple(kind if self.keeps_placement(value) else None for kind, value in map(self.edge, n.children))
             sig = (op, attrs, edges, kinds)
             if sig not in best or self.rank(n) < self.rank(best[sig]):
                 best[sig] = n
@@ -114,7 +147,8 @@ class Space:
 
     # -- pricing -----------------------------------------------------------------
 
-    def kernel_key(self, choice: Choice, root: str) -> tuple:
+    def walk_key(self, choice: Choice, root: str) -> tuple:
+        """What a root's kernel depends on: the e-nodes chosen for the values its walk reaches."""
         seen: list[tuple[str, int]] = []
         visited: set[str] = set()
         stack = [root]
@@ -131,23 +165,29 @@ class Space:
                     stack.append(value)
         return (root, tuple(seen))
 
-    def price_kernel(self, choice: Choice, root: str) -> tuple:
-        key = self.kernel_key(choice, root)
-        hit = self.kernel_cache.get(key)
-        if hit is None:
+    def form(self, choice: Choice, root: str) -> Kernel:
+        key = self.walk_key(choice, root)
+        kernel = self.form_cache.get(key)
+        if kernel is None:
             checkpoint("extraction (the schedule search)")
             kernel = form_kernel(self.data, choice, root)
-            hit = (kernel, kernel_cost(kernel, self.data.types, self.target))
-            self.kernel_cache[key] = hit
-        return hit
+            self.form_cache[key] = kernel
+        return kernel
+
+    def price_kernel(self, kernel: Kernel) -> KernelCost:
+        cost = self.price_cache.get(kernel)
+        if cost is None:
+            cost = kernel_cost(kernel, self.data.types, self.target)
+            self.price_cache[kernel] = cost
+        return cost
 
     def price(self, choice: Choice) -> tuple[ScheduleCost | None, Schedule | None]:
         self.evaluated += 1
         try:
-            schedule = build_schedule(self.data, choice, form=lambda r: self.price_kernel(choice, r)[0])
+            schedule = build_schedule(self.data, choice, form=lambda r: self.form(choice, r))
         except CyclicChoice:
             return None, None
-        costs = [self.price_kernel(choice, k.root)[1] for k in schedule.kernels]
+        costs = [self.price_kernel(k) for k in schedule.kernels]
         return schedule_cost(schedule, self.target, costs), schedule
 
 
@@ -195,89 +235,116 @@ def _exhaustive(space: Space) -> SearchResult:
 
 
 def _greedy(space: Space, start: Choice) -> SearchResult:
-    """Fuse producers into their consumers, one producer at a time, while it pays.
-
-    A move takes a producer kernel and makes every edge that reads it from
-    global memory fused; only the kernels that contain its consumers (and the
-    producer's own, which may vanish) are priced again.
-    """
-    by_sig: dict[str, dict[tuple, ENode]] = {
-        cid: {space.signature(n): n for n in opts} for cid, opts in space.options.items()
-    }
-    values = {cid: by_sig[cid][space.signature(start[cid])] for cid in space.value_classes if cid in start}
-    state = _Kernels(space, space.full_choice(values))
-    if state.schedule is None:
+    """Fuse producers into their consumers, one producer (and one placement) at a time, while it pays."""
+    by_sig: dict[str, dict[tuple, list[ENode]]] = {}
+    for cid, opts in space.options.items():
+        table: dict[tuple, list[ENode]] = {}
+        for n in opts:
+            table.setdefault(space.signature(n), []).append(n)
+        by_sig[cid] = table
+    values = {cid: by_sig[cid][space.signature(start[cid])][0] for cid in space.value_classes if cid in start}
+    state = _State(space, space.full_choice(values))
+    if state.kernels is None:
         cost, schedule = space.price(state.choice)
         return SearchResult(state.choice, schedule, cost, space.evaluated, False)
-    for _ in range(4):
+    shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
+    if len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT:
+        while True:
+            moves = [m for p in list(reversed(state.roots)) + shared_inputs for m in [state.best_move(p, by_sig)]
+                     if m is not None]
+            if not moves:
+                break
+            state.take(min(moves, key=lambda m: m[0]))
+        cost, schedule = space.price(state.choice)
+        return SearchResult(state.choice, schedule, cost, space.evaluated, False)
+    for _ in range(GREEDY_ROUNDS):
         improved = False
-        for producer in list(reversed(state.order)):
-            if producer in state.kernels and producer not in state.outputs and state.try_fuse(producer, by_sig):
+        for producer in list(reversed(state.roots)) + shared_inputs:
+            # an output too: fused into its consumers, it is stored by the kernel that computes it
+            if (producer in state.roots or producer in space.params) and state.try_fuse(producer, by_sig):
                 improved = True
         if not improved:
             break
-    kernels = {root: kernel for root, (kernel, _) in state.kernels.items()}
-    schedule = build_schedule(space.data, state.choice, form=lambda r: kernels.get(r) or form_kernel(
-        space.data, state.choice, r))
-    costs = [state.kernels[k.root][1] if k.root in state.kernels else kernel_cost(k, space.data.types, space.target)
-             for k in schedule.kernels]
-    return SearchResult(state.choice, schedule, schedule_cost(schedule, space.target, costs), space.evaluated, False)
+    cost, schedule = space.price(state.choice)
+    return SearchResult(state.choice, schedule, cost, space.evaluated, False)
 
 
-class _Kernels:
-    """The kernels of a placement-only neighbourhood of one choice, kept up to date move by move."""
+class _State:
+    """One choice's per-root kernels and merged kernels, kept up to date move by move."""
 
     def __init__(self, space: Space, choice: Choice):
         self.space = space
         self.choice = choice
-        cost, self.schedule = space.price(choice)
-        if self.schedule is None:
+        try:
+            roots, outputs, _ = find_roots(space.data, choice)
+        except CyclicChoice:
+            self.kernels = None
             return
-        self.outputs = set(self.schedule.outputs)
-        self.order = [k.root for k in self.schedule.kernels]
-        self.readers: dict[str, list[str]] = {}  # value -> consumers reading it (any placement)
-        self.kernels: dict[str, tuple[Kernel, KernelCost]] = {}
-        self.member: dict[str, set[str]] = {}
-        for cid in self._reachable():
-            for child in choice[cid].children:
-                self.readers.setdefault(space.edge(child)[1], []).append(cid)
-        for kernel in self.schedule.kernels:
-            self._add(kernel)
+        self.roots = roots
+        self.outputs = set(outputs)
+        self.per_root = {r: space.form(choice, r) for r in roots}
+        self.readers = self._readers()
+        try:
+            merged = merge_kernels([self.per_root[r] for r in roots], self.outputs)
+        except CyclicChoice:
+            self.kernels = None
+            return
+        self.kernels: list[Kernel] = merged
+        self.member = self._members()
 
-    def _reachable(self) -> list[str]:
-        seen: dict[str, None] = {}
-        stack = list(self.schedule.outputs)
+    def _readers(self) -> dict[str, list[str]]:
+        """value -> the value classes reading it (any placement), over what the choice reaches."""
+        out: dict[str, list[str]] = {}
+        seen: set[str] = set()
+        stack = list(self.outputs)
         while stack:
             cid = stack.pop()
             if cid in seen:
                 continue
-            seen[cid] = None
-            stack.extend(self.space.edge(c)[1] for c in self.choice[cid].children)
-        return list(seen)
+            seen.add(cid)
+            for child in self.choice[cid].children:
+                value = self.space.edge(child)[1]
+                out.setdefault(value, []).append(cid)
+                stack.append(value)
+        return out
 
-    def _price(self, kernel: Kernel) -> KernelCost:
-        return kernel_cost(kernel, self.space.data.types, self.space.target)
+    def _members(self) -> dict[str, set[str]]:
+        """value -> the roots whose per-root kernel computes it."""
+        out: dict[str, set[str]] = {}
+        for r, k in self.per_root.items():
+            for inst in k.instances:
+                out.setdefault(inst.cid, set()).add(r)
+        return out
 
-    def _add(self, kernel: Kernel, cost: KernelCost | None = None) -> None:
-        self.kernels[kernel.root] = (kernel, cost or self._price(kernel))
-        for cid in {inst.cid for inst in kernel.instances}:
-            self.member.setdefault(cid, set()).add(kernel.root)
+    def best_move(self, producer: str, by_sig):
+        """The cheapest paying way to fuse `producer` into the consumers reading it from global
+        memory: (cost change, new state parts), or None."""
+        best = None
+        placements = (Placement.SHARED,) if producer in self.space.params else (
+            Placement.INLINE, Placement.LOCAL, Placement.SHARED)
+        for placement in placements:
+            trial = self._trial(producer, placement, by_sig)
+            if trial is None:
+                continue
+            outcome = self._evaluate(trial, producer)
+            if outcome is not None and (best is None or outcome[0] < best[0]):
+                best = outcome
+        return best if best is not None and best[0] < 0 else None
 
-    def _drop(self, root: str) -> None:
-        kernel, _ = self.kernels.pop(root)
-        for cid in {inst.cid for inst in kernel.instances}:
-            self.member[cid].discard(root)
-
-    def _is_root(self, choice: Choice, value: str) -> bool:
-        if value in self.outputs:
-            return True
-        return any(
-            self.space.edge(c)[0] == "global" and self.space.edge(c)[1] == value
-            for consumer in self.readers.get(value, ())
-            for c in choice[consumer].children
-        )
+    def take(self, move) -> None:
+        _, choice, roots, per_root, kernels = move
+        self.choice, self.roots, self.per_root, self.kernels = choice, roots, per_root, kernels
+        self.readers = self._readers()
+        self.member = self._members()
 
     def try_fuse(self, producer: str, by_sig) -> bool:
+        move = self.best_move(producer, by_sig)
+        if move is None:
+            return False
+        self.take(move)
+        return True
+
+    def _trial(self, producer: str, placement: Placement, by_sig) -> tuple[Choice, set[str]] | None:
         space = self.space
         trial = dict(self.choice)
         changed = set()
@@ -287,42 +354,80 @@ class _Kernels:
             fused = tuple((False, v) if v == producer else (g, v) for g, v in edges)
             if fused == edges:
                 continue
-            alt = by_sig[consumer].get((op, attrs, fused))
-            if alt is not None and self._same_elsewhere(node, alt, producer):
+            alt = next((n for n in by_sig[consumer].get((op, attrs, fused), ())
+                        if self._fuses(node, n, producer, placement)), None)
+            if alt is not None:
                 trial[consumer] = alt
                 changed.add(consumer)
-        if not changed:
-            return False
+        return (trial, changed) if changed else None
+
+    def _fuses(self, node: ENode, alt: ENode, producer: str, placement: Placement) -> bool:
+        """The alternative changes only the edges reading `producer`, to `placement` (or the best
+        placement when the narrowing kept one)."""
+        for a, b in zip(node.children, alt.children):
+            ea, eb = self.space.edge(a), self.space.edge(b)
+            if ea[1] == producer and ea[0] == "global":
+                if eb[0] != placement.value and (self.space.keeps_placement(producer) or producer in self.space.params):
+                    return False
+            elif ea != eb:
+                return False
+        return True
+
+    def _evaluate(self, trial: tuple[Choice, set[str]], producer: str):
+        """(cost change, choice, roots, per-root kernels, merged kernels) of a move, or None if the
+        move makes no runnable program."""
+        choice, changed = trial
+        space = self.space
+        self.space.evaluated += 1
+        try:
+            roots, _, _ = find_roots(space.data, choice)
+        except CyclicChoice:
+            return None
         affected = set()
         for consumer in changed:
             affected |= self.member.get(consumer, set())
-        stays = self._is_root(trial, producer)
-        old = sum(self.kernels[r][1].cycles for r in affected | ({producer} if not stays else set()))
-        grown = {}
-        for r in affected:
-            if r == producer:
-                continue
-            kernel = fuse_into(space.data, trial, self.kernels[r][0], producer, changed)
-            grown[r] = (kernel, self._price(kernel))
-        new = sum(cost.cycles for _, cost in grown.values())
-        if stays and producer in affected:
-            new += self.kernels[producer][1].cycles
-        space.evaluated += 1
-        if not new < old:
-            return False
-        self.choice = trial
-        for r in grown:
-            self._drop(r)
-        if not stays and producer in self.kernels:
-            self._drop(producer)
-        for kernel, cost in grown.values():
-            self._add(kernel, cost)
-        return True
+        affected.add(producer)
+        per_root = {r: (space.form(choice, r) if r in affected or r not in self.per_root else self.per_root[r])
+                    for r in roots}
+        # the merged kernels the move can change: those holding an affected root, closed over joins
+        touched = {i for i, k in enumerate(self.kernels) if any(r in affected or r not in per_root for r in k.roots)}
+        group_roots = {r for i in touched for r in self.kernels[i].roots if r in per_root}
+        group_roots |= {r for r in per_root if r not in self._stored()}
+        group_roots |= affected & set(per_root)
+        group_roots = self._close(group_roots, per_root, touched)
+        rest = [k for i, k in enumerate(self.kernels) if i not in touched]
+        try:
+            new = merge_kernels([per_root[r] for r in roots if r in group_roots], self.outputs)
+            kernels = _order(rest + new, self.outputs)
+        except CyclicChoice:
+            return None
+        old = sum(space.price_kernel(self.kernels[i]).cycles for i in touched)
+        cost = sum(space.price_kernel(k).cycles for k in new)
+        if math.isnan(cost - old):
+            return None
+        return cost - old, choice, roots, per_root, kernels
 
-    def _same_elsewhere(self, node: ENode, alt: ENode, producer: str) -> bool:
-        """The alternative changes only the edges that read `producer`."""
-        for a, b in zip(node.children, alt.children):
-            ea, eb = self.space.edge(a), self.space.edge(b)
-            if ea != eb and ea[1] != producer:
-                return False
-        return True
+    def _stored(self) -> set[str]:
+        return {cid for k in self.kernels for cid in k.roots}
+
+    def _close(self, group: set[str], per_root: dict[str, Kernel], touched: set[int]) -> set[str]:
+        """`group` with every merged kernel that computes a value the group computes, or reads one of
+        its shared inputs (those may join it); `touched` grows with them."""
+        while True:
+            values = set()
+            inputs = set()
+            for r in group:
+                k = per_root[r]
+                values |= {inst.cid for inst in k.instances if inst.node.op not in ("param", "const")}
+                inputs |= {rd.cid for rd in k.reads if rd.shared}
+            grown = False
+            for i, k in enumerate(self.kernels):
+                if i in touched:
+                    continue
+                if any(inst.cid in values for inst in k.instances) or any(
+                        rd.shared and rd.cid in inputs for rd in k.reads):
+                    touched.add(i)
+                    group |= {r for r in k.roots if r in per_root}
+                    grown = True
+            if not grown:
+                return group

@@ -666,6 +666,8 @@ def infer_type(params: tuple[Param, ...], e: Expr) -> TensorType:
 
 
 def _holds(c: Cond, inst: _Instance) -> bool:
+    if c.name == "input":
+        return True  # every tensor variable of an instance is drawn as an input of the program
     if c.name in _OP_CLASSES:
         # On an op variable the drawing already chose an op of the class; on a
         # tensor variable it holds for every instance (see the module docstring).

@@ -11,13 +11,16 @@ real traffic, which tests compare with the cost model's estimate.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..engine import floats
+from ..engine.errors import StitchError
 from ..engine.interp import DTYPE_OF_NP, elementwise, np_dtype
-from .loops import Accumulate, For, Ix, Lit, Load, LoopProgram, Op, Store, accumulates_in_float, perfect_nest
+from .loops import (Accumulate, Checked, FloorDiv, For, Indirect, Ix, Lit, Load, LoopProgram, Mod, Op, Select, Store,
+                    accumulates_in_float, index_vars, perfect_nest)
 
 
 @dataclass
@@ -48,6 +51,7 @@ def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None,
             for b in k.allocs:
                 memory[b.name] = np.zeros(b.shape, np_dtype(b.dtype))
             run = runner(k, memory, global_names) if runner else TileRun(memory, global_names)
+            run.checks = program.checks
             run.block(k.body, {})
             traffic.per_kernel[k.name] = (run.read, run.written)
             traffic.read += run.read
@@ -65,6 +69,7 @@ class TileRun:
         self.global_names = global_names
         self.read = 0
         self.written = 0
+        self.checks: list[str] = []  # what each gather site says of an index out of range
 
     def block(self, stmts, env: dict) -> None:
         for s in stmts:
@@ -95,18 +100,13 @@ class TileRun:
             value = np.broadcast_to(a * b, full)
         else:
             value = np.broadcast_to(self.expr(leaf.value, grid, touched), full)
-        index = tuple(np.broadcast_to(_index(ix, grid), full) for ix in leaf.index)
+        index = tuple(np.broadcast_to(self.index(ix, grid, touched), full) for ix in leaf.index)
         if isinstance(leaf, Store):
             target[index] = value
         else:
             self.accumulate(leaf, loops, target, index, value, widened)
-        for name, by_index in touched.items():
-            accesses = list(by_index.values())  # one per distinct index expression
-            if len(accesses) == 1 and accesses[0][0] is not None:
-                distinct = accesses[0][0]
-            else:
-                distinct = np.unique(np.concatenate([_flat(bidx, shape) for _, bidx, shape in accesses])).size
-            self.read += distinct * self.memory[name].itemsize
+        for name, accesses in touched.items():
+            self.read += _count(accesses) * self.memory[name].itemsize
         if leaf.buffer in self.global_names:
             cells = _distinct(leaf.index, grid)
             if cells is None:
@@ -133,7 +133,7 @@ class TileRun:
                 acc[()] = ufunc(acc[()], ufunc.reduce(value, axis=None, dtype=acc.dtype))
         else:
             rank = len(loops)
-            folded = tuple(a for a, loop in enumerate(loops) if all(loop.var not in dict(ix.terms) for ix in leaf.index))
+            folded = tuple(a for a, loop in enumerate(loops) if all(loop.var not in index_vars(ix) for ix in leaf.index))
             if folded:  # loops the accumulator's index ignores (reduce loops) fold first: one at() per cell, not per term
                 value = ufunc.reduce(value, axis=folded, dtype=acc.dtype, keepdims=True)
                 first = tuple(slice(0, 1) if a in folded else slice(None) for a in range(rank))
@@ -149,32 +149,83 @@ class TileRun:
             return np.asarray(e.value, dtype=np_dtype(e.dtype))
         if isinstance(e, Load):
             arr = self.memory[e.buffer]
-            if e.view is not None:
-                arr = arr.reshape(e.view)
-            index = tuple(_index(ix, grid) for ix in e.index)
+            index = tuple(self.index(ix, grid, touched) for ix in e.index)
             if index:
                 bidx = np.broadcast_arrays(*index)
                 out = arr[tuple(bidx)]
             else:
                 bidx = ()
                 out = arr[()]
-            if e.buffer in self.global_names and e.index not in touched.setdefault(e.buffer, {}):
-                touched[e.buffer][e.index] = (_distinct(e.index, grid), bidx, arr.shape)
+            if e.buffer in self.global_names:
+                seen = touched.setdefault(e.buffer, {})
+                key = (e.index, grid.get(MASK))
+                if key not in seen:
+                    seen[key] = (_distinct(e.index, grid), bidx, arr.shape)
             return out
+        if isinstance(e, Select):
+            return self.select(e, grid, touched)
+        if isinstance(e, Checked):
+            self.index(e.check, grid, touched)
+            return self.expr(e.value, grid, touched)
         assert isinstance(e, Op)
         args = [self.expr(a, grid, touched) for a in e.args]
         return _scalar_op(e, args)
 
+    def select(self, e: Select, grid: dict, touched: dict):
+        """A concat: each side evaluated only where it applies (elsewhere its index is out of range)."""
+        low = np.asarray(self.index(e.ix, grid, touched)) < e.split
+        loops = {var: v for var, v in grid.items() if var != MASK}
+        shape = np.broadcast_shapes(low.shape, *(np.shape(v) for v in loops.values()))
+        low = np.broadcast_to(low, shape)
+        out = np.empty(shape, np_dtype(e.dtype))
+        for mask, side in ((low, e.low), (~low, e.high)):
+            if mask.any():
+                sub = {var: (np.broadcast_to(v, shape)[mask] if np.ndim(v) else v) for var, v in loops.items()}
+                sub[MASK] = next(_MASKS)  # a grid of its own: its accesses are counted apart
+                out[mask] = np.broadcast_to(self.expr(side, sub, touched), int(mask.sum()) if mask.ndim else ())
+        return out
 
+    def index(self, ix: Ix, grid: dict, touched: dict):
+        """An index's value over the grid: div/mod atoms computed, gathered indices read and checked."""
+        value = ix.const
+        for t, c in ix.terms:
+            if isinstance(t, str):
+                term = grid[t]
+            elif isinstance(t, FloorDiv):
+                term = np.floor_divide(self.index(t.x, grid, touched), t.d)
+            elif isinstance(t, Mod):
+                term = np.mod(self.index(t.x, grid, touched), t.d)
+            else:
+                term = self.gathered(t, grid, touched)
+            value = value + c * term
+        return np.asarray(value)
+
+    def gathered(self, t: Indirect, grid: dict, touched: dict):
+        raw = np.asarray(self.expr(t.value, grid, touched)).astype(np.int64)
+        fixed = np.where(raw < 0, raw + t.extent, raw)
+        bad = (fixed < 0) | (fixed >= t.extent)
+        if bad.any():
+            value = int(raw[bad].flat[0]) if raw.ndim else int(raw)
+            message = self.checks[t.site] if t.site < len(self.checks) else "gather: index {value} is out of range"
+            raise StitchError(message.format(value=value))
+        return fixed
+
+
+MASK = "__mask__"  # in a grid: the part of a nest one side of a concat covers
+_MASKS = itertools.count()
 _ACCUMULATE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
 def _distinct(index: tuple[Ix, ...], grid: dict) -> int | None:
     """How many distinct cells an access touches, when that needs no counting: each index position
-    moves with at most one loop of the nest and no loop drives two positions (then every combination
-    of those loops is a different cell). None otherwise."""
+    is affine in at most one loop of the nest and no loop drives two positions (then every
+    combination of those loops is a different cell). None otherwise."""
+    if MASK in grid:
+        return None
     seen = set()
     for ix in index:
+        if any(not isinstance(t, str) for t, _ in ix.terms):
+            return None
         loops = [var for var, coef in ix.terms if isinstance(grid[var], np.ndarray)]
         if len(loops) > 1 or seen.intersection(loops):
             return None
@@ -185,15 +236,16 @@ def _distinct(index: tuple[Ix, ...], grid: dict) -> int | None:
     return n
 
 
+def _count(accesses: dict) -> int:
+    """Distinct cells over all accesses of one buffer in a nest."""
+    entries = list(accesses.values())
+    if len(entries) == 1 and entries[0][0] is not None:
+        return entries[0][0]
+    return np.unique(np.concatenate([_flat(bidx, shape) for _, bidx, shape in entries])).size
+
+
 def _flat(bidx, shape):
     return np.ravel_multi_index(bidx, shape).ravel() if bidx else np.zeros(1, int)
-
-
-def _index(ix: Ix, grid: dict):
-    value = ix.const
-    for var, coef in ix.terms:
-        value = value + coef * grid[var]
-    return np.asarray(value)
 
 
 def _scalar_op(e: Op, args):

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .liveness import buffers_touched
-from .loops import Accumulate, Buffer, For, Ix, Load, LoopProgram, Op, Store, leaves
+from .loops import Accumulate, Buffer, Checked, For, Ix, Load, LoopProgram, Op, Select, Store, leaves
 
 
 def forward_buffers(program: LoopProgram) -> LoopProgram:
@@ -68,7 +68,8 @@ def _tile_shape(stmts, name: str, buf: Buffer, tile_vars: set[str]) -> tuple[int
 
 
 def _local(index: tuple[Ix, ...], tile_vars: set[str]) -> tuple[Ix, ...]:
-    return tuple(Ix(tuple((v, c) for v, c in ix.terms if v not in tile_vars), ix.const) for ix in index)
+    """The index inside one tile: the tile loops' terms dropped (a held buffer is indexed by axes)."""
+    return tuple(Ix.of({v: c for v, c in ix.terms if v not in tile_vars}, ix.const) for ix in index)
 
 
 def _rewrite(s, name: str, tile_vars: set[str]):
@@ -83,7 +84,12 @@ def _rewrite(s, name: str, tile_vars: set[str]):
 
 def _rewrite_expr(e, name: str, tile_vars: set[str]):
     if isinstance(e, Load):
-        return Load(e.buffer, _local(e.index, tile_vars), e.view) if e.buffer == name else e
+        return Load(e.buffer, _local(e.index, tile_vars)) if e.buffer == name else e
     if isinstance(e, Op):
         return Op(e.op, tuple(_rewrite_expr(a, name, tile_vars) for a in e.args), e.dtype)
+    if isinstance(e, Select):
+        return Select(e.ix, e.split, _rewrite_expr(e.low, name, tile_vars), _rewrite_expr(e.high, name, tile_vars),
+                      e.dtype)
+    if isinstance(e, Checked):
+        return Checked(e.check, _rewrite_expr(e.value, name, tile_vars))
     return e

@@ -9,8 +9,10 @@
     Store        buf[index] = value
     Accumulate   buf[index] = buf[index] <op> value (reductions, matmul)
 
-Indices are affine in loop variables (`Ix`). Expressions are loads, literals
-and scalar ops. Everything prints as text (`print_loops`), the form
+Indices are `Ix` expressions of loop variables (engine/index.py): affine,
+with div/mod where a reshape could not be simplified away and Indirect where a
+gather reads an index from a tensor. Expressions are loads, literals, scalar
+ops and a concat's `Select`. Everything prints as text (`print_loops`), the form
 `stitch compile --emit loops` shows and the pass tests compare.
 """
 
@@ -20,31 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
+from ..engine.index import FloorDiv, Indirect, Ix, Mod  # noqa: F401  (re-exported: the index type of loops)
 from ..engine.ir import dtype_bytes
-
-
-@dataclass(frozen=True)
-class Ix:
-    """An affine index: sum(coef * var) + const."""
-
-    terms: tuple[tuple[str, int], ...] = ()
-    const: int = 0
-
-    @staticmethod
-    def var(name: str, coef: int = 1, const: int = 0) -> "Ix":
-        return Ix(((name, coef),), const)
-
-    def __add__(self, other: "Ix") -> "Ix":
-        merged: dict[str, int] = dict(self.terms)
-        for v, c in other.terms:
-            merged[v] = merged.get(v, 0) + c
-        return Ix(tuple((v, c) for v, c in merged.items() if c), self.const + other.const)
-
-    def __str__(self) -> str:
-        parts = [v if c == 1 else f"{c}*{v}" for v, c in self.terms]
-        if self.const or not parts:
-            parts.append(str(self.const))
-        return " + ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -65,8 +44,7 @@ class Buffer:
 @dataclass(frozen=True)
 class Load:
     buffer: str
-    index: tuple[Ix, ...]
-    view: tuple[int, ...] | None = None  # read the (contiguous) buffer as if it had this shape: reshape
+    index: tuple[Ix, ...]  # may hold div/mod (a reshape) and Indirect (a gather) atoms
 
 
 @dataclass(frozen=True)
@@ -82,7 +60,28 @@ class Op:
     dtype: str  # the result dtype
 
 
-Expr = Union[Load, Lit, Op]
+@dataclass(frozen=True)
+class Select:
+    """A concat's element: `low` where ix < split, else `high`; only the chosen one is evaluated
+    (each reads its own operand, whose index is out of range on the other side)."""
+
+    ix: Ix
+    split: int
+    low: "Expr"
+    high: "Expr"
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """`value`, after checking a gather's index (`check`, an index holding its Indirect) is in
+    range: for a gather whose index map no longer reads the index (a table axis of size 1)."""
+
+    check: Ix
+    value: "Expr"
+
+
+Expr = Union[Load, Lit, Op, Select, Checked]
 
 
 @dataclass
@@ -137,6 +136,8 @@ class LoopProgram:
     intermediates: list[Buffer]  # global buffers written by one kernel, read by later ones
     kernels: list[LoopKernel]
     output_buffers: list[Buffer] = field(default_factory=list)  # global buffers the outputs are written to
+    # what each gather site (Indirect.site) reports when an index is out of range
+    checks: list[str] = field(default_factory=list)
 
     def buffer(self, name: str) -> Buffer:
         for b in self.params + self.intermediates + self.output_buffers:
@@ -154,12 +155,55 @@ class LoopProgram:
 
 
 def loads(expr: Expr) -> Iterator[Load]:
-    """Every Load in an expression, left to right."""
+    """Every Load in an expression, left to right (the index values gathers read included)."""
     if isinstance(expr, Load):
+        for ix in expr.index:
+            yield from index_loads(ix)
         yield expr
     elif isinstance(expr, Op):
         for arg in expr.args:
             yield from loads(arg)
+    elif isinstance(expr, Select):
+        yield from index_loads(expr.ix)
+        yield from loads(expr.low)
+        yield from loads(expr.high)
+    elif isinstance(expr, Checked):
+        yield from index_loads(expr.check)
+        yield from loads(expr.value)
+
+
+def index_loads(ix: Ix) -> Iterator[Load]:
+    """The Loads inside an index: a gather's index value, read from its tensor."""
+    for t, _ in ix.terms:
+        if isinstance(t, Indirect):
+            yield from loads(t.value)
+        elif isinstance(t, (FloorDiv, Mod)):
+            yield from index_loads(t.x)
+
+
+def index_vars(ix: Ix) -> set[str]:
+    """The loop variables an index uses, inside atoms and gathered index values too."""
+    out = set()
+    for t, _ in ix.terms:
+        if isinstance(t, str):
+            out.add(t)
+        elif isinstance(t, Indirect):
+            out |= expr_vars(t.value)
+        else:
+            out |= index_vars(t.x)
+    return out
+
+
+def expr_vars(e: Expr) -> set[str]:
+    if isinstance(e, Load):
+        return set().union(*(index_vars(ix) for ix in e.index)) if e.index else set()
+    if isinstance(e, Op):
+        return set().union(*(expr_vars(a) for a in e.args)) if e.args else set()
+    if isinstance(e, Select):
+        return index_vars(e.ix) | expr_vars(e.low) | expr_vars(e.high)
+    if isinstance(e, Checked):
+        return index_vars(e.check) | expr_vars(e.value)
+    return set()
 
 
 def leaves(stmts: list[Stmt]) -> Iterator[Union[Store, Accumulate]]:
@@ -240,13 +284,35 @@ _ACC = {"sum": "+=", "max": "max=", "min": "min="}
 
 
 def _access(buffer: str, index: tuple[Ix, ...]) -> str:
-    return f"{buffer}[{', '.join(str(i) for i in index)}]"
+    return f"{buffer}[{', '.join(print_ix(i) for i in index)}]"
 
 
 def print_expr(e: Expr) -> str:
     if isinstance(e, Load):
-        view = f" as [{', '.join(map(str, e.view))}]" if e.view is not None else ""
-        return _access(e.buffer, e.index) + view
+        return _access(e.buffer, e.index)
     if isinstance(e, Lit):
         return f"{e.value!r}:{e.dtype}"
+    if isinstance(e, Select):
+        return f"({print_ix(e.ix)} < {e.split} ? {print_expr(e.low)} : {print_expr(e.high)})"
+    if isinstance(e, Checked):
+        return f"checked({print_ix(e.check)}, {print_expr(e.value)})"
     return f"{e.op}({', '.join(print_expr(a) for a in e.args)})"
+
+
+def print_ix(ix: Ix) -> str:
+    """An index as text, gathered index values printed as expressions."""
+    parts = []
+    for t, c in ix.terms:
+        text = t if isinstance(t, str) else _atom_text(t)
+        parts.append(text if c == 1 else f"{c}*{text}")
+    if ix.const or not parts:
+        parts.append(str(ix.const))
+    return " + ".join(parts).replace("+ -", "- ")
+
+
+def _atom_text(t) -> str:
+    if isinstance(t, Indirect):
+        return f"idx<{t.extent}>({print_expr(t.value)})"
+    if isinstance(t, FloorDiv):
+        return f"({print_ix(t.x)}) // {t.d}"
+    return f"({print_ix(t.x)}) % {t.d}"

@@ -1,41 +1,51 @@
 """Schedule -> LoopProgram: each kernel becomes tile loops around per-value loop nests.
 
-For a kernel tiled over axes P (outermost first) with tile sizes t:
+The cost model's plan (`KernelCost`: tiled axes, tile sizes, inputs held
+whole, staged reads, partial reductions) is followed, not re-decided. For a
+kernel tiled over axes P (outermost first) with tile sizes t:
 
+    <inputs held whole: copied once>
     for p0o in 0..E0/t0 parallel {          # one loop per tiled axis (none for one tile)
-      <copies of staged inputs that vary along p0 only>
+      <staged reads that vary along p0 only: copied once per p0 tile>
       for p1o in 0..E1/t1 parallel { ... per-tile body ... } }
+    <partials of reductions split across tiles: combined in tile order>
 
-Inside a tile, every held value (shared, local, the root) gets a loop nest over
-its axes, writing a global temporary (the round trip the accelerator seed
-complains of) that `forward_buffers` then moves on chip: a tiled axis `a` runs 0..t within the tile (global index
-`ao*t + a`), any other axis over its whole extent. Inline values become
-expressions inside their readers' nests. Reductions and matmuls initialize
-their accumulator, then accumulate over their reduced axes; `mean` divides at
-the end. A global input read more than once, or not varying along every tiled
-axis, is staged on chip: copied once where the innermost tiled axis it varies
-along moves on (at kernel entry if along none), as the cost model counts.
+Inside a tile, every held value (shared, local, stored) gets a loop nest over
+the kernel axes it varies along: a tiled axis `a` runs 0..t within the tile
+(its position `ao*t + a`), any other axis over its whole extent. A held value
+is first written to a global temporary of this kernel (the round trip the
+accelerator seed complains of) that `forward_buffers` then moves on chip.
+Inline values, transposes, reshapes, slices, concats and gathers become
+expressions inside their readers' nests: a load at the index map's position,
+a `Select` per concat, an `Indirect` index per gather. Reductions and matmuls
+initialize their accumulator, then accumulate over their reduced axes; `mean`
+divides at the end. A value the kernel stores is written to its global
+buffer from the nest that computes it (or copied from its on-chip buffer).
 """
 
 from __future__ import annotations
 
-from ..engine.cost import KernelCost, ScheduleCost, resident_inputs, staged
+from ..engine.cost import KernelCost, ScheduleCost, Staged, region
+from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify
 from ..engine.ir import TensorType
+from ..engine.maps import REDUCTIONS, GatherRef
 from ..engine.recursion import allows_deep_recursion
-from ..engine.schedule import Instance, Kernel, Label, Schedule
+from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule
 from ..engine.schedule_print import global_names
-from .loops import Accumulate, Buffer, Expr, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Stmt, Store
-
+from .loops import (Accumulate, Buffer, Checked, Expr, For, Lit, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
+                    loads)
 
 
 def identity(op: str, dtype: str):
     """The starting value of a reduction's accumulator."""
-    if op in ("sum", "mean"):
+    if op in ("sum", "mean", "matmul"):
         return 0
     import numpy as np
 
     if dtype in ("f16", "f32", "f64"):
         return float("-inf") if op == "max" else float("inf")
+    if dtype == "bool":
+        return op == "min"
     info = np.iinfo(np.int32 if dtype == "i32" else np.int64)
     return int(info.min) if op == "max" else int(info.max)
 
@@ -68,35 +78,39 @@ def lower(compiled) -> LoopProgram:
     from .verify import verify
 
     target = compiled.target
-    program = lower_schedule(compiled.graph.name, compiled.schedule, compiled.cost, target)
+    program = lower_schedule(compiled.graph.name, compiled.schedule, compiled.cost, target, compiled.graph)
     for lowering_pass in PASSES:
         program = lowering_pass(program, target)
     verify(program, capacity=target.onchip_bytes)
     return program
 
 
-def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target) -> LoopProgram:
+def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target, graph=None) -> LoopProgram:
     names = global_names(schedule)
     types = schedule.types
     params = [Buffer(n, "global", types[c].dtype, types[c].shape) for c, n in schedule.params.items()]
+    outputs = set(schedule.outputs)
     intermediates = []
     kernels = []
-    outputs = set(schedule.outputs)
+    checks: list[str] = []
     for i, (kernel, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
-        if kernel.root not in outputs:
-            t = types[kernel.root]
-            intermediates.append(Buffer(names[kernel.root], "global", t.dtype, t.shape))
-        lowering = _KernelLowering(f"k{i}", kernel, kc, types, names, target)
+        for cid in kernel.roots:
+            if cid not in outputs:
+                t = types[cid]
+                intermediates.append(Buffer(names[cid], "global", t.dtype, t.shape))
+        lowering = _KernelLowering(f"k{i}", kernel, kc, types, names, checks, graph)
         kernels.append(lowering.lower())
         intermediates.extend(lowering.temporaries)
     for cid, value in schedule.constants.items():  # an output that is a literal: a kernel filling it
         kernels.append(fill_kernel(f"k{len(kernels)}", names[cid], types[cid], value))
+    stored = {cid for k in schedule.kernels for cid in k.roots}
     for cid in schedule.outputs:
-        if cid not in {k.root for k in schedule.kernels} and cid not in schedule.params | schedule.constants:
+        if cid not in stored and cid not in schedule.params | schedule.constants:
             raise AssertionError(f"output {cid} has no kernel")
     out_buffers = [Buffer(names[c], "global", types[c].dtype, types[c].shape)
                    for c in dict.fromkeys(schedule.outputs) if c not in schedule.params]
-    return LoopProgram(name, params, [names[c] for c in schedule.outputs], intermediates, kernels, out_buffers)
+    return LoopProgram(name, params, [names[c] for c in schedule.outputs], intermediates, kernels, out_buffers,
+                       checks)
 
 
 def fill_kernel(name: str, buffer: str, t: TensorType, value) -> LoopKernel:
@@ -111,59 +125,100 @@ def fill_kernel(name: str, buffer: str, t: TensorType, value) -> LoopKernel:
 
 class _KernelLowering:
     def __init__(self, name: str, kernel: Kernel, kc: KernelCost, types: dict[str, TensorType],
-                 names: dict[str, str], target):
+                 names: dict[str, str], checks: list[str], graph):
         self.name = name
         self.k = kernel
         self.kc = kc
         self.types = types
         self.names = names
+        self.checks = checks
+        self.graph = graph
         self.parallel = kc.parallel
         self.tile = kc.tile
         self.allocs: list[Buffer] = []
         self.temporaries: list[Buffer] = []
         self.forwardable: dict[str, str] = {}
-        self.held: dict[int, str] = {}  # instance key -> the buffer holding it
-        self.staged: dict[str, str] = {}  # global input e-class -> its on-chip copy
-        self.resident = resident_inputs(kernel, kc.parallel, types, target)
+        self.held: dict[int, str] = {}  # instance key -> the buffer holding it (over its axes)
+        self.resident: dict[str, str] = {}  # input -> its whole on-chip copy
+        self.staged: dict[tuple, tuple[str, Staged]] = {}  # (input, region) -> (buffer, what it holds)
+        self.reads_at = {r.site: r for r in kernel.reads}
+        self.sites: dict[int, int] = {}  # gather instance key -> its check number
+        # an axis's position: its tile's origin plus the axis inside the tile
+        self.position = {a: (Ix.var(a + "o", t) + Ix.var(a)) if t < kernel.extents[a] else Ix.var(a)
+                         for a, t in self.tile.items()}
+        self.after_tiles = False  # lowering the epilogue: every axis whole, no tile loops around
 
     # -- indices -------------------------------------------------------------
 
-    def extent(self, label: str) -> int:
-        return self.tile[label] if label in self.tile else self.k.extents[label]
+    def extent(self, var: str) -> int:
+        """A loop variable's extent: a tile loop's count, an axis's tile, else the whole axis."""
+        if var.endswith("o") and var[:-1] in self.tile:
+            return self.k.extents[var[:-1]] // self.tile[var[:-1]]
+        if self.after_tiles:
+            return self.k.extents.get(var, 1)
+        return self.tile.get(var, self.k.extents.get(var, 1))
 
-    def global_index(self, labels: tuple[Label, ...]) -> tuple[Ix, ...]:
-        out = []
-        for lab in labels:
-            if lab is None:
-                out.append(Ix())
-            elif lab in self.tile and self.tile[lab] < self.k.extents[lab]:
-                out.append(Ix.var(lab + "o", self.tile[lab]) + Ix.var(lab))
-            else:  # a whole axis, or a tiled axis with a single tile
-                out.append(Ix.var(lab))
-        return tuple(out)
+    def at(self, ix: Ix) -> Ix:
+        """A kernel-level index as a loop-level one: axes at their positions, gathers resolved."""
+        moved = ix if self.after_tiles else ix.substitute(self.position)
+        return simplify(self._resolve(moved), self.extent)
 
-    def local_index(self, labels: tuple[Label, ...]) -> tuple[Ix, ...]:
-        return tuple(Ix() if lab is None else Ix.var(lab) for lab in labels)
+    def _resolve(self, ix: Ix) -> Ix:
+        def atom(t):
+            if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
+                return Ix.var(Indirect(self.operand(self.k.instances[t.value.key], 1), t.extent,
+                                       self.site(t.value.key, t.extent)))
+            if isinstance(t, (FloorDiv, Mod)):
+                return Ix.var(type(t)(self._resolve(t.x), t.d))
+            return Ix.var(t)
 
-    def local_shape(self, labels: tuple[Label, ...]) -> tuple[int, ...]:
-        return tuple(1 if lab is None else self.extent(lab) for lab in labels)
+        return ix.map_atoms(atom)
 
-    def nest(self, labels, leaf: Stmt, kind: str = "serial") -> Stmt:
-        for lab in reversed([lab for lab in dict.fromkeys(labels) if lab is not None]):
-            leaf = For(lab, self.extent(lab), "reduce" if lab.startswith("r") else kind, [leaf])
+    def site(self, key: int, extent: int) -> int:
+        """The program-wide number of a gather, and what it reports for a bad index."""
+        if key not in self.sites:
+            node = self.k.instances[key].node
+            where = _position(self.graph, node, self.types, self.k.instances[key].cid)
+            self.checks.append(f"gather{where}: index {{value}} is out of range for axis {node.attr('axis')} "
+                               f"of size {extent}")
+            self.sites[key] = len(self.checks) - 1
+        return self.sites[key]
+
+    def loops(self, axes) -> list[tuple[str, int]]:
+        return [(a, self.extent(a)) for a in dict.fromkeys(axes)]
+
+    def nest(self, axes, leaf: Stmt) -> Stmt:
+        """`leaf` inside loops over `axes` (outermost first); a loop its target's index does not
+        use is a reduce loop."""
+        target = {v for ix in leaf.index for v in ix.axes()}
+        for a, n in reversed(self.loops(axes)):
+            leaf = For(a, n, "serial" if a in target else "reduce", [leaf])
         return leaf
 
     # -- the kernel ----------------------------------------------------------
 
     def lower(self) -> LoopKernel:
         body_at: dict[int, list[Stmt]] = {i: [] for i in range(len(self.parallel) + 1)}
-        for cid, labels in self.k.inputs.items():
-            if self.needs_staging(cid, labels):
-                level = 0 if cid in self.resident else self.staging_level(labels)
-                body_at[level].extend(self.stage(cid, labels))
+        for cid in self.kc.resident:
+            body_at[0].extend(self.stage_whole(cid))
+        for s in self.kc.staged:
+            axes = _axes(s.index)
+            body_at[self.staging_level(axes)].extend(self.stage(s, axes))
+        epilogue: list[Stmt] = []
+        later = []
         for inst in self.k.ordered():
-            if inst.placement != "inline":
-                body_at[len(self.parallel)].extend(self.compute(inst))
+            if not inst.held:
+                continue
+            if inst.key in self.kc.epilogue:
+                later.append(inst)
+                continue
+            tile_part, after = self.compute(inst)
+            body_at[len(self.parallel)].extend(tile_part)
+            epilogue.extend(after)
+        self.after_tiles = True  # what a split reduction's combined value feeds: once, after the tiles
+        for inst in later:
+            tile_part, after = self.compute(inst)
+            epilogue.extend(tile_part + after)
         body = body_at[len(self.parallel)]
         for level in reversed(range(len(self.parallel))):
             axis = self.parallel[level]
@@ -171,123 +226,221 @@ class _KernelLowering:
             if tiles == 1:  # a tile loop of one iteration is no loop
                 body = body_at[level] + body
                 continue
-            loop = For(axis + "o", tiles, "parallel", body)
-            body = body_at[level] + [loop]
-        return LoopKernel(self.name, self.allocs, body, forwardable=self.forwardable)
+            body = body_at[level] + [For(axis + "o", tiles, "parallel", body)]
+        return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable)
 
-    def needs_staging(self, cid: str, labels) -> bool:
-        return cid in self.resident or staged(self.k, cid, labels, self.parallel)
-
-    def staging_level(self, labels) -> int:
-        """The depth of tile loops the copy sits in: just inside the innermost tiled axis it varies along."""
-        have = [i for i, a in enumerate(self.parallel) if a in labels]
+    def staging_level(self, axes) -> int:
+        """The depth of tile loops a copy sits in: just inside the innermost tiled axis it varies along."""
+        have = [i for i, a in enumerate(self.parallel) if a in axes]
         return max(have) + 1 if have else 0
 
-    def stage(self, cid: str, labels) -> list[Stmt]:
+    def stage_whole(self, cid: str) -> list[Stmt]:
         t = self.types[cid]
         name = f"{self.names.get(cid, cid)}_s"
-        if cid in self.resident:
-            shape = t.shape
-            index = tuple(Ix.var(f"s{i}") for i in range(len(shape)))
-            loops = [(f"s{i}", d) for i, d in enumerate(shape)]
-            src = Load(self.names[cid], index)
-            leaf: Stmt = Store(name, index, src)
-            for var, d in reversed(loops):
-                leaf = For(var, d, "serial", [leaf])
-            self.allocs.append(Buffer(name, "shared", t.dtype, shape))
-            self.staged[cid] = name
-            return [leaf]
-        shape = self.local_shape(labels)
-        self.allocs.append(Buffer(name, "shared", t.dtype, shape))
-        self.staged[cid] = name
-        leaf = Store(name, self.local_index(labels), Load(self.names[cid], self.global_index(labels)))
-        return [self.nest(labels, leaf)]
+        index = tuple(Ix.var(f"s{i}") for i in range(len(t.shape)))
+        leaf: Stmt = Store(name, index, Load(self.names[cid], index))
+        for i, d in reversed(list(enumerate(t.shape))):
+            leaf = For(f"s{i}", d, "serial", [leaf])
+        self.allocs.append(Buffer(name, "shared", t.dtype, t.shape))
+        self.resident[cid] = name
+        return [leaf]
 
-    def buffer_for(self, inst: Instance) -> str:
-        """The buffer an instance's values go to: the output, or a global temporary of this kernel
-        (a shared or local value; forward_buffers moves it on chip)."""
-        if inst.placement == "root":
-            return self.names[inst.cid]
+    def stage(self, s: Staged, axes) -> list[Stmt]:
+        t = self.types[s.cid]
+        name = f"{self.names.get(s.cid, s.cid)}_s{len(self.staged)}"
+        self.allocs.append(Buffer(name, "shared", t.dtype, tuple(self.extent(a) for a in axes)))
+        self.staged[(s.cid, s.region)] = (name, s)
+        leaf = Store(name, tuple(Ix.var(a) for a in axes), Load(self.names[s.cid], tuple(self.at(ix) for ix in s.index)))
+        return [self.nest(axes, leaf)]
+
+    def temporary(self, inst: Instance, scope: str) -> str:
+        """A global temporary over the instance's axes (forward_buffers moves it on chip)."""
         name = f"{self.name}_v{inst.key}"
-        t = self.types[inst.cid]
-        self.temporaries.append(Buffer(name, "global", t.dtype, t.shape))
-        self.forwardable[name] = "local" if inst.placement == "local" else "shared"
+        shape = tuple(self.k.extents[a] for a in inst.axes)
+        self.temporaries.append(Buffer(name, "global", self.types[inst.cid].dtype, shape))
+        self.forwardable[name] = scope
         self.held[inst.key] = name
         return name
 
-    def compute(self, inst: Instance) -> list[Stmt]:
+    def own(self, inst: Instance) -> tuple[Ix, ...]:
+        """Where an instance's value sits in its own (axis-space) buffer."""
+        return tuple(self.at(Ix.var(a)) for a in inst.axes)
+
+    def compute(self, inst: Instance) -> tuple[list[Stmt], list[Stmt]]:
+        """(statements inside the tile, statements after the last tile) computing a held instance."""
         op = inst.node.op
-        if inst.placement == "root" and op in ("sum", "mean", "max", "min", "matmul"):
-            # accumulate on chip, then write the finished tile once
-            acc = Instance(inst.cid, inst.node, inst.labels, "local", inst.key, inst.operands, inst.operand_labels)
-            out = self.compute(acc)
-            store = Store(self.names[inst.cid], self.global_index(inst.labels),
-                          Load(self.held[inst.key], self.global_index(inst.labels)))
-            return out + [self.nest(inst.labels, store)]
-        name = self.buffer_for(inst)
-        index = self.global_index(inst.labels)
         dtype = self.types[inst.cid].dtype
-        if op in ("sum", "mean", "max", "min"):
-            (operand,) = self.operands(inst)
-            acc = "sum" if op == "mean" else op
-            init = self.nest(inst.labels, Store(name, index, Lit(identity(op, dtype), dtype)))
-            # keepdims: output axes the reduction does not loop over have extent 1
-            looped = set(inst.operand_labels[0])
-            acc_index = tuple(ix if lab in looped else Ix() for ix, lab in zip(index, inst.labels))
-            loop = self.nest(inst.operand_labels[0], Accumulate(name, acc_index, acc, operand))
-            out = [init, loop]
-            if op == "mean":
-                n = 1
-                for a in inst.node.attr("axes"):
-                    n *= self.types[inst.node.children[0]].shape[a]
-                scale = Op("div", (Load(name, index), Lit(float(n), dtype)), dtype)
-                out.append(self.nest(inst.labels, Store(name, index, scale)))
-            return out
+        stored = inst.key in self.k.stores
+        out = self.names.get(inst.cid)
+        if op not in REDUCTIONS and op != "matmul":
+            value = self.expr(inst)
+            if inst.hold is Hold.ROOT:  # streams straight to its global buffer
+                return [self.nest(inst.axes, Store(out, self.value_index(inst), value))], []
+            name = self.temporary(inst, inst.hold.value)
+            stmts = [self.nest(inst.axes, Store(name, self.own(inst), value))]
+            if stored:
+                stmts.append(self.nest(inst.axes, Store(out, self.value_index(inst), Load(name, self.own(inst)))))
+            return stmts, []
+        # reductions and matmuls accumulate on chip (`local` unless held shared), then write once
+        name = self.temporary(inst, "shared" if inst.hold is Hold.SHARED else "local")
+        index = self.own(inst)
+        stmts = [self.nest(inst.axes, Store(name, index, Lit(identity(op, dtype), dtype)))]
         if op == "matmul":
-            a, b = self.operands(inst)
-            init = self.nest(inst.labels, Store(name, index, Lit(0, dtype)))
+            a, b = self.operand(inst, 0), self.operand(inst, 1)
+            k = tuple(a for ix in inst.operand_index[0] for a in ix.axes() if a not in inst.axes)
+            own = inst.axes
             # (batch..., m, k, n): the innermost loop runs along the contiguous rows of b and the accumulator
-            k = tuple(lab for lab in inst.operand_labels[0] if lab not in inst.labels)
-            out_labels = tuple(inst.labels)
-            labels = out_labels[:-1] + k + out_labels[-1:] if out_labels else k
-            loop = self.nest(labels, Accumulate(name, index, "sum", Op("mul", (a, b), dtype), unit="matrix"))
-            return [init, loop]
-        return [self.nest(inst.labels, Store(name, index, self.expr(inst)))]
+            n_axes = tuple(inst.index[-1].axes()) if inst.index else ()
+            outer = tuple(a for a in own if a not in n_axes)
+            stmts.append(self.nest(outer + k + n_axes, Accumulate(name, index, "sum", Op("mul", (a, b), dtype),
+                                                                  unit="matrix")))
+        else:
+            acc = "sum" if op == "mean" else op
+            loop = tuple(a for ix in inst.operand_index[0] for a in ix.axes())
+            extra = tuple(a for a in inst.axes if a not in loop)  # keepdims axes: outermost, so the
+            stmts.append(self.nest(extra + loop, Accumulate(  # reduce loop stays innermost
+                name, index, acc, self.operand(inst, 0))))
+        after: list[Stmt] = []
+        if inst.key in self.kc.partial:
+            stmts_partial, after = self.split_across_tiles(inst, name)
+            return stmts + stmts_partial, after
+        if op == "mean":
+            stmts.append(self.nest(inst.axes, Store(name, index, Op("div", (Load(name, index), Lit(
+                float(_count(inst, self.types)), dtype)), dtype))))
+        if stored:
+            stmts.append(self.nest(inst.axes, Store(out, self.value_index(inst), Load(name, index))))
+        return stmts, after
 
-    def operands(self, inst: Instance) -> list[Expr]:
-        out = []
-        for (kind, ref), labels, child in zip(inst.operands, inst.operand_labels, inst.node.children):
-            if kind == "const":
-                out.append(Lit(ref, self.types[child].dtype))
-            elif kind == "global":
-                if ref in self.staged:
-                    out.append(Load(self.staged[ref], self.staged_index(ref, labels)))
-                else:
-                    out.append(Load(self.names[ref], self.global_index(labels)))
-            elif kind == "inline":
-                out.append(self.expr(self.k.instances[ref]))
-            else:
-                out.append(Load(self.held[ref], self.global_index(labels)))
-        return out
+    def split_across_tiles(self, inst: Instance, acc: str) -> tuple[list[Stmt], list[Stmt]]:
+        """A reduction tiled along axes it reduces (global stitching): each tile writes its
+        partial; after the last tile they are combined in tile order, so the result does not depend
+        on which thread ran which tile. What reads it (its tail) runs after that, and reads the
+        combined value."""
+        op = inst.node.op
+        dtype = self.types[inst.cid].dtype
+        split = [a for a in self.parallel if a not in inst.axes and self.tile[a] < self.k.extents[a]]
+        counts = [self.k.extents[a] // self.tile[a] for a in split]
+        part = f"{self.name}_part{inst.key}"
+        shape = tuple(counts) + tuple(self.k.extents[a] for a in inst.axes)
+        self.temporaries.append(Buffer(part, "global", dtype, shape))
+        tile_ix = tuple(Ix.var(a + "o") for a in split)
+        write = self.nest(inst.axes, Store(part, tile_ix + self.own(inst), Load(acc, self.own(inst))))
+        # after the tiles: fold the partials in order
+        self.after_tiles = True
+        stored = inst.key in self.k.stores
+        if stored and inst.hold is Hold.ROOT:
+            total, at = self.names[inst.cid], self.value_index(inst)
+        else:
+            total = f"{self.name}_all{inst.key}"
+            self.temporaries.append(Buffer(total, "global", dtype, tuple(self.k.extents[a] for a in inst.axes)))
+            self.forwardable[total] = "local"
+            at = self.own(inst)
+        t_vars = tuple(f"{a}t" for a in split)
+        loops = [(a, self.k.extents[a]) for a in inst.axes]
+        after: list[Stmt] = [
+            _loop_nest(loops, Store(total, at, Lit(identity(op, dtype), dtype))),
+            _loop_nest([(v, n) for v, n in zip(t_vars, counts)] + loops, Accumulate(
+                total, at, "sum" if op == "mean" else op, Load(part, tuple(Ix.var(v) for v in t_vars) + self.own(inst))))]
+        if op == "mean":
+            after.append(_loop_nest(loops, Store(total, at, Op("div", (Load(total, at), Lit(
+                float(_count(inst, self.types)), dtype)), dtype))))
+        if stored and total != self.names[inst.cid]:
+            after.append(_loop_nest(loops, Store(self.names[inst.cid], self.value_index(inst), Load(total, at))))
+        self.held[inst.key] = total
+        self.after_tiles = False
+        return [write], after
 
-    def staged_index(self, cid: str, labels) -> tuple[Ix, ...]:
-        if cid in self.resident:
-            return self.global_index(labels)
-        return self.local_index(labels)
+    def value_index(self, inst: Instance, position: bool = True) -> tuple[Ix, ...]:
+        """Where a stored instance's element goes in its value's global buffer."""
+        if position:
+            return tuple(self.at(ix) for ix in inst.index)
+        return tuple(simplify(ix, lambda a: self.k.extents[a]) for ix in inst.index)
+
+    # -- expressions ---------------------------------------------------------
+
+    def operand(self, inst: Instance, i: int) -> Expr:
+        kind, ref = inst.operands[i]
+        if kind == "const":
+            return Lit(ref, self.types[inst.node.children[i]].dtype)
+        if kind == "global":
+            return self.read(self.reads_at[(inst.key, i)])
+        producer = self.k.instances[ref]
+        if kind == "inline":
+            return self.expr(producer)
+        return Load(self.held[ref], self.held_index(producer, inst.operand_index[i]))
+
+    def held_index(self, holder: Instance, at: tuple[Ix, ...]) -> tuple[Ix, ...]:
+        """A held buffer (over the holder's axes) read where the reader wants `at`: equal to the
+        holder's index except, possibly, for whole axes read under another name."""
+        rename = {ix.label: other for ix, other in zip(holder.index, at) if ix.label is not None}
+        return tuple(self.at(rename.get(a, Ix.var(a))) for a in holder.axes)
+
+    def read(self, r: Read) -> Expr:
+        name = self.names[r.cid]
+        if r.cid in self.resident:
+            return Load(self.resident[r.cid], tuple(self.at(ix) for ix in r.index))
+        key = (r.cid, region(r, self.k, set(self.parallel), self.types[r.cid].shape))
+        if key in self.staged:
+            buffer, s = self.staged[key]
+            rename = {ix.label: other for ix, other in zip(s.index, r.index) if ix.label is not None}
+            return Load(buffer, tuple(rename.get(a, Ix.var(a)) for a in _axes(s.index)))
+        return Load(name, tuple(self.at(ix) for ix in r.index))
 
     def expr(self, inst: Instance) -> Expr:
-        """The value of an elementwise or layout instance as an expression over its own axes."""
+        """The value of an elementwise or injective instance as an expression."""
         op = inst.node.op
         dtype = self.types[inst.cid].dtype
-        args = self.operands(inst)
-        if op == "cast":
-            return Op("cast", tuple(args), dtype)
-        if op in ("transpose", "broadcast_to"):
-            return args[0]
-        if op == "reshape":
-            (kind, ref), = inst.operands
-            out = self.types[inst.cid].shape
-            if kind != "global" or ref in self.staged:
-                raise NotImplementedError("reshape of a value computed in the same kernel")
-            return Load(self.names[ref], self.global_index(inst.labels), view=tuple(out))
-        return Op(op, tuple(args), dtype)
+        if op in ("transpose", "reshape", "broadcast_to", "slice"):
+            return self.operand(inst, 0)  # the operand's read already follows the index map
+        if op == "gather":
+            value = self.operand(inst, 0)  # a load at the gathered index (checked when read)
+            extent = self.types[inst.node.children[0]].shape[inst.node.attr("axis")]
+            site = self.site(inst.key, extent)
+            if not _checks(value, site):  # the index map dropped the index (a table axis of size 1)
+                check = Ix.var(Indirect(self.operand(inst, 1), extent, site))
+                return Checked(check, value)
+            return value
+        if op == "concat":
+            axis = inst.node.attr("axis")
+            split = self.types[inst.node.children[0]].shape[axis]
+            return Select(self.at(inst.index[axis]), split, self.operand(inst, 0), self.operand(inst, 1), dtype)
+        args = tuple(self.operand(inst, i) for i in range(len(inst.operands)))
+        return Op(op, args, dtype)
+
+
+def _checks(e: Expr, site: int) -> bool:
+    """Whether evaluating `e` checks gather `site`'s index."""
+    for load in loads(e):
+        for ix in load.index:
+            if any(isinstance(t, Indirect) and t.site == site for t, _ in ix.terms):
+                return True
+    if isinstance(e, Select):
+        return _checks(e.low, site) and _checks(e.high, site)
+    return False
+
+
+def _axes(index: tuple[Ix, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(a for ix in index for a in ix.axes()))
+
+
+def _count(inst: Instance, types) -> int:
+    n = 1
+    for a in inst.node.attr("axes"):
+        n *= types[inst.node.children[0]].shape[a]
+    return n
+
+
+def _loop_nest(loops: list[tuple[str, int]], leaf: Stmt) -> Stmt:
+    target = {v for ix in leaf.index for v in ix.axes()}
+    for var, n in reversed(loops):
+        leaf = For(var, n, "serial" if var in target else "reduce", [leaf])
+    return leaf
+
+
+def _position(graph, node, types, cid) -> str:
+    """' at file:line:col' of the program's gather this e-node came from, when one matches."""
+    if graph is None:
+        return ""
+    found = [n for n in graph.nodes if n.op == "gather" and n.attr("axis") == node.attr("axis")
+             and n.type == types[cid]]
+    return f" at {found[0].pos}" if len(found) == 1 and found[0].pos.line else ""

@@ -6,9 +6,9 @@ printed below the message. It checks, kernel by kernel in program order:
 (b) every access names a param, a global intermediate, an output buffer, or
     an allocation of this kernel (never another kernel's allocation), and every
     output is declared;
-(e) an index has one entry per dimension of its buffer (of its view, for a
-    Load that reads the buffer reshaped), and every loop variable in it is
-    bound by an enclosing For;
+(e) an index has one entry per dimension of its buffer, and every loop
+    variable in it (inside div/mod and gathered index values too) is bound
+    by an enclosing For;
 (a) every buffer is written before it is read, in execution order with each
     loop body run once: an Accumulate reads its target, so a reduction must be
     initialized by a Store first. Params are written on entry, a kernel's
@@ -26,7 +26,8 @@ from __future__ import annotations
 from ..engine.ir import dtype_bytes
 from .alloc import local_bytes, shared_bytes
 from .liveness import live_ranges, ranges_overlap
-from .loops import Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, Store, loads, print_kernel, print_loops
+from .loops import (Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, Store, index_vars, loads, print_kernel,
+                    print_loops)
 
 
 class VerifyError(Exception):
@@ -66,17 +67,16 @@ def _check_accesses(kernel: LoopKernel, globals_: dict[str, Buffer], owner: dict
     known = {**globals_, **local}
     seen = set(written)  # this kernel's view: its allocations start unwritten
 
-    def access(name: str, index: tuple[Ix, ...], view: tuple[int, ...] | None, bound: set[str],
-               reading: bool) -> str | None:
+    def access(name: str, index: tuple[Ix, ...], bound: set[str], reading: bool) -> str | None:
         if name not in known:
             if name in owner:
                 return f"{name} is an allocation of kernel {owner[name]}, not of this kernel"
             return f"{name} is not a param, intermediate, output or allocation"
-        shape = known[name].shape if view is None else view  # a view reads the buffer reshaped
+        shape = known[name].shape
         if len(index) != len(shape):
             return f"{name} has rank {len(shape)} but is indexed with {len(index)} indices"
         for ix in index:
-            for var, _ in ix.terms:
+            for var in sorted(index_vars(ix)):
                 if var not in bound:
                     return f"index of {name} uses {var}, which no enclosing loop binds"
         if reading and name not in seen:
@@ -85,10 +85,10 @@ def _check_accesses(kernel: LoopKernel, globals_: dict[str, Buffer], owner: dict
 
     def leaf(s: Store | Accumulate, bound: set[str]) -> str | None:
         for ld in loads(s.value):  # the value is read before the target is written
-            problem = access(ld.buffer, ld.index, ld.view, bound, reading=True)
+            problem = access(ld.buffer, ld.index, bound, reading=True)
             if problem:
                 return problem
-        problem = access(s.buffer, s.index, None, bound, reading=False)
+        problem = access(s.buffer, s.index, bound, reading=False)
         if not problem and isinstance(s, Accumulate) and s.buffer not in seen:
             problem = f"{s.buffer} is accumulated into before a store initializes it"
         seen.add(s.buffer)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..engine.ir import dtype_bytes
-from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op, loads
+from ..engine.index import affine
+from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op, Select, index_vars, loads
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 C_FLOAT = {"f32": "float", "f64": "double"}
@@ -85,6 +86,8 @@ def match_matmul(stmt, dtype_of) -> MatmulNest | None:
     if not (isinstance(v, Op) and v.op == "mul" and len(v.args) == 2 and v.dtype == dtype_of(acc.buffer)):
         return None
     if not (contiguous_in(acc.index, j.var) and _uses(acc.index, i.var) and not _uses(acc.index, k.var)):
+        return None
+    if not _affine_throughout(acc):  # the blocks shift indices by constants: only affine ones shift so
         return None
     for a, b in (v.args, v.args[::-1]):
         if (isinstance(b, Load) and contiguous_in(b.index, j.var) and dtype_of(b.buffer) == v.dtype
@@ -168,7 +171,7 @@ def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dt
     c = {(r, v): f"c{r}_{v}" for r in range(rows) for v in range(nv)}
 
     def c_addr(r: int, v: int) -> str:
-        return "&" + kernel.access(nest.acc.buffer, shift_ix(nest.acc.index, {i: r, j: v * lanes}), None)
+        return "&" + kernel.access(nest.acc.buffer, shift_ix(nest.acc.index, {i: r, j: v * lanes}))
 
     lines = [f"{pad}{vt} {', '.join(f'{name} = *({vt} *){c_addr(r, v)}' for (r, v), name in c.items())};"]
     lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
@@ -189,16 +192,33 @@ def _single_for(s) -> bool:
 
 
 def _uses(index: tuple[Ix, ...], var: str) -> bool:
-    return any(v == var for ix in index for v, _ in ix.terms)
+    return any(var in index_vars(ix) for ix in index)
+
+
+def _affine_throughout(acc: Accumulate) -> bool:
+    if not all(affine(ix) for ix in acc.index):
+        return False
+    for e in [acc.value]:
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Select):
+                return False
+            if isinstance(x, Load) and not all(affine(ix) for ix in x.index):
+                return False
+            if isinstance(x, Op):
+                stack.extend(x.args)
+    return True
 
 
 def contiguous_in(index: tuple[Ix, ...], var: str) -> bool:
     """`var` moves only the last index, by one element per step."""
-    return bool(index) and dict(index[-1].terms).get(var) == 1 and not _uses(index[:-1], var)
+    return (bool(index) and index[-1].coef(var) == 1 and var not in index_vars(index[-1] - Ix.var(var))
+            and not _uses(index[:-1], var))
 
 
 def _expr_uses(e, var: str) -> bool:
-    return any(_uses(load.index, var) for load in loads(e))
+    return any(_uses(load.index, var) for load in loads(e)) or (isinstance(e, Select) and var in index_vars(e.ix))
 
 
 def _buffers(e) -> set[str]:

@@ -9,7 +9,8 @@ tiles and calls), small local buffers plain arrays. A buffer written before the 
 input held whole for the kernel) is allocated once, before them, and what follows a tile loop
 runs on the caller after every tile is done. `stitch_main(void **buffers)` runs the kernels in
 order on the global buffers the caller owns (parameters, intermediates, outputs, in the order
-`buffer_order` gives) and returns 0, or 1 when memory ran out; built with -DSTITCH_PROFILE it adds
+`buffer_order` gives) and returns 0, 1 when memory ran out, or 2 when a gather read an index out
+of range (`stitch_error_site` / `stitch_error_value` say which and what); built with -DSTITCH_PROFILE it adds
 each kernel's nanoseconds to `stitch_profile_ns`. Scalar ops follow numpy's definitions (NaN
 propagation in maximum/minimum, integer wraparound via -fwrapv).
 """
@@ -19,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ..engine.index import FloorDiv, Mod, affine
 from ..engine.ir import dtype_bytes
-from ..lowering.loops import (Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store,
-                              accumulates_in_float, leaves, loads, perfect_nest)
+from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Select,
+                              Store, accumulates_in_float, index_vars, leaves, loads, perfect_nest)
 from .c_matmul import contiguous_in, match_matmul, render_matmul, shift_ix, vector_typedefs
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
@@ -44,6 +46,22 @@ double exp(double);
 #pragma omp declare simd notinbranch
 double log(double);
 #endif
+/* a gather's index: negative counts from the end; out of range is recorded (the first one wins)
+   and reads element 0, and stitch_main returns after the kernel with the error. One slot for the
+   whole library (defined beside stitch_main), whichever part the kernel was compiled in. */
+extern int st_error_site __attribute__((visibility("hidden")));
+extern long long st_error_value __attribute__((visibility("hidden")));
+__attribute__((cold, noinline)) static void st_fail(int site, long long value) {
+  int none = -1;
+  if (__atomic_compare_exchange_n(&st_error_site, &none, site, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+    st_error_value = value;
+}
+static inline int64_t st_index(int64_t v, int64_t n, int site) {
+  int64_t w = v < 0 ? v + n : v;
+  if (__builtin_expect((uint64_t)w >= (uint64_t)n, 0)) { st_fail(site, v); return 0; }
+  return w;
+}
+#define ST_CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
 """
 
 _FLOAT_HELPERS = """\
@@ -136,11 +154,15 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1) -
     out.append(_part_guard(0, parts))
     out.append(RUNNER_DEFINITION)
     out.append(PROFILE.replace("KERNELS", str(max(1, len(program.kernels)))))
+    out.append(ERROR_SLOT)
     out.append("int stitch_main(void **b) {")
+    out.append("  st_error_site = -1;")
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{_ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")
     for i, k in enumerate(program.kernels):
         out.append(f"  ST_CALL({i}, {_kernel_name(k.name)}({', '.join(_ident(b.name) for b in uses[k.name])}));")
+        if program.checks:  # a gather read an index out of range: stop, the caller reports it
+            out.append("  if (st_error_site >= 0) return 2;")
     out.append("  return 0;")
     out.append("}")
     out.append("#endif" if parts > 1 else "")
@@ -150,6 +172,12 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1) -
 # How tiles reach the runtime (targets/runtime.c's stitch_rt_run has this signature). Bound by
 # stitch_bind when the library is loaded; compiled on its own, the file runs every tile on the
 # calling thread with one scratch block per call.
+ERROR_SLOT = """int st_error_site = -1;
+long long st_error_value;
+int stitch_error_site(void) { return st_error_site; }
+long long stitch_error_value(void) { return st_error_value; }
+"""
+
 RUNNER = r"""typedef void (*st_tiles)(void *args, int64_t lo, int64_t hi, unsigned char *scratch);
 typedef int (*st_runner)(st_tiles fn, void *args, int64_t tiles, int64_t grain, size_t scratch_bytes, int parallel);
 __attribute__((visibility("hidden"))) extern st_runner st_run;
@@ -343,7 +371,7 @@ class _Kernel:
     def block(self, stmts, depth: int, loops: tuple[For, ...] = ()) -> None:
         pad = "  " * depth
         for s in stmts:
-            if self.matmul(s, pad) or self.f16_matmul(s, pad) or self.simd_reduce(s, pad):
+            if self.split(s, pad) or self.matmul(s, pad) or self.f16_matmul(s, pad) or self.simd_reduce(s, pad):
                 continue
             if isinstance(s, For):
                 self.prefetch(s, loops, pad)
@@ -362,23 +390,22 @@ class _Kernel:
             return
         accesses = {}
         for leaf in inner.body:
-            accesses[(leaf.buffer, leaf.index, None)] = 1
+            accesses[(leaf.buffer, leaf.index)] = 1
             for load in loads(leaf.value):
-                accesses.setdefault((load.buffer, load.index, load.view), 0)
-        for (name, index, view), write in accesses.items():
+                accesses.setdefault((load.buffer, load.index), 0)
+        for (name, index), write in accesses.items():
             b = self.buffers[name]
-            if b.scope != "global" or not contiguous_in(index, inner.var):
+            if b.scope != "global" or not all(affine(ix) for ix in index) or not contiguous_in(index, inner.var):
                 continue
             run = inner.extent * dtype_bytes(b.dtype)
-            outer = next((u for u in reversed(loops) if u.extent > 1 and _flat_coef(index, u.var, view or b.shape)),
-                         None)
-            if outer is None or run > PREFETCH_RUN or _flat_coef(index, outer.var, view or b.shape) <= inner.extent:
+            outer = next((u for u in reversed(loops) if u.extent > 1 and _flat_coef(index, u.var, b.shape)), None)
+            if outer is None or run > PREFETCH_RUN or _flat_coef(index, outer.var, b.shape) <= inner.extent:
                 continue
             ahead = min(outer.extent // 2, max(4, PREFETCH_AHEAD // run))
             if ahead < 1:
                 continue
             line = max(1, 64 // dtype_bytes(b.dtype))
-            target = self.access(name, shift_ix(index, {outer.var: ahead}), view)
+            target = self.access(name, shift_ix(index, {outer.var: ahead}))
             self.lines.append(f"{pad}if ({outer.var} < {outer.extent - ahead}) for (int64_t {inner.var} = 0; "
                               f"{inner.var} < {inner.extent}; {inner.var} += {line}) "
                               f"__builtin_prefetch(&{target}, {write}, 3);")
@@ -399,7 +426,7 @@ class _Kernel:
         if nest is None or not accumulates_in_float(nest[1], self.buffers[nest[1].buffer].dtype):
             return False
         loops, leaf = nest
-        indexed = {v for ix in leaf.index for v, _ in ix.terms}
+        indexed = {v for ix in leaf.index for v in index_vars(ix)}
         first = next((i for i, loop in enumerate(loops) if loop.var not in indexed), None)
         if first is None:
             return False
@@ -409,7 +436,7 @@ class _Kernel:
         for loop in cells:
             offset = f"({offset}) * {loop.extent} + {loop.var}" if size > 1 else loop.var
             size *= loop.extent
-        target = self.access(leaf.buffer, leaf.index, None)
+        target = self.access(leaf.buffer, leaf.index)
         a, b = (f"(float)({self.expr(arg)})" for arg in leaf.value.args)
         depth = len(pad) // 2
         lines = []
@@ -439,13 +466,13 @@ class _Kernel:
         if not (isinstance(s, For) and s.kind == "reduce" and len(s.body) == 1):
             return False
         leaf = s.body[0]
-        if not isinstance(leaf, Accumulate) or any(v == s.var for ix in leaf.index for v, _ in ix.terms):
+        if not isinstance(leaf, Accumulate) or any(s.var in index_vars(ix) for ix in leaf.index):
             return False
         dtype = self.buffers[leaf.buffer].dtype
         if leaf.op != "sum" and dtype not in ("f32", "f64", "i32", "i64"):
             return False
         ctype = C_TYPES[dtype]
-        target = self.access(leaf.buffer, leaf.index, None)
+        target = self.access(leaf.buffer, leaf.index)
         head = f"for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var})"
         if leaf.op == "sum":
             # f16 sums accumulate in float and round once, as numpy's half-precision sum does
@@ -480,7 +507,7 @@ class _Kernel:
                        f"{pad}  {target} = st_{leaf.op}_{dtype}({target}, nan ? ({ctype})NAN : acc); }}"]
 
     def leaf(self, s) -> str:
-        target = self.access(s.buffer, s.index, None)
+        target = self.access(s.buffer, s.index)
         value = self.expr(s.value)
         if isinstance(s, Store):
             return f"{target} = {value};"
@@ -489,16 +516,32 @@ class _Kernel:
             return f"{target} += {value};"
         return f"{target} = st_{s.op}_{dtype}({target}, {value});"
 
-    def access(self, name: str, index: tuple[Ix, ...], view) -> str:
-        shape = view if view is not None else self.buffers[name].shape
-        flat = []
+    def access(self, name: str, index: tuple[Ix, ...]) -> str:
+        shape = self.buffers[name].shape
+        flat = Ix()
         stride = 1
         for ix, extent in reversed(list(zip(index, shape))):
-            term = _ix(ix)
-            if term != "0":
-                flat.append(term if stride == 1 else f"({term}) * {stride}")
+            flat = flat + ix * stride
             stride *= extent
-        return f"{_ident(name)}[{' + '.join(reversed(flat)) or '0'}]"
+        return f"{_ident(name)}[{self.ix(flat)}]"
+
+    def ix(self, ix: Ix) -> str:
+        """An index: div/mod of non-negative values (wherever one is evaluated it is in range), a
+        gather's index read and checked by st_index."""
+        parts = []
+        for t, c in ix.terms:
+            if isinstance(t, str):
+                text = t
+            elif isinstance(t, FloorDiv):
+                text = f"(({self.ix(t.x)}) / {t.d})"
+            elif isinstance(t, Mod):
+                text = f"(({self.ix(t.x)}) % {t.d})"
+            else:
+                text = f"st_index((int64_t)({self.expr(t.value)}), {t.extent}, {t.site})"
+            parts.append(text if c == 1 else f"{c} * {text}")
+        if ix.const or not parts:
+            parts.append(str(ix.const))
+        return " + ".join(parts)
 
     def expr(self, e) -> str:
         """C for an expression. An op it reads more than once (an inline value used twice) is computed
@@ -520,8 +563,75 @@ class _Kernel:
 
     def operand(self, e) -> str:
         if isinstance(e, Load):
-            return self.access(e.buffer, e.index, e.view)
+            return self.access(e.buffer, e.index)
+        if isinstance(e, Select):  # a concat: only the chosen side is evaluated
+            return f"(({self.ix(e.ix)}) < {e.split} ? {self.expr(e.low)} : {self.expr(e.high)})"
+        if isinstance(e, Checked):  # a gather whose load no longer reads its index: check it anyway
+            return f"((void)({self.ix(e.check)}), {self.expr(e.value)})"
         return _literal(e.value, e.dtype)
+
+    def split(self, s, pad: str) -> bool:
+        """An innermost loop whose statement reads a concat along it: one loop per piece, each
+        reading only its own operand (no select per element, no index out of range, vectorizes)."""
+        if not (isinstance(s, For) and s.kind != "parallel" and len(s.body) == 1
+                and isinstance(s.body[0], (Store, Accumulate))):
+            return False
+        leaf = s.body[0]
+        if _select_on(leaf.value, s.var) is None:
+            return False
+        self.pieces(s, leaf, "0", str(s.extent), pad)
+        return True
+
+    def pieces(self, loop: For, leaf, start: str, end: str, pad: str) -> None:
+        sel = _select_on(leaf.value, loop.var)
+        if sel is None:
+            self.lines.append(f"{pad}for (int64_t {loop.var} = {start}; {loop.var} < {end}; ++{loop.var}) "
+                              + self.leaf(leaf))
+            return
+        c = sel.ix.coef(loop.var)
+        rest = sel.ix - Ix.var(loop.var, c)
+        cut = f"cut_{loop.var}_{len(self.lines)}"
+        # the first i with c*i + rest >= split: ceil((split - rest) / c), kept inside [start, end]
+        first = f"(({sel.split} - ({self.ix(rest)})) + {c - 1}) / {c}" if c > 1 else f"{sel.split} - ({self.ix(rest)})"
+        self.lines.append(f"{pad}{{ int64_t {cut} = ST_CLAMP((int64_t)({first}), (int64_t)({start}), (int64_t)({end}));")
+        self.pieces(loop, _replace(leaf, sel, sel.low), start, cut, pad + "  ")
+        self.pieces(loop, _replace(leaf, sel, sel.high), cut, end, pad + "  ")
+        self.lines.append(f"{pad}}}")
+
+
+def _select_on(e, var: str):
+    """The first Select in `e` whose condition moves with `var` by a positive step (splittable)."""
+    if isinstance(e, Select):
+        if var in index_vars(e.ix) and e.ix.coef(var) > 0 and var not in index_vars(e.ix - Ix.var(var, e.ix.coef(var))):
+            return e
+        return _select_on(e.low, var) or _select_on(e.high, var)
+    if isinstance(e, Op):
+        for a in e.args:
+            found = _select_on(a, var)
+            if found is not None:
+                return found
+    if isinstance(e, Checked):
+        return _select_on(e.value, var)
+    return None
+
+
+def _replace(leaf, sel: Select, by):
+    """`leaf` with the Select `sel` (by identity) replaced by one of its sides."""
+
+    def sub(e):
+        if e is sel:
+            return by
+        if isinstance(e, Op):
+            return Op(e.op, tuple(sub(a) for a in e.args), e.dtype)
+        if isinstance(e, Select):
+            return Select(e.ix, e.split, sub(e.low), sub(e.high), e.dtype)
+        if isinstance(e, Checked):
+            return Checked(e.check, sub(e.value))
+        return e
+
+    if isinstance(leaf, Store):
+        return Store(leaf.buffer, leaf.index, sub(leaf.value))
+    return Accumulate(leaf.buffer, leaf.index, leaf.op, sub(leaf.value), leaf.unit)
 
 
 def _is_tile_loop(stmt) -> bool:
@@ -552,13 +662,6 @@ def _flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
         coef += dict(ix.terms).get(var, 0) * stride
         stride *= extent
     return coef
-
-
-def _ix(ix: Ix) -> str:
-    parts = [v if c == 1 else f"{c} * {v}" for v, c in ix.terms]
-    if ix.const or not parts:
-        parts.append(str(ix.const))
-    return " + ".join(parts)
 
 
 def _literal(value, dtype: str) -> str:
@@ -607,7 +710,9 @@ def _number_ops(root: Op) -> tuple[dict[int, int], list[tuple[int, Op]], dict[in
 def _dtype_of(e, buffers) -> str:
     if isinstance(e, Load):
         return buffers[e.buffer].dtype
-    return e.dtype
+    if isinstance(e, Checked):
+        return _dtype_of(e.value, buffers)
+    return e.dtype  # Op, Lit, Select
 
 
 def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:

@@ -106,7 +106,14 @@ class Native:
             arrays[b.name] = arr
             buffers.append(arr.ctypes.data_as(ctypes.c_void_p))
         argv = (ctypes.c_void_p * len(buffers))(*buffers)
-        if self.library.stitch_main(argv):
+        rc = self.library.stitch_main(argv)
+        if rc == 2:  # a gather's index out of range (the first one found)
+            site = self.library.stitch_error_site()
+            value = self.library.stitch_error_value()
+            checks = self.program.checks
+            message = checks[site] if 0 <= site < len(checks) else "gather: index {value} is out of range"
+            raise StitchError(message.format(value=value))
+        if rc:
             raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
         params = {b.name for b in self.program.params}
         return [arrays[name].copy() if name in params else arrays[name] for name in self.program.outputs]
@@ -258,6 +265,8 @@ def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
     lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
     lib.stitch_main.restype = ctypes.c_int
     runtime.bind(lib, cc, cache_dir)
+    lib.stitch_error_site.restype = ctypes.c_int
+    lib.stitch_error_value.restype = ctypes.c_longlong
     return lib
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..engine.cost import slice_elems
+from ..engine.cost import facts, slice_elems
 from ..engine.errors import StitchError
 from ..engine.schedule_print import global_names
 from .cpu import build
@@ -69,9 +69,9 @@ def profile(program, inputs: dict[str, np.ndarray], runs: int = 10) -> list[Kern
     names = global_names(schedule)
     rows = []
     for lk, k, kc, times in zip(kernels, schedule.kernels, cost.kernels, samples):
-        flops = sum(2 * slice_elems(labels, k, {}) * depth for labels, depth in k.matmuls)
-        rows.append(KernelTime(lk.name, names[k.root], statistics.median(times), target.seconds(kc.cycles),
-                               kc.bytes_read + kc.bytes_written, flops))
+        flops = sum(2 * slice_elems(inst.axes, k, {}) * depth for inst, depth in facts(k, schedule.types).matmuls)
+        rows.append(KernelTime(lk.name, ", ".join(names[c] for c in k.roots), statistics.median(times),
+                               target.seconds(kc.cycles), kc.bytes_read + kc.bytes_written, flops))
     return rows
 
 

@@ -44,6 +44,13 @@ class Target:
     overlap_dma: bool = False
     matrix: MatrixUnit | None = None
     op_cycles: dict[str, float] = field(default_factory=dict)
+    # cycles to combine per-tile partials after a kernel's last tile (global stitching); half a
+    # launch unless the description says
+    sync: float | None = None
+
+    @property
+    def sync_cycles(self) -> float:
+        return self.launch_cycles / 2 if self.sync is None else self.sync
 
     def cycles_per_element(self, op: str) -> float:
         return self.op_cycles.get(op, 1.0)
@@ -55,7 +62,7 @@ class Target:
 _FIELDS = {
     "name": str, "kind": str, "clock_ghz": float, "cores": int, "onchip_bytes": int,
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
-    "fma_per_lane": float, "overlap_dma": bool, "matrix": dict, "op_cycles": dict,
+    "fma_per_lane": float, "overlap_dma": bool, "sync": float, "matrix": dict, "op_cycles": dict,
 }
 _REQUIRED = ("name", "kind", "clock_ghz", "cores", "onchip_bytes", "global_bandwidth", "launch_cycles",
              "vector_lanes")
@@ -140,6 +147,7 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
 _NUMBERS = {
     "clock_ghz": "positive", "cores": "count", "onchip_bytes": "count", "global_bandwidth": "positive",
     "launch_cycles": "nonnegative", "vector_lanes": "count", "alignment": "count", "fma_per_lane": "positive",
+    "sync": "nonnegative",
 }
 MAX_COUNT = 2**40
 

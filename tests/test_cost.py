@@ -55,7 +55,7 @@ def test_norms_and_softmax_are_one_kernel(name, target):
 def test_seed_mlp_keeps_the_matmul_tile_out_of_global(target):
     c = compiled("mlp", target)
     (kernel,) = c.schedule.kernels
-    ops = {inst.node.op: inst.placement for inst in kernel.instances}
+    ops = {inst.node.op: inst.hold for inst in kernel.instances}
     assert ops["matmul"] in ("local", "shared")
     assert kernel.root_instance.node.op == "relu"
     assert set(c.schedule.params[cid] for cid in kernel.inputs) == {"x", "w", "bias"}

@@ -65,8 +65,63 @@ def two_outputs(x):
     return [x * f32(2), x.sum(axis=1)]
 
 
+def attention_block(x, wq, wk, wv, wo):
+    def heads(w):  # [128, 256] -> [4, 128, 64]
+        return (x @ w).reshape(128, 4, 64).transpose(1, 0, 2)
+
+    s = heads(wq) @ heads(wk).transpose(0, 2, 1) * f32(0.125)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    o = (e / e.sum(axis=-1, keepdims=True)) @ heads(wv)
+    return [o.transpose(1, 0, 2).reshape(128, 256) @ wo]
+
+
+def embedding_layernorm(ids, wte, wpe, g, b):
+    h = wte[ids] + wpe
+    d = h - h.mean(axis=-1, keepdims=True)
+    return [d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + f32(1e-5)) * g + b]
+
+
+def logsumexp(x):
+    m = x.max(axis=1)
+    return [np.log(np.exp(x - m[:, None]).sum(axis=1)) + m]
+
+
+def matmul_transpose_bias_relu(a, b, bias):
+    return [np.maximum((a @ b).T + bias, f32(0))]
+
+
+def qkv_split(x, w, bias):
+    qkv = x @ w + bias
+    return [qkv[:, 256 * i:256 * (i + 1)].reshape(128, 4, 64).transpose(1, 0, 2) for i in range(3)]
+
+
+def residual_layernorm(x, r, g, b):
+    h = x + r
+    d = h - h.mean(axis=-1, keepdims=True)
+    return [h, d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + f32(1e-5)) * g + b]
+
+
+def rope(x, cos, sin):
+    rotated = np.concatenate([-x[..., 32:], x[..., :32]], axis=-1)
+    return [x * cos + rotated * sin]
+
+
+def softmax_xent(logits, onehot):
+    z = logits - logits.max(axis=1, keepdims=True)
+    lse = np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return [-((z - lse) * onehot).sum(axis=1).mean(dtype=np.float32)]
+
+
 REFERENCES = {
     "attention": attention,
+    "attention_block": attention_block,
+    "embedding_layernorm": embedding_layernorm,
+    "logsumexp": logsumexp,
+    "matmul_transpose_bias_relu": matmul_transpose_bias_relu,
+    "qkv_split": qkv_split,
+    "residual_layernorm": residual_layernorm,
+    "rope": rope,
+    "softmax_xent": softmax_xent,
     "bias_gelu": bias_gelu,
     "layernorm": layernorm,
     "layernorm_large": layernorm,
@@ -91,7 +146,7 @@ def test_example_matches_handwritten_numpy(path):
         graph = check_func(func)
         inputs = random_inputs(graph, seed=7)
         got = evaluate(graph, inputs)
-        want = REFERENCES[func.name](*(inputs[n] for n in graph.param_names))
+        want = [np.asarray(w) for w in REFERENCES[func.name](*(inputs[n] for n in graph.param_names))]
         assert len(got) == len(want) == len(func.results)
         for g, w, t in zip(got, want, graph.output_types):
             assert g.dtype == np.float32 and w.dtype == np.float32

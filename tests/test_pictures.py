@@ -28,18 +28,18 @@ def graph_of(text: str):
 
 
 def test_the_schedule_picture_boxes_kernels_with_their_ops_and_labels_global_tensors_with_bytes():
-    compiled = compile_graph(graph_of((EXAMPLES / "attention.ir").read_text()), load_rule_files([]),
+    compiled = compile_graph(graph_of((EXAMPLES / "attention_block.ir").read_text()), load_rule_files([]),
                              load_target("cpu"))
     dot = pictures.schedule_dot(compiled)
     kernels = re.findall(r'^  "k:\d+" \[label="(.*)", color=', dot, re.MULTILINE)
     assert len(kernels) == len(compiled.schedule.kernels) == 2
-    assert "%0 = transpose(global k, perm=[0, 2, 1])" in kernels[0] and kernels[0].endswith("root\\l")
-    assert "matmul(global q, global t4)" in kernels[1] and "local" in kernels[1] and "shared" in kernels[1]
+    assert "softmax" not in kernels[0] and "max(" in kernels[0] and "matmul(global x, global wv)" in kernels[0]
+    assert "transpose(global t6, perm=[1, 0, 2])" in kernels[1] and kernels[1].endswith("root\\l")
     edges = re.findall(r'^  "(\w+):(\w+)" -> "(\w+):(\w+)" \[label="(.*)"\];$', dot, re.MULTILINE)
-    assert ("in", "k", "k", "0", "k: f32[8, 512, 64], 1,048,576 B") in edges
-    assert ("k", "0", "k", "1", "t4: f32[8, 64, 512], 1,048,576 B") in edges  # a global intermediate
-    assert ("k", "1", "out", "0", "out0: f32[8, 512, 64], 1,048,576 B") in edges
-    assert len(edges) == 3 + 1 + 1  # q, t4, v into k1; k into k0; k1's result out
+    assert ("in", "x", "k", "0", "x: f32[128, 256], 131,072 B") in edges
+    assert ("k", "0", "k", "1", "t6: f32[4, 128, 64], 131,072 B") in edges  # a global intermediate
+    assert ("k", "1", "out", "0", "out0: f32[128, 256], 131,072 B") in edges
+    assert len(edges) == 4 + 2 + 1  # x, wq, wk, wv into k0; t6, wo into k1; k1's result out
 
 
 def test_the_egraph_picture_draws_values_and_placements_only_with_a_legend():

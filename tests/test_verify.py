@@ -6,7 +6,7 @@ import pytest
 
 from stitch.lowering.alloc import merge_allocations
 from stitch.lowering.loops import (
-    Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store, print_kernel,
+    Accumulate, Buffer, FloorDiv, For, Indirect, Ix, Lit, Load, LoopKernel, LoopProgram, Mod, Op, Store, print_kernel,
 )
 from stitch.lowering.verify import VerifyError, verify
 
@@ -15,8 +15,8 @@ def ix(i) -> Ix:
     return Ix.var(i) if isinstance(i, str) else Ix((), i)
 
 
-def load(name: str, *index, view=None) -> Load:
-    return Load(name, tuple(ix(i) for i in index), view)
+def load(name: str, *index) -> Load:
+    return Load(name, tuple(ix(i) for i in index))
 
 
 def store(name: str, index: tuple, value) -> Store:
@@ -202,10 +202,15 @@ def test_index_arity_matches_the_rank():
     rejects(p, 0, "x has rank 2 but is indexed with 1 indices")
 
 
-def test_a_view_is_indexed_with_its_own_rank():
+def test_loop_variables_inside_div_mod_and_gathered_indices_must_be_bound():
+    """A reshape's div/mod and a gather's index read are indices too: their variables are checked."""
     p = program()
     flat = Ix.var("t", 16) + Ix.var("i")
-    k0_tile(p)[0].body[0] = store("a", ("i",), Load("x", (flat,), view=(128,)))
+    split = (Ix.var(FloorDiv(flat, 16)), Ix.var(Mod(flat, 16)))  # x read through a reshape of itself
+    k0_tile(p)[0].body[0] = store("a", ("i",), Load("x", split))
     verify(p)
-    k0_tile(p)[0].body[0] = store("a", ("i",), Load("x", (Ix.var("t"), Ix.var("i")), view=(128,)))
-    rejects(p, 0, "x has rank 1 but is indexed with 2 indices")
+    k0_tile(p)[0].body[0] = store("a", ("i",), Load("x", (Ix.var(FloorDiv(Ix.var("j"), 16)), Ix.var("i"))))
+    rejects(p, 0, "index of x uses j, which no enclosing loop binds")
+    gathered = Ix.var(Indirect(Load("x", (Ix.var("t"), Ix.var("k"))), 8))
+    k0_tile(p)[0].body[0] = store("a", ("i",), Load("x", (gathered, Ix.var("i"))))
+    rejects(p, 0, "index of x uses k, which no enclosing loop binds")

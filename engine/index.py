@@ -1,0 +1,265 @@
+"""Index expressions: where a value's element sits, as a function of loop or kernel axes.
+
+An `Ix` is an integer expression `sum(coef * term) + const` whose terms are
+axis names (strings) or *atoms*:
+
+    FloorDiv(x, d)     floor(x / d)       a reshape splitting or merging axes
+    Mod(x, d)          x mod d            (the other half of that split)
+    Indirect(v, n)     the value v, an index read from a tensor, taken
+                       modulo n when negative (numpy's negative indices);
+                       a gather's index
+
+Every injective op is an index map in these terms (a permutation for
+transpose, div/mod for reshape, offset and stride for slice, a shift per
+piece for concat, an indirect load for gather), so both the kernel model
+(engine/schedule.py, over kernel axes) and the loop nests (lowering/loops.py,
+over loop variables) use this one type.
+
+`simplify` knows each axis's extent and removes the div/mod a split or merge
+of contiguous axes introduces (`(4*h + d) // 4 = h` when `0 <= d < 4`), and
+folds `4 * (x // 4) + x % 4` back to `x`, so reshapes of contiguous data stay
+affine and vectorize.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Union
+
+Term = Union[str, "FloorDiv", "Mod", "Indirect"]
+
+
+def _order(tc: tuple) -> tuple:
+    """Canonical term order: axes before atoms, larger coefficients first (`32*p1o + p1`)."""
+    term, coef = tc
+    return (0, -abs(coef), term) if isinstance(term, str) else (1, -abs(coef), repr(term))
+
+
+@dataclass(frozen=True)
+class Ix:
+    """sum(coef * term) + const, terms in a canonical order (so equal expressions compare equal)."""
+
+    terms: tuple[tuple[Term, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def of(terms: dict | None = None, const: int = 0) -> "Ix":
+        merged: dict = {}
+        for t, c in (terms or {}).items():
+            if c:
+                merged[t] = merged.get(t, 0) + c
+        return Ix(tuple(sorted(((t, c) for t, c in merged.items() if c), key=_order)), const)
+
+    @staticmethod
+    def var(name: Term, coef: int = 1, const: int = 0) -> "Ix":
+        return Ix.of({name: coef}, const)
+
+    @staticmethod
+    def constant(value: int) -> "Ix":
+        return Ix((), value)
+
+    def __add__(self, other: "Ix | int") -> "Ix":
+        if isinstance(other, int):
+            return Ix(self.terms, self.const + other)
+        merged = dict(self.terms)
+        for t, c in other.terms:
+            merged[t] = merged.get(t, 0) + c
+        return Ix.of(merged, self.const + other.const)
+
+    def __sub__(self, other: "Ix | int") -> "Ix":
+        return self + (other * -1 if isinstance(other, Ix) else -other)
+
+    def __mul__(self, k: int) -> "Ix":
+        return Ix.of({t: c * k for t, c in self.terms}, self.const * k)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    @property
+    def label(self) -> str | None:
+        """The axis name when this is exactly one axis (coefficient 1, no offset)."""
+        if len(self.terms) == 1 and self.const == 0 and isinstance(self.terms[0][0], str) and self.terms[0][1] == 1:
+            return self.terms[0][0]
+        return None
+
+    def coef(self, name: str) -> int:
+        return dict(self.terms).get(name, 0)
+
+    def axes(self) -> Iterator[str]:
+        """Every axis name this expression depends on (inside atoms too), with repeats."""
+        for t, _ in self.terms:
+            if isinstance(t, str):
+                yield t
+            else:
+                yield from t.axes()
+
+    def substitute(self, mapping: dict[str, "Ix"]) -> "Ix":
+        """Each axis `a` replaced by `mapping[a]` (axes not in it stay)."""
+        out = Ix.constant(self.const)
+        for t, c in self.terms:
+            if isinstance(t, str):
+                out = out + (mapping[t] * c if t in mapping else Ix.var(t, c))
+            else:
+                out = out + Ix.var(t.substitute(mapping), c)
+        return out
+
+    def map_atoms(self, fn: Callable[[Term], "Ix"]) -> "Ix":
+        """Each atom replaced by fn(atom) (axes stay)."""
+        out = Ix.constant(self.const)
+        for t, c in self.terms:
+            out = out + (Ix.var(t, c) if isinstance(t, str) else fn(t) * c)
+        return out
+
+    def __str__(self) -> str:
+        parts = [_term_text(t) if c == 1 else f"{c}*{_term_text(t)}" for t, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts).replace("+ -", "- ")
+
+
+def _term_text(t: Term) -> str:
+    return t if isinstance(t, str) else str(t)
+
+
+@dataclass(frozen=True)
+class FloorDiv:
+    x: Ix
+    d: int
+
+    def axes(self) -> Iterator[str]:
+        return self.x.axes()
+
+    def substitute(self, mapping: dict[str, Ix]) -> "FloorDiv":
+        return FloorDiv(self.x.substitute(mapping), self.d)
+
+    def __str__(self) -> str:
+        return f"({self.x}) // {self.d}"
+
+
+@dataclass(frozen=True)
+class Mod:
+    x: Ix
+    d: int
+
+    def axes(self) -> Iterator[str]:
+        return self.x.axes()
+
+    def substitute(self, mapping: dict[str, Ix]) -> "Mod":
+        return Mod(self.x.substitute(mapping), self.d)
+
+    def __str__(self) -> str:
+        return f"({self.x}) % {self.d}"
+
+
+@dataclass(frozen=True)
+class Indirect:
+    """An index read from a tensor: `value` (an expression of the level that holds it: a kernel
+    instance reference in the schedule, a loop-nest expression after lowering), in [-extent, extent);
+    negative values count from the end. `site` names the gather for run-time range errors."""
+
+    value: object
+    extent: int
+    site: int = 0
+
+    def axes(self) -> Iterator[str]:
+        value = self.value
+        if hasattr(value, "axes"):
+            yield from value.axes()
+
+    def substitute(self, mapping: dict[str, Ix]) -> "Indirect":
+        value = self.value.substitute(mapping) if hasattr(self.value, "substitute") else self.value
+        return Indirect(value, self.extent, self.site)
+
+    def __str__(self) -> str:
+        return f"idx<{self.extent}>({self.value})"
+
+
+# ---------------------------------------------------------------------------
+# ranges and simplification
+
+
+def bounds(ix: Ix, extent: Callable[[str], int]) -> tuple[int, int]:
+    """Inclusive (lo, hi) of `ix` when every axis `a` ranges over [0, extent(a))."""
+    return interval(ix, lambda a: (0, extent(a) - 1))
+
+
+def interval(ix: Ix, span: Callable[[str], tuple[int, int]]) -> tuple[int, int]:
+    """Inclusive (lo, hi) of `ix` when every axis `a` ranges over the inclusive span(a)."""
+    lo = hi = ix.const
+    for t, c in ix.terms:
+        tlo, thi = _term_interval(t, span)
+        lo += min(c * tlo, c * thi)
+        hi += max(c * tlo, c * thi)
+    return lo, hi
+
+
+def _term_interval(t: Term, span) -> tuple[int, int]:
+    if isinstance(t, str):
+        return span(t)
+    if isinstance(t, FloorDiv):
+        lo, hi = interval(t.x, span)
+        return lo // t.d, hi // t.d
+    if isinstance(t, Mod):
+        lo, hi = interval(t.x, span)
+        if lo // t.d == hi // t.d:
+            return lo % t.d, hi % t.d
+        return 0, t.d - 1
+    return 0, t.extent - 1
+
+
+def simplify(ix: Ix, extent: Callable[[str], int]) -> Ix:
+    """`ix` with the div/mod atoms that ranges decide taken out (see the module docstring)."""
+    out = Ix.constant(ix.const)
+    for t, c in ix.terms:
+        if isinstance(t, FloorDiv):
+            out = out + floordiv(simplify(t.x, extent), t.d, extent) * c
+        elif isinstance(t, Mod):
+            out = out + mod(simplify(t.x, extent), t.d, extent) * c
+        else:
+            out = out + Ix.var(t, c)
+    return _recombine(out)
+
+
+def floordiv(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
+    """floor(x / d), exact: terms whose coefficient d divides come out; the rest stays an atom
+    unless its range lies within one multiple of d."""
+    if d == 1:
+        return x
+    whole = {t: c // d for t, c in x.terms if c % d == 0}
+    q, r = divmod(x.const, d)
+    rest = Ix.of({t: c for t, c in x.terms if c % d}, r)
+    lo, hi = bounds(rest, extent)
+    if lo // d == hi // d:
+        return Ix.of(whole, q + lo // d)
+    return Ix.of(whole, q) + Ix.var(FloorDiv(rest, d))
+
+
+def mod(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
+    """x mod d (non-negative), exact: coefficients and the constant reduced mod d; the atom goes
+    when the rest's range lies within one period."""
+    if d == 1:
+        return Ix.constant(0)
+    rest = Ix.of({t: c % d for t, c in x.terms if c % d}, x.const % d)
+    lo, hi = bounds(rest, extent)
+    if lo // d == hi // d:
+        return rest - (lo // d) * d
+    return Ix.var(Mod(rest, d))
+
+
+def _recombine(ix: Ix) -> Ix:
+    """d*c*(x // d) + c*(x % d) -> c*x: the flat address of a split axis is the axis again."""
+    terms = dict(ix.terms)
+    for t, c in list(terms.items()):
+        if isinstance(t, Mod) and t in terms:
+            div = FloorDiv(t.x, t.d)
+            if terms.get(div) == c * t.d:
+                del terms[t], terms[div]
+                return _recombine(Ix.of(terms, ix.const) + t.x * c)
+    return ix
+
+
+def affine(ix: Ix) -> bool:
+    """No atoms: a plain linear combination of axes."""
+    return all(isinstance(t, str) for t, _ in ix.terms)
