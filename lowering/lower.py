@@ -147,6 +147,7 @@ class _KernelLowering:
         self.position = {a: (Ix.var(a + "o", t) + Ix.var(a)) if t < kernel.extents[a] else Ix.var(a)
                          for a, t in self.tile.items()}
         self.after_tiles = False  # lowering the epilogue: every axis whole, no tile loops around
+        self.exprs: dict[tuple[int, bool], Expr] = {}
 
     # -- indices -------------------------------------------------------------
 
@@ -387,7 +388,15 @@ class _KernelLowering:
         return Load(name, tuple(self.at(ix) for ix in r.index))
 
     def expr(self, inst: Instance) -> Expr:
-        """The value of an elementwise or injective instance as an expression."""
+        """The value of an elementwise or injective instance as an expression: built once per
+        instance and shared by every use (an inline value read twice is one node; the C printer
+        computes it once)."""
+        key = (inst.key, self.after_tiles)
+        if key not in self.exprs:
+            self.exprs[key] = self._expr(inst)
+        return self.exprs[key]
+
+    def _expr(self, inst: Instance) -> Expr:
         op = inst.node.op
         dtype = self.types[inst.cid].dtype
         if op in ("transpose", "reshape", "broadcast_to", "slice"):
