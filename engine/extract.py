@@ -61,6 +61,68 @@ def extract_tree(data: EGraphData, cost: Callable[[ENode], float] = node_count_c
     return choice
 
 
+def improve_dag(data: EGraphData, choice: Choice, cost: Callable[[ENode], float], passes: int = 4) -> Choice:
+    """`choice` with e-nodes swapped while the DAG cost falls: the sum of the chosen e-nodes' own
+    costs over the classes the roots reach, each counted once.
+
+    Tree costs count a value once per use, so deep in a program (where a value feeds several ops,
+    each of them feeding several more) they favour an e-node with fewer operands over a cheaper one
+    that reads a shared value more often: `pow(x, 3.0)` over `mul(mul(x, x), x)`. Swapping one class
+    at a time with reference counts prices each alternative by what it adds and what it frees.
+    """
+    choice = dict(choice)
+    refs: dict[str, int] = {}
+
+    def hold(cids, step: int) -> list[str]:
+        """Add `step` (+1 or -1) to each class's count; the classes that became (un)reachable."""
+        changed: list[str] = []
+        stack = list(cids)
+        while stack:
+            cid = stack.pop()
+            refs[cid] = refs.get(cid, 0) + step
+            if refs[cid] == (1 if step > 0 else 0):
+                changed.append(cid)
+                stack.extend(choice[cid].children)
+        return changed
+
+    def reaches(start: tuple[str, ...], target: str) -> bool:
+        seen: set[str] = set()
+        stack = list(start)
+        while stack:
+            cid = stack.pop()
+            if cid == target:
+                return True
+            if cid not in seen:
+                seen.add(cid)
+                stack.extend(choice[cid].children)
+        return False
+
+    hold(data.roots, 1)
+    for _ in range(passes):
+        improved = False
+        for cid, nodes in data.classes.items():
+            if refs.get(cid, 0) == 0 or len(nodes) < 2 or nodes[0].is_placement:
+                continue
+            for alt in nodes:
+                old = choice[cid]
+                if alt is old or any(c not in choice for c in alt.children):
+                    continue
+                choice[cid] = alt
+                added = hold(alt.children, 1)
+                freed = hold(old.children, -1)
+                delta = cost(alt) - cost(old) + sum(cost(choice[c]) for c in added) - sum(
+                    cost(choice[c]) for c in freed)
+                if delta < -1e-9 and not reaches(alt.children, cid):
+                    improved = True
+                    continue
+                hold(old.children, 1)
+                hold(alt.children, -1)
+                choice[cid] = old
+        if not improved:
+            break
+    return choice
+
+
 def choice_to_func(data: EGraphData, choice: Choice, graph: Graph, name: str | None = None) -> Func:
     """The program a choice denotes, placements stripped: same params and results as `graph`."""
     names: dict[str, object] = {}
@@ -161,4 +223,5 @@ def extract_schedule(data: EGraphData, target, exhaustive_limit: int | None = No
     from .search import EXHAUSTIVE_LIMIT
 
     limit = EXHAUSTIVE_LIMIT if exhaustive_limit is None else exhaustive_limit
-    return search(data, target, extract_tree(data, work_cost(data, target)), limit)
+    cost = work_cost(data, target)
+    return search(data, target, improve_dag(data, extract_tree(data, cost), cost), limit)

@@ -49,6 +49,14 @@ def allows_deep_recursion(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with deep_recursion():
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except RecursionError:
+                from .errors import StitchError
+
+                raise StitchError(
+                    f"the program is nested too deeply for stitch: a chain of dependent ops needs more than "
+                    f"{LIMIT:,} stack frames to walk (chains of a few thousand ops compile; split a longer "
+                    f"one into several funcs)") from None
 
     return wrapper

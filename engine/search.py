@@ -206,32 +206,66 @@ def search(data: EGraphData, target, start: Choice, exhaustive_limit: int = EXHA
 
 
 def _exhaustive(space: Space) -> SearchResult:
+    """Every point of the narrowed space the roots reach: a depth-first walk choosing one option per
+    class, with explicit frames (a chain of thousands of ops is as deep)."""
     best: list = [None, None, None]
     values: Choice = {}
-    roots = list(space.data.roots)
 
     def value_of(cid: str) -> str:
         node = space.data.classes[cid][0]
         return node.children[0] if node.is_placement else cid
 
-    def dfs(pending: list[str]) -> None:
-        while pending and pending[-1] in values:
-            pending = pending[:-1]
-        if not pending:
-            choice = space.full_choice(values)
-            cost, schedule = space.price(choice)
-            if best[0] is None or order_key(cost) < order_key(best[0]):
-                best[:] = [cost, schedule, choice]
-            return
-        cid = pending[-1]
-        for node in space.options[cid]:
-            values[cid] = node
-            dfs(pending[:-1] + [space.edge(c)[1] for c in node.children])
-            del values[cid]
+    def settle(pending):
+        """Drop classes already chosen from the front of the pending list (a linked list of pairs)."""
+        while pending is not None and pending[0] in values:
+            pending = pending[1]
+        return pending
 
-    dfs([value_of(r) for r in roots])
+    def push(node: ENode, rest):
+        for child in node.children:
+            rest = (space.edge(child)[1], rest)
+        return settle(rest)
+
+    pending = None
+    for root in space.data.roots:
+        pending = (value_of(root), pending)
+    pending = settle(pending)
+    frames: list[list] = []  # [class, option index, the pending list after the class]
+    while True:
+        if pending is not None:
+            cid = pending[0]
+            frames.append([cid, 0, pending[1]])
+            values[cid] = space.options[cid][0]
+            pending = push(values[cid], pending[1])
+            continue
+        choice = space.full_choice(values)
+        cost, schedule = space.price(choice)
+        if best[0] is None or order_key(cost) < order_key(best[0]):
+            best[:] = [cost, schedule, choice]
+        while frames and frames[-1][1] + 1 >= len(space.options[frames[-1][0]]):
+            del values[frames.pop()[0]]
+        if not frames:
+            break
+        frame = frames[-1]
+        frame[1] += 1
+        values[frame[0]] = space.options[frame[0]][frame[1]]
+        pending = push(values[frame[0]], frame[2])
     cost, schedule, choice = best
     return SearchResult(choice, schedule, cost, space.evaluated, True)
+
+
+def _most_fused(space: Space, values: Choice) -> Choice:
+    """`values`' op structure with every edge fused, each with its best placement: the greedy
+    search's other start (a long chain of injective ops is one kernel in one step, instead of one
+    move per producer, each re-forming the growing kernel)."""
+    out = dict(values)
+    for cid, node in values.items():
+        op, attrs, edges = space.signature(node)
+        wanted = tuple(v for _, v in edges)
+        # options are sorted most fused first, best placements first
+        out[cid] = next(n for n in space.options[cid] if space.signature(n)[:2] == (op, attrs)
+                        and tuple(v for _, v in space.signature(n)[2]) == wanted)
+    return out
 
 
 def _greedy(space: Space, start: Choice) -> SearchResult:
@@ -244,6 +278,9 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
         by_sig[cid] = table
     values = {cid: by_sig[cid][space.signature(start[cid])][0] for cid in space.value_classes if cid in start}
     state = _State(space, space.full_choice(values))
+    fused = space.full_choice(_most_fused(space, values))
+    if order_key(space.price(fused)[0]) < order_key(space.price(state.choice)[0]):
+        state = _State(space, fused)
     if state.kernels is None:
         cost, schedule = space.price(state.choice)
         return SearchResult(state.choice, schedule, cost, space.evaluated, False)
@@ -392,7 +429,8 @@ class _State:
         # the merged kernels the move can change: those holding an affected root, closed over joins
         touched = {i for i, k in enumerate(self.kernels) if any(r in affected or r not in per_root for r in k.roots)}
         group_roots = {r for i in touched for r in self.kernels[i].roots if r in per_root}
-        group_roots |= {r for r in per_root if r not in self._stored()}
+        stored = self._stored()
+        group_roots |= {r for r in per_root if r not in stored}
         group_roots |= affected & set(per_root)
         group_roots = self._close(group_roots, per_root, touched)
         rest = [k for i, k in enumerate(self.kernels) if i not in touched]

@@ -72,6 +72,8 @@ static inline {t} st_where_{d}(bool c, {t} a, {t} b) {{ return c ? a : b; }}
 static inline {t} st_pow_{d}({t} a, {t} b) {{ {t} r = pow{sfx}(a, b); return b == ({t})0.5 && (a == 0 || a == -INFINITY) ? ({t})(a == 0 ? 0 : INFINITY) : r; }}
 static inline int32_t st_cast_i32_{d}({t} a) {{ float_t_{d} x = a; return x > {i32_lo} && x < {i32_hi} ? (int32_t)x : INT32_MIN; }}
 static inline int64_t st_cast_i64_{d}({t} a) {{ float_t_{d} x = a; return x >= {i64_lo} && x < {i64_hi} ? (int64_t)x : INT64_MIN; }}
+static inline {t} st_float_{d}_i32(int32_t a) {{ return a == 0 ? ({t})0 : ({t})a; }}
+static inline {t} st_float_{d}_i64(int64_t a) {{ return a == 0 ? ({t})0 : ({t})a; }}
 """
 _INT_HELPERS = """\
 static inline {t} st_max_{d}({t} a, {t} b) {{ return a > b ? a : b; }}
@@ -725,6 +727,11 @@ def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:
     if op == "cast":
         if is_float and t in ("i32", "i64"):  # out of range is undefined in C: defined in the prelude
             return f"st_cast_{t}_{src}({a})"
+        if src in ("i32", "i64") and t in ("f16", "f32", "f64"):
+            # with -fno-trapping-math gcc folds (double)(int)x to trunc(x), which keeps x's sign at
+            # zero (trunc(-0.3) is -0.0); an integer has no sign at zero (numpy: +0.0). The zero test
+            # survives the fold and vectorizes.
+            return f"st_float_{t}_{src}({a})"
         return f"(({ct})({a}))"
     if op in _ARITH:
         return f"(({ct})({a} {_ARITH[op]} {args[1]}))"

@@ -15,7 +15,7 @@ from stitch.engine.cli import main
 from stitch.engine.cost import schedule_cost
 from stitch.engine.egraph_data import EGraphData
 from stitch.engine.errors import StitchError
-from stitch.engine.extract import ALL_GLOBAL, extract_schedule, extract_tree, reachable_classes
+from stitch.engine.extract import ALL_GLOBAL, extract_schedule, extract_tree, reachable_classes, work_cost
 from stitch.engine.parse import parse_file, parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
 from stitch.engine.rules import builtin_rule_files
@@ -300,3 +300,29 @@ def test_large_programs_extract_with_the_greedy_search():
     unfused = schedule_cost(build_schedule(data, extract_tree(data, ALL_GLOBAL)), CPU)
     assert not result.exhaustive and result.cost.feasible
     assert len(result.schedule.kernels) < len(unfused.kernels) and result.cost.cycles < unfused.cycles
+
+
+GELU_STACK = "\n".join(
+    ["func gelu_stack(x: f32[64, 256], w: f32[256, 256]) -> f32[64, 256] {", "  h0 = x"]
+    + [line for i in range(1, 13) for line in (
+        f"  m{i} = matmul(h{i - 1}, w)",
+        f"  t{i} = tanh(mul(add(m{i}, mul(pow(m{i}, 3.0), 0.044715)), 0.7978845608))",
+        f"  h{i} = mul(mul(m{i}, 0.5), add(t{i}, 1.0))")]
+    + ["  return h12", "}", ""])
+
+
+def test_a_large_program_takes_the_cheaper_op_structure_algebra_adds():
+    """GPT-2's GELU: `pow-three` makes pow(m, 3.0) equal to mul(mul(m, m), m), 10x cheaper on the
+    cpu target. Above the exhaustive limit the search starts from the additive extraction, whose
+    tree costs count a value once per use and so favour pow deep in the program; the DAG pass fixes
+    the start's op structure."""
+    graph = check_func(parse_program(GELU_STACK).funcs[0])
+    run, _ = saturate_program(graph, builtin_rule_files())
+    data = EGraphData.from_json(run.serialize().to_json())
+    tree = extract_tree(data, work_cost(data, CPU))
+    assert any(tree[c].op == "pow" for c in reachable_classes(data, tree))  # what the DAG pass fixes
+    result = extract_schedule(data, CPU)
+    assert not result.exhaustive
+    ops = {result.choice[c].op for c in reachable_classes(data, result.choice)}
+    assert "pow" not in ops and "mul" in ops
+

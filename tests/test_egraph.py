@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from stitch.engine.check import check_func
 from stitch.engine.cli import main
 from stitch.engine.egraph_data import EGraphData
-from stitch.engine.extract import choice_to_graph, extract_tree
+from stitch.engine.extract import choice_to_graph, extract_tree, improve_dag, reachable_classes, work_cost
+from stitch.targets.target import load_target
 from stitch.engine.interp import evaluate, random_inputs
 from stitch.engine.ir import TensorType
 from stitch.engine.parse import parse_file, parse_program
@@ -92,6 +93,24 @@ def assert_saturate_then_extract_preserves_meaning(graph, seed):
     extracted = choice_to_graph(data, extract_tree(data), graph)
     assert extracted.output_types == graph.output_types
     assert_same_outputs(graph, extracted, random_inputs(graph, seed))
+
+
+def _dag_cost(data, choice, cost):
+    return sum(cost(choice[c]) for c in reachable_classes(data, choice))
+
+
+@settings(max_examples=25)
+@given(graphs(dtypes=("f32",), max_ops=12, max_rank=3, max_dim=8), st.integers(0, 2**16))
+def test_the_dag_pass_lowers_the_dag_cost_and_keeps_the_meaning(graph, seed):
+    """The extraction start's DAG pass (each class counted once) never raises that cost, and the
+    program it picks means what the input meant."""
+    run, _ = saturate_program(graph, builtin_rule_files())
+    data = serialized(run)
+    cost = work_cost(data, load_target("cpu"))
+    tree = extract_tree(data, cost)
+    dag = improve_dag(data, tree, cost)
+    assert _dag_cost(data, dag, cost) <= _dag_cost(data, tree, cost) + 1e-6
+    assert_same_outputs(graph, choice_to_graph(data, dag, graph), random_inputs(graph, seed))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

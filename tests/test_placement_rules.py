@@ -7,6 +7,8 @@ equals the reference) or refuses it with a reason (a StitchError). Never an inte
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,9 +87,11 @@ def test_the_reshape_rule_of_issue_15_is_used():
     graph = next(iter(check_program(parse_program(
         "func f(a: f32[16, 8], b: f32[8, 12]) -> f32[4, 48] { return exp(reshape(matmul(a, b), shape=[4, 48])) }"
     )).values()))
-    for target in TARGETS:
-        c = compile_graph(graph, [rules], target)
-        (kernel,) = c.schedule.kernels
+    for target, rule_files in itertools.product(TARGETS, ([rules], builtin_rule_files() + [rules])):
+        c = compile_graph(graph, rule_files, target)
+        # alone the rule fuses the product into the reshape; with the built-in rules the exp joins
+        assert len(c.schedule.kernels) == (1 if len(rule_files) > 1 else 2)
+        kernel = next(k for k in c.schedule.kernels if any(i.node.op == "reshape" for i in k.instances))
         assert {i.node.op: i.hold.value for i in kernel.instances}["matmul"] == "local"
         inputs = random_inputs(graph, 1)
         outs, _ = execute(lower(c), inputs)
