@@ -17,6 +17,7 @@ import hashlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -216,8 +217,7 @@ def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, 
         _check(_run_compiler([cc, *flags, str(src), "-o", str(lib), "-lm"], src), src)
         return
     objects = [tmp / f"part{i}.o" for i in range(parts)]
-    procs = [subprocess.Popen([cc, *flags, "-c", f"-DSTITCH_PART={i}", str(src), "-o", str(obj)],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [_spawn([cc, *flags, "-c", f"-DSTITCH_PART={i}", str(src), "-o", str(obj)])
              for i, obj in enumerate(objects)]
     deadline = time.monotonic() + COMPILER_SECONDS
     try:
@@ -229,19 +229,38 @@ def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, 
             _check(subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), src)
     finally:
         for proc in procs:  # still running after a timeout or another part's error
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
     _check(_run_compiler([cc, *flags, *map(str, objects), "-o", str(lib), "-lm"], src), src)
 
 
-def _run_compiler(cmd: list[str], src: Path) -> subprocess.CompletedProcess:
+def _spawn(cmd: list[str]) -> subprocess.Popen:
+    """The compiler in a session of its own: stopping it stops the passes it started (cc1, as, ld),
+    which would otherwise run on, holding a core and gigabytes, after the driver is killed."""
     try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMPILER_SECONDS)
-    except subprocess.TimeoutExpired:
-        raise _too_long(src) from None
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
     except OSError as err:
         raise StitchError(f"cannot run the C compiler {cmd[0]}: {err.strerror}") from None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _run_compiler(cmd: list[str], src: Path) -> subprocess.CompletedProcess:
+    proc = _spawn(cmd)
+    try:
+        stdout, stderr = proc.communicate(timeout=COMPILER_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise _too_long(src) from None
+    finally:
+        _stop(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def _too_long(src: Path) -> StitchError:
@@ -313,6 +332,6 @@ def _version(cc: str) -> str:
 def _probe(cmd: list[str]) -> subprocess.CompletedProcess:
     """A quick question to the compiler; one that fails, cannot start or hangs answers nothing."""
     try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=COMPILER_SECONDS)
-    except (OSError, subprocess.TimeoutExpired):
+        return _run_compiler(cmd, Path(cmd[-1]))
+    except StitchError:
         return subprocess.CompletedProcess(cmd, 1, "", "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,17 +98,25 @@ def test_compiler_errors_name_the_generated_source(cache, capsys):
     assert code == 1 and "the C compiler failed" in err and ".c" in err and "Traceback" not in err
 
 
+def _builds_runtime(cmd: list[str]) -> bool:
+    from stitch.targets import runtime
+
+    sources = [Path(a) for a in cmd if a.endswith(".c")]
+    return any(src.read_text() == runtime.SOURCE.read_text() for src in sources if src.exists())
+
+
 def _recording_builds(monkeypatch) -> list[list[str]]:
     """Every compiler command that builds a library (`-o ....so`), as run."""
     builds = []
-    real_run = cpu.subprocess.run
+    real_spawn = cpu._spawn
 
-    def recording_run(cmd, *args, **kwargs):
-        if "-o" in cmd and cmd[cmd.index("-o") + 1].endswith("lib.so"):
+    def recording_spawn(cmd):
+        # a program's library, not the thread pool's (built once per process, by whichever test is first)
+        if "-o" in cmd and cmd[cmd.index("-o") + 1].endswith("lib.so") and not _builds_runtime(cmd):
             builds.append(cmd)
-        return real_run(cmd, *args, **kwargs)
+        return real_spawn(cmd)
 
-    monkeypatch.setattr(cpu.subprocess, "run", recording_run)
+    monkeypatch.setattr(cpu, "_spawn", recording_spawn)
     return builds
 
 
@@ -146,9 +155,10 @@ def test_malformed_cflags_are_clear_errors(cflags, message):
 
 @pytest.mark.parametrize("parts", [1, 3])
 def test_a_compiler_that_hangs_is_stopped_at_the_time_limit(parts, cache, tmp_path, monkeypatch):
-    """A compiler over COMPILER_SECONDS is killed and reported (one unit, and parts built at once)."""
+    """A compiler over COMPILER_SECONDS is killed and reported (one unit, and parts built at once),
+    with the passes it started (a gcc driver's cc1 ran on, holding a core, after the driver was killed)."""
     fake = tmp_path / "slow-cc"
-    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.write_text(f"#!/bin/sh\nsleep 60 &\necho $! >> {tmp_path}/passes\nwait\n")
     fake.chmod(0o755)
     monkeypatch.setattr(cpu, "COMPILER_SECONDS", 0.5)
     monkeypatch.setattr(c_source, "PART_BYTES", 200 if parts > 1 else c_source.PART_BYTES)
@@ -156,6 +166,20 @@ def test_a_compiler_that_hangs_is_stopped_at_the_time_limit(parts, cache, tmp_pa
     compiled = stitch.compile(EXAMPLES / "attention.ir", target="accel")  # lowered only: built below
     with pytest.raises(StitchError, match=r"the C compiler ran over 0.5 s on the generated source .*\.c"):
         cpu.build(compiled.loops, cache, cc=str(fake))
+    passes = [int(pid) for pid in (tmp_path / "passes").read_text().split()]
+    assert passes
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in passes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in passes)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_compiler_that_fails_is_a_clear_error(cache, tmp_path):
