@@ -69,15 +69,7 @@ def test_cache_hit_corrupt_entry_and_changed_flags(cache, monkeypatch):
     text = (EXAMPLES / "softmax.ir").read_text()
     first = stitch.compile(text, cache_dir=cache)
     (lib,) = libraries(cache)
-    builds = []
-    real_run = cpu.subprocess.run
-
-    def counting_run(cmd, *args, **kwargs):
-        if "-o" in cmd:
-            builds.append(cmd)
-        return real_run(cmd, *args, **kwargs)
-
-    monkeypatch.setattr(cpu.subprocess, "run", counting_run)
+    builds = _recording_builds(monkeypatch)
     hit = stitch.compile(text, cache_dir=cache)
     assert builds == [] and hit.native.source_path == first.native.source_path
     lib.unlink()  # a corrupt entry (a new file: the loaded library stays mapped in this process)
