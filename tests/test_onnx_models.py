@@ -20,6 +20,7 @@ pytest.importorskip("onnx")
 import stitch  # noqa: E402
 from stitch.engine.check import check_program  # noqa: E402
 from stitch.engine.interp import evaluate  # noqa: E402
+from stitch.engine.ops import OPS, OpGroup  # noqa: E402
 from stitch.frontends.onnx_conformance import not_lowered  # noqa: E402
 from stitch.frontends.onnx_import import import_onnx  # noqa: E402
 
@@ -67,6 +68,16 @@ def test_export_compiles_and_matches_onnxruntime(name, target):
         got = program(**inputs)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL)
+    # no copy kernel: every kernel computes something besides moving data
+    moves = {OpGroup.LAYOUT, OpGroup.MOVEMENT}
+    copies = [sorted(ops) for kernel in program.compiled.schedule.kernels
+              for ops in [{i.node.op for i in kernel.instances if i.node.op not in ("param", "const")}]
+              if all(OPS[op].group in moves for op in ops)]
+    if copies == [["gather"]] and name.startswith("gpt2_model"):
+        # Known gap: kernels whose reads go through a gather's indirect index do not merge yet, so
+        # the token lookup is written once for the residual and the layer norm's kernels to read.
+        pytest.xfail("the token embedding lookup is its own kernel (gathered reads do not merge yet)")
+    assert copies == [], (name, copies)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

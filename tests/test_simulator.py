@@ -62,14 +62,18 @@ def simulated(graph, target=ACCEL, without=(), seed=0):
 
 
 @settings(max_examples=25)
-@given(graphs(dtypes=("f32", "i32", "bool", "f64"), max_ops=8, max_rank=3, max_dim=5), st.integers(0, 1000),
-       st.booleans())
+@given(graphs(dtypes=("f32", "i32", "bool", "f64"), max_ops=8, max_rank=3, max_dim=5, movement=True),
+       st.integers(0, 1000), st.booleans())
 def test_generated_programs_simulate_like_the_reference_and_move_the_estimated_bytes(graph, seed, overlap):
     target = accel(overlap_dma=overlap)
     compiled, program, inputs, outputs, report = simulated(graph, target, seed=seed)
     assert_matches_reference(graph, outputs, inputs)
     _, traffic = execute(program, inputs)
-    assert report.global_bytes == compiled.cost.global_bytes == traffic.read + traffic.written
+    assert report.global_bytes == traffic.read + traffic.written
+    if all(kc.exact for kc in compiled.cost.kernels):
+        assert report.global_bytes == compiled.cost.global_bytes
+    else:  # a gather with repeated indices reads a row once: the estimate is an upper bound
+        assert report.global_bytes <= compiled.cost.global_bytes
     assert [(k.global_bytes_read, k.global_bytes_written) for k in report.kernels] == list(traffic.per_kernel.values())
     # the time model's bookkeeping: steps add up to the kernel, the kernel to the launch plus its steps
     dma, compute = report.total("dma_cycles"), report.total("matrix_cycles") + report.total("vector_cycles")
