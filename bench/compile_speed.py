@@ -23,7 +23,6 @@ from gen import random_program  # noqa: E402
 
 import stitch  # noqa: E402
 from stitch.engine.check import check_func  # noqa: E402
-from stitch.engine.egraph_data import EGraphData  # noqa: E402
 from stitch.engine.extract import extract_schedule  # noqa: E402
 from stitch.engine.parse import parse_program  # noqa: E402
 from stitch.engine.recursion import deep_recursion  # noqa: E402
@@ -40,7 +39,7 @@ def stages(text: str, target, limits: Limits) -> dict:
     run = EGraphRun(graph, builtin_rule_files())
     report = run.run(limits)
     t2 = time.perf_counter()
-    data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
+    data = run.data()
     t3 = time.perf_counter()
     result = extract_schedule(data, target)
     t4 = time.perf_counter()

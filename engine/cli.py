@@ -8,6 +8,7 @@ only with --debug).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import traceback
 import warnings
@@ -15,7 +16,8 @@ import warnings
 import numpy as np
 
 from .errors import StitchError, StitchWarning
-from .ir import Pos
+from .files import load_inputs, save_npz, write_text
+from .memory import GIB
 from .recursion import deep_recursion
 
 
@@ -97,8 +99,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_arguments(e)
     e.set_defaults(run=cmd_eval)
 
-    from .pipeline import add_compile_arguments, add_rule_arguments, compile_command
-
     r = sub.add_parser("run", help="compile for a target and run; --check compares with the reference")
     add_run_arguments(r)
     r.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml")
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("compile", help="saturate a program with the rules and print a stage (--emit)")
     add_compile_arguments(k)
-    k.set_defaults(run=compile_command)
+    k.set_defaults(run=cmd_compile)
 
     i = sub.add_parser("import", help="translate an ONNX model into a .ir program")
     i.add_argument("file", metavar="MODEL.onnx")
@@ -167,6 +167,42 @@ def version_text() -> str:
     return f"stitch {__version__} ({', '.join(parts)}, Python {platform.python_version()})"
 
 
+def add_compile_arguments(p) -> None:
+    from .saturate import Limits
+
+    p.add_argument("file")
+    p.add_argument("--entry", help="the func to compile (default: the first)")
+    add_rule_arguments(p)
+    p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"], default="schedule",
+                   help="what to print (default: schedule)")
+    p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the compile figures")
+    p.add_argument("--dot", metavar="OUT.svg|OUT.png|OUT.dot",
+                   help="also draw a picture: the e-graph's values and placements with --emit egraph, the "
+                        "schedule's kernels and global tensors with any other --emit; .svg, .png and .pdf are "
+                        "rendered by graphviz's dot when it is installed, otherwise DOT text is written")
+    p.add_argument("--iter-limit", type=int, default=Limits.iterations, help="saturation iterations")
+    p.add_argument("--node-limit", type=int, default=Limits.nodes, help="e-node limit")
+    p.add_argument("--time-limit", type=float, default=Limits.seconds, help="saturation seconds")
+    p.add_argument("--match-limit", type=int, default=Limits.match_limit,
+                   help="matches per rule per iteration before back-off")
+    p.add_argument("--memory-limit", type=float, default=Limits.memory / GIB, metavar="GIB",
+                   help=f"memory the compile may hold, in GiB (default {Limits.memory / GIB:.3g}: half this "
+                        "machine's, at most 8); saturation stops at half of it")
+
+
+def add_rule_arguments(p) -> None:
+    """--rules, --no-builtin-rules, --without-rules: what `compile` and `run` saturate with."""
+    p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
+    p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
+    p.add_argument("--without-rules", action="append", default=[], metavar="NAME",
+                   help="leave out a built-in rule file (algebra, fusion, forwarding) or the built-in rules "
+                        "matching a name pattern, e.g. 'stitch-*' (repeatable)")
+    p.add_argument("--unsafe-fp", action="store_true",
+                   help="also use rules tagged [unsafe-fp], which may change results at NaN, inf, -0.0 or "
+                        "near overflow (as -ffast-math does)")
+
+
 def add_run_arguments(p) -> None:
     """The program, its entry, its inputs and where outputs go: what `eval` and `run` share."""
     p.add_argument("file")
@@ -189,93 +225,21 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
-def load_program(path: str):
-    from .parse import parse_file
-
-    program = parse_file(path)
-    if not program.funcs:
-        hint = "a program is one or more `func NAME(PARAMS) -> TYPE { ... }`"
-        raise StitchError("the file defines no func", Pos(path, 1, 1), program.source, hint)
-    return program
-
-
-def load_graph(path: str, entry: str | None):
-    from .check import check_program
-
-    graphs = check_program(load_program(path))
-    if entry is None:
-        return next(iter(graphs.values()))
-    if entry not in graphs:
-        raise StitchError(f"{path}: no func named '{entry}' (the file defines {', '.join(graphs)})")
-    return graphs[entry]
-
-
-NPZ_HINT = "write inputs with np.savez(path, name=array, ...): one array per parameter, keyed by its name"
-
-
-def load_inputs(path: str, graph) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file, checked against the graph's parameters; every error names the file."""
-    from .interp import bind_inputs
-
-    arrays = read_npz(path)
-    try:
-        bind_inputs(graph, arrays)
-    except StitchError as err:
-        held = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in arrays.items()) or "no arrays"
-        raise StitchError(err.message, Pos(path, 0, 0),
-                          hint=f"the file holds {held}; the program is {graph.signature()}") from None
-    return arrays
-
-
-def read_npz(path: str) -> dict[str, np.ndarray]:
-    """Every array of an .npz file; a file that is not one (or holds pickled objects) is a clear error."""
-    where = Pos(path, 0, 0)
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-    except FileNotFoundError:
-        raise StitchError("no such file", where) from None
-    except OSError as err:
-        raise StitchError(f"cannot read ({err.strerror})", where) from None
-    if magic.startswith(b"\x93NUMPY"):
-        raise StitchError("this is an .npy file (one array), not an .npz of named inputs", where, hint=NPZ_HINT)
-    if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a zip archive: a file or an empty directory first
-        raise StitchError("not an .npz file (np.savez writes a zip archive of arrays)", where, hint=NPZ_HINT)
-    try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as err:  # a damaged archive: zipfile's and numpy's many errors
-        raise StitchError(f"not a readable .npz file ({type(err).__name__}: {err})", where, hint=NPZ_HINT) from None
-    arrays = {}
-    with data:
-        for name in data.files:
-            try:
-                arrays[name] = data[name]
-            except ValueError as err:
-                if "pickle" in str(err):
-                    raise StitchError(f"array '{name}' holds Python objects (pickled data), which stitch does "
-                                      "not load", where, hint=NPZ_HINT) from None
-                raise StitchError(f"array '{name}' cannot be read ({err})", where, hint=NPZ_HINT) from None
-            except Exception as err:
-                raise StitchError(f"array '{name}' cannot be read ({type(err).__name__}: {err})", where,
-                                  hint=NPZ_HINT) from None
-            if not isinstance(arrays[name], np.ndarray):  # numpy gives a member that is not .npy as bytes
-                raise StitchError(f"'{name}' in the archive is not a numpy array", where, hint=NPZ_HINT)
-    return arrays
-
-
 def cmd_check(args) -> int:
     from .check import check_program
+    from .pipeline import read_file
 
-    for graph in check_program(load_program(args.file)).values():
+    for graph in check_program(read_file(args.file)).values():
         print(graph.signature())
     return 0
 
 
 def cmd_fmt(args) -> int:
     from .check import check_program
+    from .pipeline import read_file
     from .printer import print_program
 
-    program = load_program(args.file)
+    program = read_file(args.file)
     check_program(program)
     sys.stdout.write(print_program(program))
     return 0
@@ -283,8 +247,9 @@ def cmd_fmt(args) -> int:
 
 def cmd_eval(args) -> int:
     from .interp import evaluate, random_inputs
+    from .pipeline import check_entry, read_file
 
-    graph = load_graph(args.file, args.entry)
+    graph = check_entry(read_file(args.file), args.entry, args.file)
     inputs = load_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
     try:
         outputs = evaluate(graph, inputs)
@@ -299,6 +264,92 @@ def cmd_eval(args) -> int:
     else:
         print(summarize(outputs))
     return 0
+
+
+def cmd_compile(args) -> int:
+    """`stitch compile`: the pipeline's stages as far as --emit asks, that stage printed."""
+    from ..targets.target import load_target
+    from .pipeline import check_entry, compile_graph, load_rule_files, lower_program, read_file, saturate_program
+    from .pictures import egraph_dot, schedule_dot
+    from .printer import print_func
+    from .schedule_print import print_schedule
+
+    program = read_file(args.file)
+    graph = check_entry(program, args.entry, args.file)
+    if args.emit == "ir":
+        sys.stdout.write(print_func(program.func(args.entry) if args.entry else program.funcs[0]))
+        if not args.dot:
+            return 0
+    limits = compile_limits(args)
+    rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules),
+                                 unsafe_fp=args.unsafe_fp)
+    if args.emit == "egraph" and not args.json:
+        run, report = saturate_program(graph, rule_files, limits)
+        print(report.render())
+        if args.dot:
+            draw(args.dot, egraph_dot(run.data(), f"e-graph of {graph.name}"))
+        return 0
+    target = load_target(args.target)
+    compiled = compile_graph(graph, rule_files, target, limits)
+    if args.dot:
+        draw(args.dot, egraph_dot(compiled.data, f"e-graph of {graph.name}") if args.emit == "egraph"
+             else schedule_dot(compiled))
+    if args.emit == "ir":
+        return 0
+    if args.json or args.emit in ("loops", "c"):
+        loops = lower_program(compiled, limits)
+    if args.json:
+        print(json.dumps(compile_json(compiled, loops), indent=2))
+    elif args.emit == "loops":
+        from ..lowering.loops import print_loops
+
+        print(print_loops(loops), end="")
+    elif args.emit == "c":
+        from ..targets.cpu import c_for_target
+
+        sys.stdout.write(c_for_target(loops, target))
+    elif args.emit == "egraph":
+        print(compiled.report.render())
+    else:
+        print(print_schedule(graph.name, target.name, compiled.schedule, compiled.cost, target.clock_ghz), end="")
+        for reason in compiled.fusion_blocked:
+            print(f"note: more kernels than the most-fused schedule because {reason}")
+    return 0
+
+
+def compile_limits(args):
+    """The saturation and memory limits the compile options ask for; a limit that is not positive is an error."""
+    from .saturate import Limits
+
+    for flag, value in (("--iter-limit", args.iter_limit), ("--node-limit", args.node_limit),
+                        ("--match-limit", args.match_limit)):
+        if value <= 0:
+            raise StitchError(f"{flag} must be positive, got {value}")
+    for flag, value in (("--time-limit", args.time_limit), ("--memory-limit", args.memory_limit)):
+        if not value > 0 or value == float("inf"):
+            raise StitchError(f"{flag} must be a positive number, got {value}")
+    return Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit, args.memory_limit * GIB)
+
+
+def compile_json(compiled, loops) -> dict:
+    """`compile --json`: the compile figures, with each kernel's shared bytes before and after merging."""
+    from ..lowering.alloc import shared_bytes
+
+    out = compiled.to_json()
+    for k, lk in zip(out["kernels"], loops.kernels):
+        k["shared_bytes_merged"], k["shared_bytes_unmerged"] = shared_bytes(lk)
+    out["shared_bytes_merged"] = sum(k["shared_bytes_merged"] for k in out["kernels"])
+    out["shared_bytes_unmerged"] = sum(k["shared_bytes_unmerged"] for k in out["kernels"])
+    return out
+
+
+def draw(path: str, dot: str) -> None:
+    """Write a picture (`--dot`); say so on stderr when it could only be written as DOT text."""
+    from .pictures import write_picture
+
+    note = write_picture(path, dot)
+    if note:
+        print(note, file=sys.stderr)
 
 
 def cmd_import(args) -> int:
@@ -332,21 +383,6 @@ def cmd_import(args) -> int:
     return 0
 
 
-def write_text(path: str, text: str) -> None:
-    try:
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as err:
-        raise StitchError(f"{path}: cannot write ({err.strerror})") from None
-
-
-def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    try:
-        np.savez(path, **arrays)
-    except OSError as err:
-        raise StitchError(f"{path}: cannot write ({err.strerror})") from None
-
-
 def cmd_rules_check(args) -> int:
     """Exit 1 if any rule is unsound (each is printed with its shrunk counterexample)."""
     from .rules import load_rules
@@ -362,11 +398,10 @@ def cmd_rules_check(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import json
     import time
 
-    from .api import compile as compile_program
     from .interp import evaluate, random_inputs
+    from .pipeline import compile_source
     from .tolerance import differences
 
     cflags = args.cflags
@@ -374,7 +409,7 @@ def cmd_run(args) -> int:
         from ..targets import runtime
 
         runtime.set_threads(args.threads)
-    program = compile_program(args.file, target=args.target, rules=args.rules,
+    program = compile_source(args.file, target=args.target, rules=args.rules,
                               builtin_rules=not args.no_builtin_rules, entry=args.entry,
                               cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules),
                               unsafe_fp=args.unsafe_fp)

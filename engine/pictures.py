@@ -130,7 +130,7 @@ HELD = {"global": "in global memory (a kernel boundary)", "shared": "on chip for
 
 def write_picture(path: str, dot: str) -> str:
     """Write `dot` as the file `path` asks for; the note to print when it could not be rendered, else ''."""
-    from .cli import write_text
+    from .files import write_text
 
     target = Path(path)
     if target.suffix.lower() not in RENDERED:

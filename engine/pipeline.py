@@ -1,31 +1,82 @@
-"""The pipeline, stage by stage, as the CLI and the Python API run it.
+"""The compiler, stage by stage: what `stitch compile`, `stitch run` and `stitch.compile` run.
 
-    parse -> check -> build e-graph -> saturate(.rules) -> extract -> lower -> run
+    read_program      .ir text or file -> Program                        parse.py
+    check_entry       Program -> Graph (typed, shapes checked)           check.py
+    load_rule_files   built-in and user .rules -> [RuleFile]             rules.py
+    saturate_program  Graph + rules -> saturated e-graph                 saturate.py (the run schedule)
+    extract           e-graph -> the cheapest Schedule for the target    search.py, cost.py
+    lower             Schedule -> LoopProgram                            lowering/lower.py (its passes)
+    build             LoopProgram -> what runs it on the target          targets/cpu.py, targets/simulator.py
 
-Each function here is one stage boundary; `compile_command` is `stitch compile`.
+`compile_graph` is saturate + extract, `compile_source` every stage in order
+(what `stitch.compile` returns: a `CompiledProgram`, called with numpy arrays).
+The CLI (`cli.py`) parses arguments and calls these stages; the Python API
+(`api.py`) checks its arguments and calls `compile_source`.
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import time
 import warnings
 from dataclasses import dataclass, replace
 from fnmatch import fnmatch
-from typing import TYPE_CHECKING
+from pathlib import Path
 
+from ..lowering.loops import LoopProgram
+from ..lowering.lower import lower
+from ..targets.target import Target, load_target
+from .check import check_program
+from .compiled_program import CompiledProgram
+from .cost import ScheduleCost, schedule_cost
+from .egraph_data import EGraphData
 from .errors import StitchError, StitchWarning
+from .extract import MOST_FUSED, extract_schedule, extract_tree
 from .graph import Graph
-from .memory import GIB, check_memory, checkpoint, memory_budget
-from .pictures import egraph_dot, schedule_dot, write_picture
+from .ir import Pos, Program
+from .memory import check_memory, checkpoint, memory_budget
+from .parse import parse_file, parse_program
 from .recursion import allows_deep_recursion
 from .rules import RuleFile, builtin_rule_files, load_rules
 from .saturate import EGraphRun, Limits, RunReport
+from .schedule import Schedule, build_schedule
+from .search import SearchResult
 
-if TYPE_CHECKING:
-    from ..targets.target import Target
-    from .egraph_data import EGraphData
-    from .search import SearchResult
+# -- parse and check --------------------------------------------------------------------------
+
+
+def read_program(source: str | Path) -> Program:
+    """A program from `.ir` text (a string holding a func) or from the path of a `.ir` file."""
+    if isinstance(source, str) and "func" in source and "{" in source:
+        return parse_program(source, "<string>")
+    return read_file(source)
+
+
+def read_file(path: str | Path) -> Program:
+    """The program in a `.ir` file; a file that defines no func is an error at its first line."""
+    program = parse_file(path)
+    if not program.funcs:
+        hint = "a program is one or more `func NAME(PARAMS) -> TYPE { ... }`"
+        raise StitchError("the file defines no func", Pos(str(path), 1, 1), program.source, hint)
+    return program
+
+
+def check_entry(program: Program, entry: str | None = None, filename: str | None = None) -> Graph:
+    """The checked graph of the func named `entry` (default: the first); every func is checked.
+
+    `filename`, when given, names the file in the error for an unknown entry."""
+    graphs = check_program(program)
+    if not graphs:
+        raise StitchError("the program defines no func")
+    if entry is None:
+        return next(iter(graphs.values()))
+    if entry not in graphs:
+        if filename is not None:
+            raise StitchError(f"{filename}: no func named '{entry}' (the file defines {', '.join(graphs)})")
+        raise StitchError(f"no func named '{entry}' (the program defines {', '.join(graphs)})")
+    return graphs[entry]
+
+
+# -- rules --------------------------------------------------------------------------------------
 
 
 def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, ...] = (),
@@ -71,6 +122,8 @@ def without_rules(files: list[RuleFile], names: tuple[str, ...]) -> list[RuleFil
     return kept
 
 
+# -- saturate -----------------------------------------------------------------------------------
+
 # Which option raises each limit (and its Limits field), for the warning when saturation stops at one.
 LIMIT_OPTIONS = {"iteration limit": ("--iter-limit", "iterations", "iteration(s)"),
                  "node limit": ("--node-limit", "nodes", "e-nodes"), "time limit": ("--time-limit", "seconds", "s"),
@@ -78,7 +131,8 @@ LIMIT_OPTIONS = {"iteration limit": ("--iter-limit", "iterations", "iteration(s)
 
 
 def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = Limits()) -> tuple[EGraphRun, RunReport]:
-    """Saturate; a run stopped by a limit warns (StitchWarning): its schedule may be worse than saturation's."""
+    """Saturate (saturate.py: the run schedule); a run stopped by a limit warns (StitchWarning): its
+    schedule may be worse than saturation's."""
     run = EGraphRun(graph, rule_files)
     report = run.run(limits)
     if report.stop_reason in LIMIT_OPTIONS:
@@ -91,25 +145,45 @@ def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = 
     return run, report
 
 
+# -- extract ------------------------------------------------------------------------------------
+
+
+def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResult, list[str]]:
+    """The cheapest schedule for `target`, and why the most-fused alternative was refused (when it was).
+
+    No feasible schedule (every one exceeds the target's capacity) is an error."""
+    extracted = extract_schedule(data, target)
+    fused = build_schedule(data, extract_tree(data, MOST_FUSED))
+    blocked = []
+    if len(fused.kernels) < len(extracted.cost.kernels):  # priced only then: it costs a search step
+        blocked = schedule_cost(fused, target).problems
+    if not extracted.cost.feasible:
+        raise StitchError(
+            f"no schedule of '{graph.name}' fits target '{target.name}': " + "; ".join(extracted.cost.problems),
+            hint="raise onchip_bytes in the target description, or split the program",
+        )
+    return extracted, blocked
+
+
 @dataclass
 class Compiled:
     """A program through saturation and extraction: the Schedule lowering takes."""
 
     graph: Graph
-    target: "Target"
+    target: Target
     run: EGraphRun
     report: RunReport
-    data: "EGraphData"
-    extracted: "SearchResult"
+    data: EGraphData
+    extracted: SearchResult
     fusion_blocked: list[str]
     seconds: float
 
     @property
-    def schedule(self):
+    def schedule(self) -> Schedule:
         return self.extracted.schedule
 
     @property
-    def cost(self):
+    def cost(self) -> ScheduleCost:
         return self.extracted.cost
 
     def to_json(self) -> dict:
@@ -133,142 +207,58 @@ class Compiled:
 
 
 @allows_deep_recursion
-def compile_graph(graph: Graph, rule_files: list[RuleFile], target, limits: Limits = Limits()) -> Compiled:
+def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Limits = Limits()) -> Compiled:
     """Saturate, then extract the cheapest schedule for `target`."""
-    import time
-
-    from .cost import schedule_cost
-    from .egraph_data import EGraphData
-    from .extract import MOST_FUSED, extract_schedule, extract_tree
-    from .schedule import build_schedule
-
     start = time.perf_counter()
     with memory_budget(limits.memory):
         run, report = saturate_program(graph, rule_files, limits)
         checkpoint("saturation")
-        data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
+        data = run.data()
         checkpoint("reading the saturated e-graph")
-        extracted = extract_schedule(data, target)
-    # Say why the most-fused alternative was not taken, when it was refused.
-    fused = build_schedule(data, extract_tree(data, MOST_FUSED))
-    blocked = []
-    if len(fused.kernels) < len(extracted.cost.kernels):  # priced only then: it costs a search step
-        blocked = schedule_cost(fused, target).problems
-    if not extracted.cost.feasible:
-        raise StitchError(
-            f"no schedule of '{graph.name}' fits target '{target.name}': " + "; ".join(extracted.cost.problems),
-            hint="raise onchip_bytes in the target description, or split the program",
-        )
+        extracted, blocked = extract(graph, data, target)
     return Compiled(graph, target, run, report, data, extracted, blocked, time.perf_counter() - start)
 
 
-def add_compile_arguments(p) -> None:
-    p.add_argument("file")
-    p.add_argument("--entry", help="the func to compile (default: the first)")
-    add_rule_arguments(p)
-    p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"], default="schedule",
-                   help="what to print (default: schedule)")
-    p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
-    p.add_argument("--json", action="store_true", help="print one JSON object with the compile figures")
-    p.add_argument("--dot", metavar="OUT.svg|OUT.png|OUT.dot",
-                   help="also draw a picture: the e-graph's values and placements with --emit egraph, the "
-                        "schedule's kernels and global tensors with any other --emit; .svg, .png and .pdf are "
-                        "rendered by graphviz's dot when it is installed, otherwise DOT text is written")
-    p.add_argument("--iter-limit", type=int, default=Limits.iterations, help="saturation iterations")
-    p.add_argument("--node-limit", type=int, default=Limits.nodes, help="e-node limit")
-    p.add_argument("--time-limit", type=float, default=Limits.seconds, help="saturation seconds")
-    p.add_argument("--match-limit", type=int, default=Limits.match_limit,
-                   help="matches per rule per iteration before back-off")
-    p.add_argument("--memory-limit", type=float, default=Limits.memory / GIB, metavar="GIB",
-                   help=f"memory the compile may hold, in GiB (default {Limits.memory / GIB:.3g}: half this "
-                        "machine's, at most 8); saturation stops at half of it")
+# -- lower and build ----------------------------------------------------------------------------
 
 
-def add_rule_arguments(p) -> None:
-    """--rules, --no-builtin-rules, --without-rules: what `compile` and `run` saturate with."""
-    p.add_argument("--rules", action="append", default=[], metavar="R.rules", help="extra rule file (repeatable)")
-    p.add_argument("--no-builtin-rules", action="store_true", help="do not load rules/*.rules")
-    p.add_argument("--without-rules", action="append", default=[], metavar="NAME",
-                   help="leave out a built-in rule file (algebra, fusion, forwarding) or the built-in rules "
-                        "matching a name pattern, e.g. 'stitch-*' (repeatable)")
-    p.add_argument("--unsafe-fp", action="store_true",
-                   help="also use rules tagged [unsafe-fp], which may change results at NaN, inf, -0.0 or "
-                        "near overflow (as -ffast-math does)")
+def lower_program(compiled: Compiled, limits: Limits) -> LoopProgram:
+    """`lower` (lowering/lower.py: loop nests, then its passes, then the verifier), then the memory check."""
+    loops = lower(compiled)
+    check_memory(limits.memory, "lowering")
+    return loops
 
 
-def draw(path: str, dot: str) -> None:
-    """Write a picture (`--dot`); say so on stderr when it could only be written as DOT text."""
-    note = write_picture(path, dot)
-    if note:
-        print(note, file=sys.stderr)
+def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None = None,
+          cflags: str | list[str] | None = None) -> CompiledProgram:
+    """What runs `loops` on the compiled target: C built and loaded on a cpu target (the numpy executor
+    where no C compiler exists), the simulator on an accel target. Build time counts as compile time."""
+    target = compiled.target
+    native = None
+    if target.kind == "cpu":
+        from ..targets.cpu import build as build_c
+        from ..targets.cpu import compiler_flags
+
+        start = time.perf_counter()
+        native = build_c(loops, cache_dir, compiler_flags(cflags))
+        compiled.seconds += time.perf_counter() - start
+    if target.kind == "accel":
+        executor = "simulator"
+    else:  # the numpy executor only where no C compiler could build the library
+        executor = "c" if native is not None and native.library is not None else "numpy"
+    return CompiledProgram(compiled.graph, compiled, loops, native, executor)
 
 
-def compile_command(args) -> int:
-    from .cli import load_graph
-    from .printer import print_func
-
-    graph = load_graph(args.file, args.entry)
-    if args.emit == "ir":
-        from .cli import load_program
-
-        program = load_program(args.file)
-        func = program.func(args.entry) if args.entry else program.funcs[0]
-        sys.stdout.write(print_func(func))
-        if not args.dot:
-            return 0
-    for flag, value in (("--iter-limit", args.iter_limit), ("--node-limit", args.node_limit),
-                        ("--match-limit", args.match_limit)):
-        if value <= 0:
-            raise StitchError(f"{flag} must be positive, got {value}")
-    for flag, value in (("--time-limit", args.time_limit), ("--memory-limit", args.memory_limit)):
-        if not value > 0 or value == float("inf"):
-            raise StitchError(f"{flag} must be a positive number, got {value}")
-    limits = Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit, args.memory_limit * GIB)
-    rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules),
-                                 unsafe_fp=args.unsafe_fp)
-    if args.emit == "egraph" and not args.json:
-        run, report = saturate_program(graph, rule_files, limits)
-        print(report.render())
-        if args.dot:
-            from .egraph_data import EGraphData
-
-            data = EGraphData.from_json(run.serialize().to_json(), exact_ints=run.exact_ints)
-            draw(args.dot, egraph_dot(data, f"e-graph of {graph.name}"))
-        return 0
-    from ..targets.target import load_target
-    from .schedule_print import print_schedule
-
-    target = load_target(args.target)
-    compiled = compile_graph(graph, rule_files, target, limits)
-    if args.dot:
-        draw(args.dot, egraph_dot(compiled.data, f"e-graph of {graph.name}") if args.emit == "egraph"
-             else schedule_dot(compiled))
-    if args.emit == "ir":
-        return 0
-    if args.json or args.emit in ("loops", "c"):
-        from ..lowering.alloc import shared_bytes
-        from ..lowering.loops import print_loops
-        from ..lowering.lower import lower
-
-        program = lower(compiled)
-        check_memory(limits.memory, "lowering")
-    if args.json:
-        out = compiled.to_json()
-        for k, lk in zip(out["kernels"], program.kernels):
-            k["shared_bytes_merged"], k["shared_bytes_unmerged"] = shared_bytes(lk)
-        out["shared_bytes_merged"] = sum(k["shared_bytes_merged"] for k in out["kernels"])
-        out["shared_bytes_unmerged"] = sum(k["shared_bytes_unmerged"] for k in out["kernels"])
-        print(json.dumps(out, indent=2))
-    elif args.emit == "loops":
-        print(print_loops(program), end="")
-    elif args.emit == "c":
-        from ..targets.cpu import c_for_target
-
-        sys.stdout.write(c_for_target(program, target))
-    elif args.emit == "egraph":
-        print(compiled.report.render())
-    else:
-        print(print_schedule(graph.name, target.name, compiled.schedule, compiled.cost, target.clock_ghz), end="")
-        for reason in compiled.fusion_blocked:
-            print(f"note: more kernels than the most-fused schedule because {reason}")
-    return 0
+@allows_deep_recursion
+def compile_source(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
+                   entry: str | None = None, cache_dir: str | Path | None = None,
+                   cflags: str | list[str] | None = None, limits: Limits | None = None,
+                   without_rules: tuple[str, ...] = (), unsafe_fp: bool = False) -> CompiledProgram:
+    """Every stage in order, for `.ir` text or a file: `stitch.compile` after checking its arguments."""
+    graph = check_entry(read_program(source), entry)
+    tgt = load_target(target)
+    rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp)
+    limits = limits or Limits()
+    compiled = compile_graph(graph, rule_files, tgt, limits)
+    loops = lower_program(compiled, limits)
+    return build(compiled, loops, cache_dir, cflags)

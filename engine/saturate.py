@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from egglog import bindings as eb
 
 from .egraph import PRELUDE, graph_to_egglog
+from .egraph_data import EGraphData
 from .errors import StitchError
 from .graph import Graph
 from .memory import default_budget, over_budget
@@ -237,3 +238,7 @@ class EGraphRun:
         """The e-graph in egraph-serialize form (JSON text and DOT available on the result)."""
         roots = [eb.Var(eb.PanicSpan(), r) for r in self.roots]
         return self.egraph.serialize(roots)
+
+    def data(self) -> EGraphData:
+        """The e-graph read back into Python (`egraph_data.py`): what extraction and the pictures read."""
+        return EGraphData.from_json(self.serialize().to_json(), exact_ints=self.exact_ints)

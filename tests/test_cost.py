@@ -83,7 +83,7 @@ def test_capacity_below_any_kernel_is_a_clear_error():
 
 def unfused(graph):
     run, _ = saturate_program(graph, [])
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = run.data()
     return build_schedule(data, extract_tree(data, ALL_GLOBAL))
 
 
@@ -137,7 +137,7 @@ def brute_force(data: EGraphData, target) -> float:
 @given(graphs(dtypes=("f32",), max_ops=10, max_rank=2, max_dim=8))
 def test_extraction_equals_the_brute_force_optimum(graph):
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = run.data()
     space = math.prod(len(data.classes[c]) for c in reachable_classes(data))
     assume(space <= 2000)
     for target in (CPU, ACCEL):
@@ -157,7 +157,7 @@ def test_greedy_finds_the_exhaustive_optimum_on_the_examples():
     for name in ("layernorm", "softmax", "rmsnorm", "layernorm_lastaxis", "bias_gelu", "mlp"):
         g = example(name)
         run, _ = saturate_program(g, builtin_rule_files())
-        data = EGraphData.from_json(run.serialize().to_json())
+        data = run.data()
         exact = extract_schedule(data, CPU, exhaustive_limit=100_000)
         greedy = extract_schedule(data, CPU, exhaustive_limit=0)
         assert exact.exhaustive and not greedy.exhaustive
@@ -252,7 +252,7 @@ def test_compile_with_an_unknown_target_name(capsys):
 def test_tree_extraction_matches_a_fixpoint_reference():
     g = example("layernorm")
     run, _ = saturate_program(g, builtin_rule_files())
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = run.data()
     choice = extract_tree(data)
     best = {cid: math.inf for cid in data.classes}
     changed = True
@@ -280,7 +280,7 @@ def test_greedy_kernels_price_like_freshly_formed_ones(graph):
     from stitch.engine.cost import kernel_cost
 
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = run.data()
     result = extract_schedule(data, CPU, exhaustive_limit=0)
     for kernel, kc in zip(result.schedule.kernels, result.cost.kernels):
         fresh = kernel_cost(form_kernel(data, result.choice, kernel.root), data.types, CPU)
@@ -295,7 +295,7 @@ def test_large_programs_extract_with_the_greedy_search():
 
     graph = check_func(parse_program(random_program(150)).funcs[0])
     run, _ = saturate_program(graph, builtin_rule_files())
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = run.data()
     result = extract_schedule(data, CPU)
     unfused = schedule_cost(build_schedule(data, extract_tree(data, ALL_GLOBAL)), CPU)
     assert not result.exhaustive and result.cost.feasible
@@ -318,7 +318,7 @@ def test_a_large_program_takes_the_cheaper_op_structure_algebra_adds():
     the start's op structure."""
     graph = check_func(parse_program(GELU_STACK).funcs[0])
     run, _ = saturate_program(graph, builtin_rule_files())
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = run.data()
     tree = extract_tree(data, work_cost(data, CPU))
     assert any(tree[c].op == "pow" for c in reachable_classes(data, tree))  # what the DAG pass fixes
     result = extract_schedule(data, CPU)

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from stitch.engine.check import check_func
 from stitch.engine.cli import main
-from stitch.engine.egraph_data import EGraphData
 from stitch.engine.extract import choice_to_graph, extract_tree, improve_dag, reachable_classes, work_cost
 from stitch.targets.target import load_target
 from stitch.engine.interp import evaluate, random_inputs
@@ -28,10 +27,6 @@ ALL_DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
 
 def graph_of(text: str):
     return check_func(parse_program(text).funcs[0])
-
-
-def serialized(run: EGraphRun) -> EGraphData:
-    return EGraphData.from_json(run.serialize().to_json())
 
 
 def class_of_node(run: EGraphRun, node_id: int) -> str:
@@ -89,7 +84,7 @@ def test_saturate_then_extract_preserves_meaning_with_movement_ops(graph, seed):
 def assert_saturate_then_extract_preserves_meaning(graph, seed):
     """Built-in rules + the trivial extractor give a program equal to the reference."""
     run, report = saturate_program(graph, builtin_rule_files())
-    data = serialized(run)
+    data = run.data()
     extracted = choice_to_graph(data, extract_tree(data), graph)
     assert extracted.output_types == graph.output_types
     assert_same_outputs(graph, extracted, random_inputs(graph, seed))
@@ -105,7 +100,7 @@ def test_the_dag_pass_lowers_the_dag_cost_and_keeps_the_meaning(graph, seed):
     """The extraction start's DAG pass (each class counted once) never raises that cost, and the
     program it picks means what the input meant."""
     run, _ = saturate_program(graph, builtin_rule_files())
-    data = serialized(run)
+    data = run.data()
     cost = work_cost(data, load_target("cpu"))
     tree = extract_tree(data, cost)
     dag = improve_dag(data, tree, cost)
@@ -120,7 +115,7 @@ def test_examples_saturate_within_a_second(path):
     assert report.stop_reason == "saturated", report.render()
     assert report.seconds < 1.0
     assert report.enodes > len(graph.nodes)  # the rules added alternatives
-    data = serialized(run)
+    data = run.data()
     assert data.enode_count == report.enodes
 
 
@@ -173,7 +168,7 @@ def test_saturation_reaches_a_fixpoint_and_says_so():
     run, report = saturate_program(graph, load_rule_files([], builtin=True))
     assert report.stop_reason == "saturated"
     assert report.matches["neg-neg"] >= 1 and report.matches["mul-one"] >= 1
-    data = serialized(run)
+    data = run.data()
     choice = extract_tree(data)
     root = data.roots[0]
     assert choice[root].op == "param"  # mul(neg(neg(x)), 1) == x
@@ -183,7 +178,7 @@ def test_placements_stay_distinct_from_values():
     """inline(p) and global(p) are separate e-classes; the consumer's class holds both forms."""
     graph = graph_of("func f(x: f32[4]) -> f32[4] { return exp(neg(x)) }")
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
-    data = serialized(run)
+    data = run.data()
     root = data.classes[data.roots[0]]
     placements = sorted(data.classes[n.children[0]][0].op for n in root)
     assert placements == ["global", "inline"]
@@ -197,7 +192,7 @@ def test_op_variable_rule_expands_per_family():
     graph = graph_of("func f(x: f32[4], y: f32[4]) -> f32[4] { return tanh(exp(add(x, y))) }")
     run, report = saturate_program(graph, [rf])
     assert report.matches["f"] >= 2
-    data = serialized(run)
+    data = run.data()
     inlined = sorted(data.classes[n.children[0]][0].op for ns in data.classes.values() for n in ns if n.op == "inline")
     assert inlined == ["add", "exp"]  # tanh(exp) and exp(add); add reads params, which are not elementwise
 
@@ -301,7 +296,7 @@ def test_movement_ops_enter_in_normal_form_with_variadic_concat_left_nested():
     graph = graph_of(MOVES)
     run = EGraphRun(graph, [])
     run.run()
-    data = serialized(run)
+    data = run.data()
     c, d, g, s = data.roots
     (outer,) = data.classes[c]
     assert (outer.ctor, outer.op, outer.attrs) == ("Concat", "concat", (("axis", 0),))
@@ -338,7 +333,7 @@ def test_extraction_prints_nested_concats_back():
     graph = graph_of(MOVES)
     run = EGraphRun(graph, [])
     run.run()
-    data = serialized(run)
+    data = run.data()
     extracted = choice_to_graph(data, extract_tree(data), graph)
     assert [n.op for n in extracted.nodes].count("concat") == 2  # concat(x, y, x) as concat(concat(x, y), x)
     inputs = random_inputs(graph, 1)
@@ -369,7 +364,7 @@ rule not-moved:   exp(?x) => exp(?x) where movement(?x), rank(?x) == 5
     for name in ("cast-gather", "neg-concat3", "slice-t", "moved"):
         assert report.matches[name] >= 1, name
     assert report.matches["first-row"] == 0 and report.matches["not-moved"] == 0
-    data = serialized(run)
+    data = run.data()
     rewritten = {n.op for cid in data.roots for n in data.classes[cid]}
     assert {"gather", "concat", "transpose"} <= rewritten
     extracted = choice_to_graph(data, extract_tree(data), graph)
@@ -383,7 +378,7 @@ def test_op_variables_expand_to_concat_and_gather_with_their_axis():
     }""")
     run, report = saturate_program(graph, [rf])
     assert report.matches["f"] >= 2
-    data = serialized(run)
+    data = run.data()
     for root, op in zip(data.roots, ("concat", "gather")):
         forms = [n for n in data.classes[root] if n.op == op]
         assert sorted(data.classes[n.children[0]][0].op for n in forms) == ["global", "inline"]

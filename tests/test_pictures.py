@@ -11,7 +11,6 @@ import pytest
 from stitch.engine import pictures
 from stitch.engine.check import check_program
 from stitch.engine.cli import main
-from stitch.engine.egraph_data import EGraphData
 from stitch.engine.parse import parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
 from stitch.targets.target import load_target
@@ -45,7 +44,7 @@ def test_the_schedule_picture_boxes_kernels_with_their_ops_and_labels_global_ten
 def test_the_egraph_picture_draws_values_and_placements_only_with_a_legend():
     """Regression: egglog's picture of a 2-op program drew 135 clusters, mostly analysis tables."""
     run, _ = saturate_program(graph_of(TWO_OPS), load_rule_files([]))
-    data = EGraphData.from_json(run.serialize().to_json())
+    data = run.data()
     dot = pictures.egraph_dot(data)
     clusters = re.findall(r"subgraph cluster_(\w+)", dot)
     assert len(clusters) == len(data.classes) + 1 and "legend" in clusters and len(clusters) < 30

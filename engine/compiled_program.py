@@ -1,0 +1,103 @@
+"""A compiled program: called with numpy arrays, it runs on its target's executor.
+
+What `stitch.compile` returns (pipeline.py, `build`): the compiled C on a cpu
+target (the numpy executor where no C compiler was found), the simulator on an
+accel target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .errors import StitchError
+from .graph import Graph
+from .interp import bind_inputs, np_dtype
+from .recursion import allows_deep_recursion
+
+if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
+    from ..lowering.loops import LoopProgram
+    from .pipeline import Compiled
+
+
+@dataclass
+class CompiledProgram:
+    graph: Graph
+    compiled: Compiled
+    loops: LoopProgram
+    native: object | None  # targets.cpu.Native, when the target runs compiled C
+    executor: str  # "c" | "numpy" | "simulator"
+    report: object | None = None  # the last run's targets.simulator.SimReport, on an accel target
+
+    @allows_deep_recursion
+    def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
+        args = bind_inputs(self.graph, inputs)
+        if out is not None:
+            check_outputs(self.graph, out, args)
+        if self.executor == "c":
+            return self.native.run(args, out)
+        if self.executor == "simulator":
+            from ..targets.simulator import simulate
+
+            outputs, self.report = simulate(self.loops, self.compiled.target, args)
+        else:
+            from ..lowering.execute import execute
+
+            outputs, _ = execute(self.loops, args)
+        if out is not None:
+            for dst, src in zip(out, outputs):
+                dst[...] = src
+            return out
+        return outputs
+
+    @allows_deep_recursion
+    def profile(self, runs: int = 10, **inputs) -> list:
+        """Each kernel's median time over `runs` calls beside the cost model's estimate
+        (targets/profile.py's KernelTime rows; compiled C only)."""
+        from ..targets.profile import profile
+
+        return profile(self, bind_inputs(self.graph, inputs), runs)
+
+
+def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:
+    """Refuse `out=` arrays the program cannot write into: one error listing every problem.
+
+    Checked on every target alike: the C target writes through raw pointers (a read-only
+    mapping is a segfault, a wrong dtype or stride silently wrong bytes), and an output
+    overlapping an input (or another output) is overwritten while it is still being read."""
+    types = graph.output_types
+    if not isinstance(out, (list, tuple)) or len(out) != len(types):
+        raise StitchError(f"out= must be a list of {len(types)} array(s), one per output of '{graph.name}'")
+    problems = []
+    for k, (arr, want) in enumerate(zip(out, types)):
+        if not isinstance(arr, np.ndarray):
+            problems.append(f"out[{k}] is a {type(arr).__name__}, not a numpy array")
+            continue
+        if arr.dtype != np_dtype(want.dtype) or arr.shape != want.shape:
+            problems.append(f"out[{k}] is {arr.dtype}{list(arr.shape)}, the output is {want}")
+        if not arr.flags.writeable:
+            problems.append(f"out[{k}] is read-only")
+        if not arr.flags.c_contiguous:
+            problems.append(f"out[{k}] is not C-contiguous (np.ascontiguousarray makes a copy that is)")
+        for name, x in inputs.items():
+            if _overlap(arr, x):
+                problems.append(f"out[{k}] shares memory with input '{name}'")
+        for j in range(k):
+            if isinstance(out[j], np.ndarray) and _overlap(arr, out[j]):
+                problems.append(f"out[{k}] shares memory with out[{j}]")
+    if problems:
+        raise StitchError(f"out= arrays of '{graph.name}' cannot be written: " + "; ".join(problems),
+                          hint="pass writeable, C-contiguous arrays of the output types that share no memory "
+                               "with the inputs or each other (or omit out= to get fresh ones)")
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays share a byte; an overlap too costly to decide exactly counts as one."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=10_000))
+    except np.exceptions.TooHardError:
+        return True
