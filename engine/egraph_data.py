@@ -33,6 +33,9 @@ class ENode:
         return lookup(self.attrs, key, default)
 
 
+Choice = dict[str, "ENode"]  # e-class id -> the chosen e-node: one program of the e-graph's
+
+
 @dataclass
 class EGraphData:
     classes: dict[str, list[ENode]]

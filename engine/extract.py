@@ -2,8 +2,9 @@
 
 `extract_tree` is the simple additive extractor (each e-node's own cost plus
 its children's), used as a first guess and for testing that saturation
-preserves meaning. Schedule extraction with the target's cost model builds on
-the same `Choice` type.
+preserves meaning. `extract_schedule` is schedule extraction with the target's
+cost model: an additive start (`work_cost`, improved as a DAG by `improve_dag`)
+handed to the search over whole schedules (`search.py`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
+from ..targets.target import Target
 from .check import check_func
-from .egraph_data import EGraphData, ENode
+from .egraph_data import Choice, EGraphData, ENode
 from .graph import Graph
 from .ir import Assign, Attr, Call, Const, DTypeName, Func, Param, Var
 
-Choice = dict[str, ENode]  # e-class id -> the chosen e-node
+if TYPE_CHECKING:
+    from .search import SearchResult
 
 
 def node_count_cost(node: ENode) -> float:
@@ -167,14 +170,7 @@ def choice_to_graph(data: EGraphData, choice: Choice, graph: Graph) -> Graph:
     return check_func(choice_to_func(data, choice, graph))
 
 
-# ---------------------------------------------------------------------------
-# Schedule extraction: the cheapest choice under the target's cost model.
-#
-# A schedule's cost is not a sum over a tree (launches, footprints and shared
-# reads depend on the whole grouping), so it is priced whole (`cost.py`). Small
-# e-graphs are searched exhaustively; larger ones start from additive guesses
-# (all-global, and most-fused) and improve by coordinate descent, one e-class
-# at a time.
+# -- schedule extraction: the additive start the search (search.py) improves on -------------
 
 
 def reachable_classes(data: EGraphData, choice: Choice | None = None) -> list[str]:
@@ -202,7 +198,7 @@ ALL_GLOBAL = prefer({"global": 0.0, "shared": 1e6, "local": 1e6, "inline": 1e6})
 MOST_FUSED = prefer({"global": 100.0, "shared": 1.0, "local": 2.0, "inline": 0.0})
 
 
-def work_cost(data: EGraphData, target) -> Callable[[ENode], float]:
+def work_cost(data: EGraphData, target: Target) -> Callable[[ENode], float]:
     """Additive cost of the unfused program: each op's elements times its cycles per element."""
     class_of = {id(n): cid for cid, nodes in data.classes.items() for n in nodes}
 
@@ -216,11 +212,9 @@ def work_cost(data: EGraphData, target) -> Callable[[ENode], float]:
     return cost
 
 
-def extract_schedule(data: EGraphData, target, exhaustive_limit: int | None = None):
+def extract_schedule(data: EGraphData, target: Target, exhaustive_limit: int | None = None) -> SearchResult:
     """The cheapest schedule of the saturated e-graph for `target` (see search.py)."""
-    from .search import search
-
-    from .search import EXHAUSTIVE_LIMIT
+    from .search import EXHAUSTIVE_LIMIT, search
 
     limit = EXHAUSTIVE_LIMIT if exhaustive_limit is None else exhaustive_limit
     cost = work_cost(data, target)

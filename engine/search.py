@@ -20,11 +20,15 @@ the edge counts as `global`.
 The remaining options (op structure x boundaries) are searched
 
 - exhaustively, when their product is at most EXHAUSTIVE_LIMIT points, or
-- greedily otherwise (`_greedy`): start from the cheapest op structure with
-  every edge global, then take moves while they pay. A move fuses one
-  producer into all the consumers that read it from global memory, with one
-  placement; only the kernels the move touches are formed, merged and priced
-  again.
+- greedily otherwise (`_greedy`): start from the cheaper of the cheapest op
+  structure with every edge global and the same with every edge fused, then
+  take moves while they pay (`_State.best_move`, where fusion is decided). A
+  move fuses one producer into all the consumers that read it from global
+  memory, with one placement; only the kernels the move touches are formed,
+  merged and priced again.
+
+The numbers this policy decides by (EXHAUSTIVE_LIMIT, STEEPEST_LIMIT,
+GREEDY_ROUNDS, the placement ranks) are named and explained at the top.
 """
 
 from __future__ import annotations
@@ -32,27 +36,38 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..targets.target import Target
 from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
-from .egraph_data import EGraphData, ENode
+from .egraph_data import Choice, EGraphData, ENode
 from .memory import checkpoint
 from .ops import is_injective
 from .schedule import (CyclicChoice, Kernel, Placement, Schedule, _order, build_schedule, find_roots, form_kernel,
                        merge_kernels)
 
-Choice = dict[str, ENode]
+# -- the search's policy: every number it decides by is here -------------------------------
 
-# Narrowed spaces up to this many points are searched exhaustively (about 0.3 s);
-# the greedy search takes over above it.
+# Narrowed spaces of up to this many points are searched exhaustively (about 0.3 s); the
+# greedy search takes over above it.
 EXHAUSTIVE_LIMIT = 2048
-# The greedy search stops after this many passes over the producers without a paying move.
-GREEDY_ROUNDS = 4
-# Up to this many producers, each greedy step takes the best paying move of all (steepest descent,
-# which orders fusions by what they save); above it, the first paying move (each pass is linear).
+# Up to this many producers, each greedy step prices every producer's best move and takes the
+# one that saves most (steepest descent: fusions are taken in the order of what they save).
+# Above it (a pass over every producer per move taken is quadratic in them), one pass takes
+# each paying move as it meets it (first improvement) ...
 STEEPEST_LIMIT = 48
+# ... and passes repeat until one takes no move, or this many have run.
+GREEDY_ROUNDS = 4
 
-# How good a placement is for a fused edge whose producer has one consumer class: lower is better.
-_RANK_INJECTIVE = {"global": 0, "inline": 0, "local": 1, "shared": 2}
-_RANK_OTHER = {"global": 0, "local": 0, "shared": 1, "inline": 9}
+# Narrowing keeps, of the e-nodes that differ only in how a fused operand is held, the one
+# whose placements rank lowest, edge by edge (the cost model's dominant answer, module
+# docstring). An injective producer is best recomputed where it is read (`inline`: no buffer,
+# one op per element read), then forwarded tile by tile (`local`), then held for the tile
+# (`shared`). Any other producer (a reduction, a matmul, an input) is best `local` or in
+# global memory (which only ties with a shared read of an input one class reads: that joins
+# no kernel), then `shared`; recomputing it at each use (`inline`, which only a user's rule
+# can ask for) would redo a whole reduction per element, so it ranks after everything.
+RANK_LAST = 9  # above every other rank of either table
+RANK_INJECTIVE = {"global": 0, "inline": 0, "local": 1, "shared": 2}
+RANK_OTHER = {"global": 0, "local": 0, "shared": 1, "inline": RANK_LAST}
 
 
 @dataclass
@@ -64,10 +79,22 @@ class SearchResult:
     exhaustive: bool
 
 
+@dataclass(frozen=True)
+class Move:
+    """One step of the greedy search: a producer fused into the consumers that read it from global
+    memory, with one placement; what the search state becomes if it is taken."""
+
+    delta: float  # cycles of the kernels the move re-forms, after minus before (below 0: it pays)
+    choice: Choice
+    roots: list[str]  # the values that end a kernel
+    per_root: dict[str, Kernel]  # each root's kernel, before merging
+    kernels: list[Kernel]  # the merged kernels, in run order
+
+
 class Space:
     """The narrowed options of every value e-class, and kernel pricing with caches."""
 
-    def __init__(self, data: EGraphData, target):
+    def __init__(self, data: EGraphData, target: Target):
         self.data = data
         self.target = target
         self.placement_choice: Choice = {}
@@ -113,7 +140,7 @@ class Space:
         out = []
         for kind, value in map(self.edge, node.children):
             injective = self.kinds[value] == {True}
-            out.append((_RANK_INJECTIVE if injective else _RANK_OTHER)[kind])
+            out.append((RANK_INJECTIVE if injective else RANK_OTHER)[kind])
         return tuple(out)
 
     def keeps_placement(self, value: str) -> bool:
@@ -197,7 +224,7 @@ def order_key(cost: ScheduleCost | None) -> tuple:
     return (0 if cost.feasible else 1, cost.cycles, len(cost.problems))
 
 
-def search(data: EGraphData, target, start: Choice, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
+def search(data: EGraphData, target: Target, start: Choice, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
     """The cheapest schedule: exhaustive when the narrowed space is small, greedy fusion otherwise."""
     space = Space(data, target)
     if space.space_size(exhaustive_limit) <= exhaustive_limit:
@@ -269,7 +296,10 @@ def _most_fused(space: Space, values: Choice) -> Choice:
 
 
 def _greedy(space: Space, start: Choice) -> SearchResult:
-    """Fuse producers into their consumers, one producer (and one placement) at a time, while it pays."""
+    """Fuse producers into their consumers, one producer (and one placement) at a time, while it pays.
+
+    The start is the cheaper of `start`'s op structure with every edge global and the same with
+    every edge fused (`_most_fused`); the moves are `_State.best_move`'s."""
     by_sig: dict[str, dict[tuple, list[ENode]]] = {}
     for cid, opts in space.options.items():
         table: dict[tuple, list[ENode]] = {}
@@ -281,29 +311,36 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     fused = space.full_choice(_most_fused(space, values))
     if order_key(space.price(fused)[0]) < order_key(space.price(state.choice)[0]):
         state = _State(space, fused)
-    if state.kernels is None:
-        cost, schedule = space.price(state.choice)
-        return SearchResult(state.choice, schedule, cost, space.evaluated, False)
-    shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
-    if len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT:
-        while True:
-            moves = [m for p in list(reversed(state.roots)) + shared_inputs for m in [state.best_move(p, by_sig)]
-                     if m is not None]
-            if not moves:
-                break
-            state.take(min(moves, key=lambda m: m[0]))
-        cost, schedule = space.price(state.choice)
-        return SearchResult(state.choice, schedule, cost, space.evaluated, False)
+    if state.kernels is not None:
+        shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
+        if len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT:
+            _steepest_descent(state, shared_inputs, by_sig)
+        else:
+            _first_improvement(state, shared_inputs, by_sig)
+    cost, schedule = space.price(state.choice)
+    return SearchResult(state.choice, schedule, cost, space.evaluated, False)
+
+
+def _steepest_descent(state: _State, shared_inputs: list[str], by_sig) -> None:
+    """Take the move that saves most of all producers' best moves, until none pays."""
+    while True:
+        moves = [m for p in list(reversed(state.roots)) + shared_inputs for m in [state.best_move(p, by_sig)]
+                 if m is not None]
+        if not moves:
+            return
+        state.take(min(moves, key=lambda m: m.delta))
+
+
+def _first_improvement(state: _State, shared_inputs: list[str], by_sig) -> None:
+    """Passes over the producers, each taking every paying move as it meets it (GREEDY_ROUNDS at most)."""
     for _ in range(GREEDY_ROUNDS):
         improved = False
         for producer in list(reversed(state.roots)) + shared_inputs:
             # an output too: fused into its consumers, it is stored by the kernel that computes it
-            if (producer in state.roots or producer in space.params) and state.try_fuse(producer, by_sig):
+            if (producer in state.roots or producer in state.space.params) and state.try_fuse(producer, by_sig):
                 improved = True
         if not improved:
-            break
-    cost, schedule = space.price(state.choice)
-    return SearchResult(state.choice, schedule, cost, space.evaluated, False)
+            return
 
 
 class _State:
@@ -353,9 +390,16 @@ class _State:
                 out.setdefault(inst.cid, set()).add(r)
         return out
 
-    def best_move(self, producer: str, by_sig):
-        """The cheapest paying way to fuse `producer` into the consumers reading it from global
-        memory: (cost change, new state parts), or None."""
+    def best_move(self, producer: str, by_sig) -> Move | None:
+        """The move that fuses `producer` most cheaply, if it pays; None if no placement pays.
+
+        This is where fusion is decided. For each placement the producer's edges may take (an
+        input's only `shared`: its consumers then read it once, in one kernel), every consumer
+        reading `producer` from global memory switches to its e-node that reads it so (`_trial`);
+        the kernels that changes are formed, merged and priced again (`_evaluate`). The move pays
+        when those kernels' cycles fall: a launch and the producer's round trip through global
+        memory saved, against recomputation, a larger on-chip footprint (smaller tiles) or a
+        kernel that no longer fits."""
         best = None
         placements = (Placement.SHARED,) if producer in self.space.params else (
             Placement.INLINE, Placement.LOCAL, Placement.SHARED)
@@ -363,14 +407,13 @@ class _State:
             trial = self._trial(producer, placement, by_sig)
             if trial is None:
                 continue
-            outcome = self._evaluate(trial, producer)
-            if outcome is not None and (best is None or outcome[0] < best[0]):
-                best = outcome
-        return best if best is not None and best[0] < 0 else None
+            move = self._evaluate(trial, producer)
+            if move is not None and (best is None or move.delta < best.delta):
+                best = move
+        return best if best is not None and best.delta < 0 else None
 
-    def take(self, move) -> None:
-        _, choice, roots, per_root, kernels = move
-        self.choice, self.roots, self.per_root, self.kernels = choice, roots, per_root, kernels
+    def take(self, move: Move) -> None:
+        self.choice, self.roots, self.per_root, self.kernels = move.choice, move.roots, move.per_root, move.kernels
         self.readers = self._readers()
         self.member = self._members()
 
@@ -410,9 +453,15 @@ class _State:
                 return False
         return True
 
-    def _evaluate(self, trial: tuple[Choice, set[str]], producer: str):
-        """(cost change, choice, roots, per-root kernels, merged kernels) of a move, or None if the
-        move makes no runnable program."""
+    def _evaluate(self, trial: tuple[Choice, set[str]], producer: str) -> Move | None:
+        """The move to `trial` (a choice and the consumers it changed), priced only where it differs;
+        None if it makes no runnable program (a cycle of kernels) or no price.
+
+        Re-formed: the per-root kernels holding a changed consumer or the producer. Re-merged and
+        re-priced: the merged kernels holding one of those roots, closed over the kernels that
+        compute a value they compute or read an input they read shared (those may merge with
+        them, `_close`). Every other merged kernel keeps its price, so a move costs what it
+        touches, not the program."""
         choice, changed = trial
         space = self.space
         self.space.evaluated += 1
@@ -443,7 +492,7 @@ class _State:
         cost = sum(space.price_kernel(k).cycles for k in new)
         if math.isnan(cost - old):
             return None
-        return cost - old, choice, roots, per_root, kernels
+        return Move(cost - old, choice, roots, per_root, kernels)
 
     def _stored(self) -> set[str]:
         return {cid for k in self.kernels for cid in k.roots}

@@ -137,7 +137,7 @@ def brute_force(data: EGraphData, target) -> float:
 @given(graphs(dtypes=("f32",), max_ops=10, max_rank=2, max_dim=8))
 def test_extraction_equals_the_brute_force_optimum(graph):
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
-    data = run.data()
+    data = EGraphData.from_json(run.serialize().to_json())
     space = math.prod(len(data.classes[c]) for c in reachable_classes(data))
     assume(space <= 2000)
     for target in (CPU, ACCEL):
@@ -280,7 +280,7 @@ def test_greedy_kernels_price_like_freshly_formed_ones(graph):
     from stitch.engine.cost import kernel_cost
 
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
-    data = run.data()
+    data = EGraphData.from_json(run.serialize().to_json())
     result = extract_schedule(data, CPU, exhaustive_limit=0)
     for kernel, kc in zip(result.schedule.kernels, result.cost.kernels):
         fresh = kernel_cost(form_kernel(data, result.choice, kernel.root), data.types, CPU)
