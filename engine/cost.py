@@ -16,12 +16,14 @@ reductions finish across tiles) and prices it:
   then produces a partial, and the partials are combined in tile order after
   the last tile (deterministic; priced as a sync plus the partials' traffic).
 - Tile size: a divisor of each tiled extent, grown one axis at a time while the
-  tile's on-chip footprint fits `onchip_bytes` and at least 2 x cores tiles
-  remain. The footprint: inputs held whole, staged reads, shared/local values
-  and the accumulators of reductions and matmuls, each aligned. A kernel whose
+  tile's on-chip footprint fits `onchip_bytes` and at least the target's
+  `min_tiles` (`tiles_per_core` x cores, 2 x cores unless it says) remain.
+  The footprint: inputs held whole, staged reads, shared/local values and the
+  accumulators of reductions and matmuls, each aligned. A kernel whose
   smallest tile does not fit is infeasible.
 - Bytes: an input that does not vary along every tiled axis and takes at most
-  an eighth of the on-chip buffer is held whole and read once (*resident*).
+  the target's `resident_share` of the on-chip buffer (an eighth unless it
+  says: `resident_bytes`) is held whole and read once (*resident*).
   Otherwise a read made in two nests, or not varying along every tiled axis,
   is *staged*: copied on chip once per tile where the innermost tiled axis it
   varies along moves on (so a matmul's right operand is read again for each
@@ -368,7 +370,7 @@ def classify(kernel: Kernel, types, parallel: list[str], target: Target) -> _Inp
     for cid, reads in kernel.inputs.items():
         shape = types[cid].shape
         varies = set(a for r in reads for a in r.axes)
-        if any(a not in varies for a in parallel) and types[cid].nbytes <= target.onchip_bytes // 8:
+        if any(a not in varies for a in parallel) and types[cid].nbytes <= target.resident_bytes:
             resident.add(cid)
             continue
         nests = {r.owner for r in reads}
@@ -424,7 +426,7 @@ def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, tar
     fp = footprint(kernel, tile, types, target.alignment, ins, f)
     if fp > target.onchip_bytes:
         return tile, fp
-    want_tiles = 2 * target.cores
+    want_tiles = target.min_tiles
     for axis in grow:
         for size in divisors(kernel.extents[axis])[1:]:
             trial = dict(tile, **{axis: size})
@@ -496,7 +498,7 @@ def tile_orders(kernel: Kernel, parallel: list[str], types, target: Target) -> l
     default = [(parallel, list(reversed(parallel)))]
     if len(parallel) < 2 or len(parallel) > 3:
         return default
-    small = target.onchip_bytes // 8
+    small = target.resident_bytes
     if all(types[cid].nbytes <= small or all(a in r.axes for a in parallel for r in reads)
            for cid, reads in kernel.inputs.items()):
         return default

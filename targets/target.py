@@ -47,10 +47,26 @@ class Target:
     # cycles to combine per-tile partials after a kernel's last tile (global stitching); half a
     # launch unless the description says
     sync: float | None = None
+    # Capacity policies of tiling (cost.py): an input that does not vary along every tiled axis is
+    # held whole on chip when it takes at most this share of `onchip_bytes` (the rest is left to
+    # the tile), and a tile stops growing before fewer than this many tiles per core remain (so
+    # every core has tiles to take when another's run long).
+    resident_share: float = 0.125
+    tiles_per_core: int = 2
 
     @property
     def sync_cycles(self) -> float:
         return self.launch_cycles / 2 if self.sync is None else self.sync
+
+    @property
+    def resident_bytes(self) -> int:
+        """The largest input held whole on chip."""
+        return int(self.onchip_bytes * self.resident_share)
+
+    @property
+    def min_tiles(self) -> int:
+        """The fewest tiles a kernel's tile may grow to."""
+        return self.tiles_per_core * self.cores
 
     def cycles_per_element(self, op: str) -> float:
         return self.op_cycles.get(op, 1.0)
@@ -62,7 +78,8 @@ class Target:
 _FIELDS = {
     "name": str, "kind": str, "clock_ghz": float, "cores": int, "onchip_bytes": int,
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
-    "fma_per_lane": float, "overlap_dma": bool, "sync": float, "matrix": dict, "op_cycles": dict,
+    "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
+    "matrix": dict, "op_cycles": dict,
 }
 _REQUIRED = ("name", "kind", "clock_ghz", "cores", "onchip_bytes", "global_bandwidth", "launch_cycles",
              "vector_lanes")
@@ -143,11 +160,12 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
 
 # What each number of a target description may be: a "count" is a positive integer (at most
 # MAX_COUNT: the cost model multiplies them), "positive" a finite number above 0, "nonnegative"
-# a finite number of at least 0. TOML allows nan and inf; no target number means anything with them.
+# a finite number of at least 0, a "share" a number above 0 and at most 1. TOML allows nan and
+# inf; no target number means anything with them.
 _NUMBERS = {
     "clock_ghz": "positive", "cores": "count", "onchip_bytes": "count", "global_bandwidth": "positive",
     "launch_cycles": "nonnegative", "vector_lanes": "count", "alignment": "count", "fma_per_lane": "positive",
-    "sync": "nonnegative",
+    "sync": "nonnegative", "resident_share": "share", "tiles_per_core": "count",
 }
 MAX_COUNT = 2**40
 
@@ -157,6 +175,10 @@ def _number_problem(value, rule: str) -> str:
     if rule == "count":
         if not _is(value, int) or not 0 < value <= MAX_COUNT:
             return f"a positive integer (at most 2**{MAX_COUNT.bit_length() - 1})"
+        return ""
+    if rule == "share":
+        if not _is(value, float) or not 0 < value <= 1:
+            return "a number above 0 and at most 1 (a share of onchip_bytes)"
         return ""
     if not _is(value, float) or not math.isfinite(value) or value < 0 or (rule == "positive" and value == 0):
         return "a finite number above 0" if rule == "positive" else "a finite number of at least 0"

@@ -38,6 +38,12 @@ BUILTIN = {name: (TARGET_DIR / f"{name}.toml").read_text() for name in ("cpu", "
     ("tile_k", "16.0", "[matrix] 'tile_k' must be a positive integer"),
     ("cycles_per_tile", "inf", "[matrix] 'cycles_per_tile' must be a finite number above 0"),
     ("exp", "nan", "[op_cycles] 'exp' must be a finite number above 0"),
+    ("resident_share", "0", "'resident_share' must be a number above 0 and at most 1 (a share of onchip_bytes)"),
+    ("resident_share", "1.5", "'resident_share' must be a number above 0 and at most 1"),
+    ("resident_share", "nan", "'resident_share' must be a number above 0 and at most 1"),
+    ("resident_share", "true", "'resident_share' must be a number"),
+    ("tiles_per_core", "0", "'tiles_per_core' must be a positive integer"),
+    ("tiles_per_core", "2.5", "'tiles_per_core' must be an integer"),
 ])
 def test_numbers_must_be_finite_positive_and_integral_where_counted(key, value, message):
     text = BUILTIN["accel"]
@@ -55,6 +61,46 @@ def test_a_nan_tile_is_a_clear_error_on_the_command_line(tmp_path, capsys):
     path.write_text(BUILTIN["accel"].replace("tile_n = 16", "tile_n = nan"))
     assert main(["run", str(EXAMPLES / "mlp.ir"), "--target", str(path)]) == 1
     assert f"{path}:" in capsys.readouterr().err
+
+
+# -- capacity policies ---------------------------------------------------------------
+
+
+def _without(text: str, *keys: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.startswith(tuple(f"{k} =" for k in keys)))
+
+
+@pytest.mark.parametrize("name", ["cpu", "accel"])
+def test_capacity_policies_default_to_an_eighth_and_two_tiles_per_core(name):
+    """A description without them keeps the figures every target had before they were keys."""
+    bare = parse_target(_without(BUILTIN[name], "resident_share", "tiles_per_core"), "t.toml")
+    assert bare.resident_bytes == bare.onchip_bytes // 8 and bare.min_tiles == 2 * bare.cores
+    assert bare == parse_target(BUILTIN[name], "t.toml")
+
+
+def test_capacity_policies_are_what_tiling_reads():
+    """A norm weight (1 KiB) is held whole at an eighth of 512 KiB, not at a thousandth; softmax's
+    4,096 rows make 64 tiles (the on-chip buffer's limit), 256 when 128 tiles per core are asked for."""
+    from stitch.engine.check import check_func
+    from stitch.engine.cost import kernel_cost
+    from stitch.engine.parse import parse_program
+    from stitch.engine.pipeline import compile_graph
+    from stitch.engine.rules import builtin_rule_files
+
+    def priced(text: str, **keys):
+        """The cpu target's cost of the program's one kernel, and its cost with `keys` changed."""
+        graph = check_func(parse_program(text).funcs[0])
+        c = compile_graph(graph, builtin_rule_files(), parse_target(BUILTIN["cpu"], "cpu.toml"))
+        changed = "\n".join(f"{k} = {keys[k]}" if (k := line.partition(" =")[0]) in keys else line
+                            for line in BUILTIN["cpu"].splitlines())
+        (kernel,) = c.schedule.kernels
+        return c.cost.kernels[0], kernel_cost(kernel, c.data.types, parse_target(changed, "t.toml"))
+
+    scale = "func f(x: f32[4096, 256], g: f32[256]) -> f32[4096, 256] {\n  return mul(x, g)\n}\n"
+    default, small = priced(scale, resident_share=0.001)
+    assert len(default.resident) == 1 and not small.resident  # g
+    default, many = priced((EXAMPLES / "softmax.ir").read_text(), tiles_per_core=128)
+    assert (default.tiles, many.tiles) == (64, 256)
 
 
 # -- mutated target files ----------------------------------------------------------
