@@ -25,15 +25,23 @@ buffer from the nest that computes it (or copied from its on-chip buffer).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..engine.cost import KernelCost, ScheduleCost, Staged, region
+from ..engine.graph import Graph
 from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify
 from ..engine.ir import TensorType
-from ..engine.maps import REDUCTIONS, GatherRef
+from ..engine.maps import GatherRef
+from ..engine.ops import REDUCE as REDUCTIONS
 from ..engine.recursion import allows_deep_recursion
 from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule
 from ..engine.schedule_print import global_names
+from ..targets.target import Target
 from .loops import (Accumulate, Buffer, Checked, Expr, For, Lit, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
                     loads)
+
+if TYPE_CHECKING:
+    from ..engine.pipeline import Compiled
 
 
 def identity(op: str, dtype: str):
@@ -50,19 +58,19 @@ def identity(op: str, dtype: str):
     return int(info.min) if op == "max" else int(info.max)
 
 
-def _widen(program: LoopProgram, target) -> LoopProgram:
+def _widen(program: LoopProgram, target: Target) -> LoopProgram:
     from .widen import widen_f16_accumulators
 
     return widen_f16_accumulators(program)
 
 
-def _forward(program: LoopProgram, target) -> LoopProgram:
+def _forward(program: LoopProgram, target: Target) -> LoopProgram:
     from .forward import forward_buffers
 
     return forward_buffers(program)
 
 
-def _merge(program: LoopProgram, target) -> LoopProgram:
+def _merge(program: LoopProgram, target: Target) -> LoopProgram:
     from .alloc import merge_allocations
 
     return merge_allocations(program, alignment=target.alignment)
@@ -73,7 +81,7 @@ PASSES = [_widen, _forward, _merge]
 
 
 @allows_deep_recursion
-def lower(compiled) -> LoopProgram:
+def lower(compiled: Compiled) -> LoopProgram:
     """The lowering pipeline: loop nests, then merged shared allocations, then the verifier."""
     from .verify import verify
 
@@ -85,7 +93,8 @@ def lower(compiled) -> LoopProgram:
     return program
 
 
-def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target, graph=None) -> LoopProgram:
+def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target: Target,
+                   graph: Graph | None = None) -> LoopProgram:
     names = global_names(schedule)
     types = schedule.types
     params = [Buffer(n, "global", types[c].dtype, types[c].shape) for c, n in schedule.params.items()]

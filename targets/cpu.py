@@ -33,6 +33,7 @@ from ..engine.interp import np_dtype
 from ..lowering.loops import LoopProgram
 from . import runtime
 from .c_source import buffer_order, c_source
+from .target import Target
 
 # What the user's --cflags replace: how hard the compiler optimises and for which machine.
 OPTIMIZE_FLAGS = ("-O3", "-march=native")
@@ -124,7 +125,7 @@ def compiler() -> str | None:
     return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
-def c_for_target(program: LoopProgram, target, flags: tuple[str, ...] = DEFAULT_FLAGS) -> str:
+def c_for_target(program: LoopProgram, target: Target, flags: tuple[str, ...] = DEFAULT_FLAGS) -> str:
     """The C `build` would compile for `program` (`stitch compile --emit c`), as one unit."""
     if target.kind != "cpu":
         raise StitchError(f"C is generated for cpu targets; '{target.name}' is an {target.kind} target "
