@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from ..targets.target import Target
 from .index import Indirect, Ix, interval
 from .ir import TensorType, dtype_bytes
-from .maps import REDUCTIONS, Guard
-from .ops import is_injective
+from .maps import Guard
+from .ops import ACCUMULATING, REDUCE, is_injective
 from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule
 
 INFEASIBLE = math.inf
@@ -146,7 +146,7 @@ def facts(kernel: Kernel, types) -> _Facts:
         op = inst.node.op
         if op in ("param", "const"):
             continue
-        accumulates = op in REDUCTIONS or op == "matmul"
+        accumulates = op in ACCUMULATING
         own = frozenset(inst.axes)
         if inst.key in partial_axes:
             restrict.append(partial_axes[inst.key])
@@ -177,7 +177,7 @@ def _tails(kernel: Kernel) -> dict[int, frozenset]:
     readers = kernel.readers
     out = {}
     for inst in kernel.instances:
-        if inst.node.op not in REDUCTIONS:
+        if inst.node.op not in REDUCE:
             continue
         own = set(inst.axes)
         tail: set[int] = set()

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .index import FloorDiv, Indirect, Ix, Mod, simplify
+from .ops import REDUCE
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,6 @@ class GatherRef:
         return f"%{self.key}[{', '.join(map(str, self.index))}]"
 
 
-REDUCTIONS = ("sum", "mean", "max", "min")
-
-
 def operand_maps(op: str, attrs, index: tuple[Ix, ...], in_shapes: list[tuple[int, ...]],
                  out_shape: tuple[int, ...], fresh: Callable[[int], str], extent: Callable[[str], int],
                  key: int = 0) -> list[OperandMap]:
@@ -81,7 +79,7 @@ def operand_maps(op: str, attrs, index: tuple[Ix, ...], in_shapes: list[tuple[in
     attr = dict(attrs)
     if op in ("param", "const"):
         return []
-    if op in REDUCTIONS:
+    if op in REDUCE:
         (shape,) = in_shapes
         axes, keep = attr["axes"], attr["keepdims"]
         it = iter(index)

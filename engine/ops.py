@@ -83,6 +83,10 @@ BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
 BINARY_FLOAT = ("div", "pow")
 COMPARE = ("less", "greater", "equal")
 REDUCE = ("sum", "mean", "max", "min")
+# Ops that fold the elements along reduced axes into an accumulator: the reductions and matmul.
+ACCUMULATING = REDUCE + ("matmul",)
+# Those whose accumulator adds (it starts at 0; its rounding grows with the terms summed).
+SUMMING = ("sum", "mean", "matmul")
 LAYOUT = ("transpose", "reshape", "broadcast_to", "cast")
 MOVEMENT = ("slice", "concat", "gather")
 ELEMENTWISE_GROUPS = (OpGroup.UNARY, OpGroup.BINARY, OpGroup.COMPARE, OpGroup.SELECT)

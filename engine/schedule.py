@@ -38,7 +38,7 @@ from .egraph_data import EGraphData, ENode
 from .index import Indirect, Ix
 from .ir import TensorType
 from .maps import GatherRef, Guard, operand_maps
-from .ops import is_injective
+from .ops import ACCUMULATING, is_injective
 
 
 class Placement(StrEnum):
@@ -387,7 +387,7 @@ class _Builder:
     def check_edge(self, consumer: ENode, edge: Placement, producer: ENode, read_at, consumer_index) -> None:
         if edge is Placement.INLINE and not is_injective(producer.op):
             self.problems.append(f"inline needs an injective producer, not {producer.op}")
-        if edge is Placement.LOCAL and consumer.op not in ("sum", "mean", "max", "min", "matmul") and set(
+        if edge is Placement.LOCAL and consumer.op not in ACCUMULATING and set(
                 a for ix in read_at for a in ix.axes()) < set(a for ix in consumer_index for a in ix.axes()):
             self.problems.append(f"local value {producer.op} is broadcast by its consumer {consumer.op}; use shared")
 
