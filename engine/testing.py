@@ -11,6 +11,10 @@ The movement ops (slice, concat, gather) are drawn only with `movement=True`
 (off by default until every later stage handles them). gather's indices are
 a parameter of their own (or an integer literal) whose values `inputs_for`
 draws in range, from the graph (`interp.index_bounds`).
+
+Pass tests read as Before/After text: `schedule_of` and `loops_of` take a
+program's `.ir` text through the pipeline and print the stage a test compares
+(`--emit schedule`, `--emit loops`).
 """
 
 from __future__ import annotations
@@ -487,3 +491,30 @@ def ops_for(group: str, dtype: str) -> list[str]:
 def accepts(dtypes: str, dtype: str) -> bool:
     """Whether an ops.py dtype class (FLOAT, NUMERIC, ANY) admits `dtype`."""
     return {FLOAT: dtype in FLOAT_DTYPES, NUMERIC: dtype != "bool", ANY: True}[dtypes]
+
+
+# -- Before/After: a program's text through the pipeline, printed ---------------------------------
+
+
+def compile_text(text: str, target):
+    """`.ir` text's first func, saturated with the built-in rules and extracted for `target`."""
+    from .pipeline import check_entry, compile_graph, read_program
+    from .rules import builtin_rule_files
+
+    return compile_graph(check_entry(read_program(text)), builtin_rule_files(), target)
+
+
+def schedule_of(text: str, target) -> str:
+    """The schedule `stitch compile --emit schedule` prints for `.ir` text on `target`."""
+    from .schedule_print import print_schedule
+
+    c = compile_text(text, target)
+    return print_schedule(c.graph.name, target.name, c.schedule, c.cost, target.clock_ghz)
+
+
+def loops_of(text: str, target) -> str:
+    """The loop nests `stitch compile --emit loops` prints for `.ir` text on `target`."""
+    from ..lowering.loops import print_loops
+    from ..lowering.lower import lower
+
+    return print_loops(lower(compile_text(text, target)))

@@ -20,7 +20,7 @@ from stitch.engine.parse import parse_file, parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
 from stitch.engine.rules import builtin_rule_files
 from stitch.engine.schedule import CyclicChoice, build_schedule
-from stitch.engine.testing import graphs
+from stitch.engine.testing import graphs, schedule_of
 from stitch.targets.target import load_target, parse_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -59,6 +59,75 @@ def test_seed_mlp_keeps_the_matmul_tile_out_of_global(target):
     assert ops["matmul"] in ("local", "shared")
     assert kernel.root_instance.node.op == "relu"
     assert set(c.schedule.params[cid] for cid in kernel.inputs) == {"x", "w", "bias"}
+
+
+# -- Before (.ir text) / After (the `--emit schedule` text) ------------------------------------
+
+
+def test_softmax_is_one_stitched_kernel():
+    """Stitching: both row reductions and the division are one kernel; each reduced value stays on
+    chip for the tile (`shared`), the exponentials are recomputed where they are read (`inline`),
+    and x is read from global memory once."""
+    before = """func softmax(x: f32[64, 32]) -> f32[64, 32] {
+  e = exp(sub(x, max(x, axes=[1], keepdims=true)))
+  return div(e, sum(e, axes=[1], keepdims=true))
+}"""
+    after = """\
+schedule softmax on cpu: 1 kernel(s), global bytes 16384 (compulsory 16384), estimated 1.038e+04 cycles (3.46 us)
+
+kernel k0 -> out0: f32[64, 32]
+  tiles over [p0=64] by [16]: 4 tile(s), on-chip 2176 B per tile
+  reads 8192 B, writes 8192 B, 1.038e+04 cycles
+  in  x: f32[64, 32]  [p0, p1; p0, r0; p0, r1]
+  %0 = max(global x, axes=[1], keepdims=true)       [p0, 0]  shared
+  %1 = sub(global x, shared %0)                     [p0, p1]  inline
+  %2 = exp(inline %1)                               [p0, p1]  inline
+  %3 = sub(global x, shared %0)                     [p0, r1]  inline
+  %4 = exp(inline %3)                               [p0, r1]  inline
+  %5 = sum(inline %4, axes=[1], keepdims=true)      [p0, 0]  shared
+  %6 = div(inline %2, shared %5)                    [p0, p1]  root
+"""
+    assert schedule_of(before, CPU) == after
+
+
+def test_the_mlp_matmul_tile_is_forwarded_to_its_epilogue():
+    """The accelerator seed: the matmul's tile is handed to the bias and relu in the same kernel
+    (`local`), never stored to global memory and loaded back."""
+    before = """func mlp(x: f32[1, 48], w: f32[48, 64], bias: f32[64]) -> f32[1, 64] {
+  return relu(add(matmul(x, w), bias))
+}"""
+    after = """\
+schedule mlp on accel: 1 kernel(s), global bytes 12992 (compulsory 12992), estimated 1203 cycles (1.203 us)
+
+kernel k0 -> out0: f32[1, 64]
+  tiles over [p1=64] by [32]: 2 tile(s), on-chip 320 B per tile
+  reads 12736 B, writes 256 B, 1203 cycles
+  in  x: f32[1, 48]  [0, r0]
+  in  w: f32[48, 64]  [r0, p1]
+  in  bias: f32[64]  [p1]
+  %0 = matmul(global x, global w)                   [p0, p1]  local
+  %1 = add(local %0, global bias)                   [p0, p1]  inline
+  %2 = relu(inline %1)                              [p0, p1]  root
+"""
+    assert schedule_of(before, ACCEL) == after
+
+
+def test_two_results_of_one_input_are_one_kernel_with_two_outputs():
+    """Siblings: a scaled copy and a row sum of x read x once, in one kernel that writes both."""
+    before = """func two(x: f32[16, 32]) -> (f32[16, 32], f32[16]) {
+  return mul(x, 2.0), sum(x, axes=[1])
+}"""
+    after = """\
+schedule two on cpu: 1 kernel(s), global bytes 4160 (compulsory 4160), estimated 6526 cycles (2.175 us)
+
+kernel k0 -> out0: f32[16, 32], out1: f32[16]
+  tiles over [p0=16, p1=32] by [4, 32]: 4 tile(s), on-chip 576 B per tile
+  reads 2048 B, writes 2112 B, 6526 cycles
+  in  x: f32[16, 32]  [p0, p1]
+  %0 = mul(global x, 2.0)                           [p0, p1]  root
+  %1 = sum(global x, axes=[1], keepdims=false)      [p0]  root
+"""
+    assert schedule_of(before, CPU) == after
 
 
 def tiny_target(onchip: int) -> object:

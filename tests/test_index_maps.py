@@ -19,10 +19,9 @@ from stitch.engine.cli import main
 from stitch.engine.errors import StitchError
 from stitch.engine.index import FloorDiv, Ix, Mod, simplify
 from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_program
 from stitch.engine.pipeline import compile_graph
 from stitch.engine.rules import builtin_rule_files
-from stitch.engine.testing import graphs
+from stitch.engine.testing import graphs, loops_of
 from stitch.engine.tolerance import differences
 from stitch.lowering.execute import execute
 from stitch.lowering.loops import print_loops
@@ -31,11 +30,6 @@ from stitch.targets.target import load_target
 
 ACCEL = load_target("accel")
 TARGETS = [load_target("cpu"), ACCEL]
-
-
-def loops_of(text: str, target=ACCEL) -> str:
-    graph = next(iter(check_program(parse_program(text)).values()))
-    return print_loops(lower(compile_graph(graph, builtin_rule_files(), target)))
 
 
 # -- the simplifier ----------------------------------------------------------------
@@ -61,7 +55,7 @@ def test_a_fused_transpose_is_a_permuted_load():
     before = """func f(x: f32[4, 8], b: f32[4]) -> f32[8, 4] {
   return add(transpose(exp(x), perm=[1, 0]), b)
 }"""
-    assert "out0[4*p0o + p0, p1] = add(exp(x[p1, 4*p0o + p0]), b_s[p1])" in loops_of(before)
+    assert "out0[4*p0o + p0, p1] = add(exp(x[p1, 4*p0o + p0]), b_s[p1])" in loops_of(before, ACCEL)
 
 
 def test_a_fused_reshape_reads_the_flat_position_split_again():
@@ -83,28 +77,28 @@ kernel k0 {
   }
 }
 """
-    assert loops_of(before) == after
+    assert loops_of(before, ACCEL) == after
 
 
 def test_a_fused_slice_is_an_offset_and_a_stride():
     before = """func f(x: f32[8, 10]) -> f32[4, 7] {
   return neg(slice(x, axes=[0, 1], starts=[1, -7], ends=[8, 10], steps=[2, 1]))
 }"""
-    assert "out0[2*p0o + p0, p1] = neg(x[4*p0o + 2*p0 + 1, p1 + 3])" in loops_of(before)
+    assert "out0[2*p0o + p0, p1] = neg(x[4*p0o + 2*p0 + 1, p1 + 3])" in loops_of(before, ACCEL)
 
 
 def test_a_fused_concat_selects_its_piece():
     before = """func f(a: f32[4, 3], b: f32[4, 5]) -> f32[4, 8] {
   return exp(concat(a, b, axis=1))
 }"""
-    assert "out0[2*p0o + p0, p1] = exp((p1 < 3 ? a[2*p0o + p0, p1] : b[2*p0o + p0, p1 - 3]))" in loops_of(before)
+    assert "out0[2*p0o + p0, p1] = exp((p1 < 3 ? a[2*p0o + p0, p1] : b[2*p0o + p0, p1 - 3]))" in loops_of(before, ACCEL)
 
 
 def test_a_fused_gather_is_an_indirect_load():
     before = """func f(table: f32[10, 8], ids: i64[6]) -> f32[6, 8] {
   return mul(gather(table, ids, axis=0), 2.0)
 }"""
-    assert "mul(table[idx<10>(ids_s[3*p0o + p0]), p1], 2.0:f32)" in loops_of(before)
+    assert "mul(table[idx<10>(ids_s[3*p0o + p0]), p1], 2.0:f32)" in loops_of(before, ACCEL)
 
 
 @pytest.mark.parametrize("name", ["rope", "embedding_layernorm", "logsumexp", "matmul_transpose_bias_relu",
