@@ -5,11 +5,12 @@
     load_rule_files   built-in and user .rules -> [RuleFile]             rules.py
     saturate_program  Graph + rules -> saturated e-graph                 saturate.py (the run schedule)
     extract           e-graph -> the cheapest Schedule for the target    search.py, cost.py
-    lower             Schedule -> LoopProgram                            lowering/lower.py (its passes)
-    build             LoopProgram -> what runs it on the target          targets/cpu.py, targets/simulator.py
+    lower_program     Schedule -> LoopProgram                            lowering/lower.py (its passes)
+    build             LoopProgram -> a CompiledProgram, called with      targets/cpu.py, targets/simulator.py
+                      numpy arrays on the target
 
-`compile_graph` is saturate + extract, `compile_source` every stage in order
-(what `stitch.compile` returns: a `CompiledProgram`, called with numpy arrays).
+`compile_graph` is saturate + extract (what `stitch compile` prints), and
+`compile_source` every stage in order (what `stitch.compile` returns).
 The CLI (`cli.py`) parses arguments and calls these stages; the Python API
 (`api.py`) checks its arguments and calls `compile_source`.
 """
