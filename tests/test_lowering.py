@@ -14,7 +14,7 @@ from stitch.engine.interp import evaluate, random_inputs
 from stitch.engine.parse import parse_file
 from stitch.engine.pipeline import compile_graph
 from stitch.engine.rules import builtin_rule_files
-from stitch.engine.testing import graphs, loops_of
+from stitch.engine.testing import graphs
 from stitch.lowering.execute import execute
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import PASSES, lower, lower_schedule
@@ -196,48 +196,6 @@ def test_forward_buffers_removes_the_seed_round_trip_through_global():
     tile = 64 * 4  # the 1x64 f32 matmul result
     assert saved == 4 * tile  # initialized, read and written by the accumulation, read back by the epilogue
     assert traffic_after.read + traffic_after.written == c.cost.global_bytes
-
-
-def test_a_kernel_with_two_outputs_copies_its_input_on_chip_once_for_both():
-    """Before: two results of x. After: one kernel whose tile copies x on chip once; the scaled
-    copy and the row sum both read that copy, and each is stored to its own output."""
-    before = """func two(x: f32[16, 32]) -> (f32[16, 32], f32[16]) {
-  return mul(x, 2.0), sum(x, axes=[1])
-}"""
-    after = """\
-program two(x: f32[16, 32]) -> out0, out1
-  alloc global out0: f32[16, 32]
-  alloc global out1: f32[16]
-
-kernel k0  # shared: 1024 B merged, 1024 B unmerged {
-  alloc shared x_s0: f32[8, 32]
-  alloc local k0_v1: f32[8]
-  for p0o in 0..2 parallel {
-    for p0 in 0..8 serial {
-      for p1 in 0..32 serial {
-        x_s0[p0, p1] = x[8*p0o + p0, p1]
-      }
-    }
-    for p0 in 0..8 serial {
-      for p1 in 0..32 serial {
-        out0[8*p0o + p0, p1] = mul(x_s0[p0, p1], 2.0:f32)
-      }
-    }
-    for p0 in 0..8 serial {
-      k0_v1[p0] = 0:f32
-    }
-    for p0 in 0..8 serial {
-      for p1 in 0..32 reduce {
-        k0_v1[p0] += x_s0[p0, p1]
-      }
-    }
-    for p0 in 0..8 serial {
-      out1[8*p0o + p0] = k0_v1[p0]
-    }
-  }
-}
-"""
-    assert loops_of(before, load_target("accel")) == after
 
 
 @settings(max_examples=15)

@@ -10,12 +10,12 @@ import pytest
 
 from stitch.engine.check import check_program
 from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.parse import parse_file
 from stitch.engine.pipeline import compile_graph
 from stitch.engine.rules import builtin_rule_files
+from stitch.engine.testing import compile_text, loops_of
 from stitch.engine.tolerance import differences
 from stitch.lowering.execute import execute
-from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import lower
 from stitch.targets.target import load_target
 
@@ -24,8 +24,8 @@ TARGETS = [load_target("cpu"), load_target("accel")]
 
 
 def compiled(text: str, target):
-    graph = next(iter(check_program(parse_program(text)).values()))
-    return graph, compile_graph(graph, builtin_rule_files(), target)
+    c = compile_text(text, target)
+    return c.graph, c
 
 
 def test_two_outputs_of_one_row_loop_read_x_once():
@@ -64,8 +64,7 @@ kernel k0  # shared: 64 B merged, 64 B unmerged {
   }
 }
 """
-    _, c = compiled(before, TARGETS[0])
-    assert print_loops(lower(c)) == after
+    assert loops_of(before, TARGETS[0]) == after
 
 
 QKV = """func qkv(x: f32[64, 64], g: f32[64], wq: f32[64, 64], wk: f32[64, 64], wv: f32[64, 64])
