@@ -51,7 +51,7 @@ from .index import Indirect, Ix, interval
 from .ir import TensorType, dtype_bytes
 from .maps import Guard
 from .ops import ACCUMULATING, REDUCE, is_injective
-from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule
+from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes
 
 INFEASIBLE = math.inf
 FREE_OPS = ("transpose", "reshape", "broadcast_to", "slice")  # index maps: no arithmetic
@@ -398,7 +398,7 @@ def slice_elems(axes, kernel: Kernel, tile: dict[str, int]) -> int:
 def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, ins: _Inputs, f: _Facts) -> int:
     total = sum(align(types[cid].nbytes, alignment) for cid in ins.resident)
     for s in ins.staged:
-        axes = tuple(dict.fromkeys(a for ix in s.index for a in ix.axes()))
+        axes = index_axes(s.index)
         total += align(slice_elems(axes, kernel, tile) * dtype_bytes(types[s.cid].dtype), alignment)
     for axes, nbytes in f.buffers:
         total += align(slice_elems(axes, kernel, tile) * nbytes, alignment)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Union
+from typing import ClassVar, Union
 
 Term = Union[str, "FloorDiv", "Mod", "Indirect"]
 
@@ -124,33 +124,29 @@ def _term_text(t: Term) -> str:
 
 
 @dataclass(frozen=True)
-class FloorDiv:
+class _ByConstant:
+    """An expression's floor quotient or remainder by a positive constant (`symbol` says which)."""
+
     x: Ix
     d: int
+    symbol: ClassVar[str]
 
     def axes(self) -> Iterator[str]:
         return self.x.axes()
 
-    def substitute(self, mapping: dict[str, Ix]) -> "FloorDiv":
-        return FloorDiv(self.x.substitute(mapping), self.d)
+    def substitute(self, mapping: dict[str, Ix]) -> "_ByConstant":
+        return type(self)(self.x.substitute(mapping), self.d)
 
     def __str__(self) -> str:
-        return f"({self.x}) // {self.d}"
+        return f"({self.x}) {self.symbol} {self.d}"
 
 
-@dataclass(frozen=True)
-class Mod:
-    x: Ix
-    d: int
+class FloorDiv(_ByConstant):
+    symbol = "//"
 
-    def axes(self) -> Iterator[str]:
-        return self.x.axes()
 
-    def substitute(self, mapping: dict[str, Ix]) -> "Mod":
-        return Mod(self.x.substitute(mapping), self.d)
-
-    def __str__(self) -> str:
-        return f"({self.x}) % {self.d}"
+class Mod(_ByConstant):
+    symbol = "%"
 
 
 @dataclass(frozen=True)

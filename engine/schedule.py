@@ -68,6 +68,11 @@ class AxisKind(StrEnum):
 Operand = tuple[str, object]
 
 
+def index_axes(index: tuple[Ix, ...]) -> tuple[str, ...]:
+    """The axes an index varies along, in first-use order."""
+    return tuple(dict.fromkeys(a for ix in index for a in ix.axes()))
+
+
 @dataclass(frozen=True)
 class Instance:
     cid: str  # the value's e-class
@@ -87,7 +92,7 @@ class Instance:
     @cached_property
     def axes(self) -> tuple[str, ...]:
         """The kernel axes its value varies along, in first-use order."""
-        return tuple(dict.fromkeys(a for ix in self.index for a in ix.axes()))
+        return index_axes(self.index)
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,7 @@ class Read:
 
     @cached_property
     def axes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(a for ix in self.index for a in ix.axes()))
+        return index_axes(self.index)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from ..engine.ir import TensorType
 from ..engine.maps import GatherRef
 from ..engine.ops import REDUCE as REDUCTIONS
 from ..engine.recursion import allows_deep_recursion
-from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule
+from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule, index_axes
 from ..engine.schedule_print import global_names
 from ..targets.target import Target
 from .loops import (Accumulate, Buffer, Checked, Expr, For, Lit, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
@@ -212,7 +212,7 @@ class _KernelLowering:
         for cid in self.kc.resident:
             body_at[0].extend(self.stage_whole(cid))
         for s in self.kc.staged:
-            axes = _axes(s.index)
+            axes = index_axes(s.index)
             body_at[self.staging_level(axes)].extend(self.stage(s, axes))
         epilogue: list[Stmt] = []
         later = []
@@ -393,7 +393,7 @@ class _KernelLowering:
         if key in self.staged:
             buffer, s = self.staged[key]
             rename = {ix.label: other for ix, other in zip(s.index, r.index) if ix.label is not None}
-            return Load(buffer, tuple(rename.get(a, Ix.var(a)) for a in _axes(s.index)))
+            return Load(buffer, tuple(rename.get(a, Ix.var(a)) for a in index_axes(s.index)))
         return Load(name, tuple(self.at(ix) for ix in r.index))
 
     def expr(self, inst: Instance) -> Expr:
@@ -437,8 +437,6 @@ def _checks(e: Expr, site: int) -> bool:
     return False
 
 
-def _axes(index: tuple[Ix, ...]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(a for ix in index for a in ix.axes()))
 
 
 def _count(inst: Instance, types) -> int:
