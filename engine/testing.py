@@ -518,3 +518,20 @@ def loops_of(text: str, target) -> str:
     from ..lowering.lower import lower
 
     return print_loops(lower(compile_text(text, target)))
+
+
+def executes_like_the_reference(program, graph: Graph, seed: int):
+    """Run lowered loops on the numpy executor with random inputs and assert the outputs equal the
+    reference interpreter's. Returns the measured traffic, or None when an i32 accumulation overflows
+    the executor's Python ints (issue 18's; nothing to compare)."""
+    from ..lowering.execute import execute
+    from .interp import evaluate, random_inputs
+    from .tolerance import differences
+
+    inputs = random_inputs(graph, seed)
+    try:
+        outs, traffic = execute(program, inputs)
+    except OverflowError:
+        return None
+    assert differences(outs, evaluate(graph, inputs), graph) == []
+    return traffic
