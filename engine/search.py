@@ -285,14 +285,13 @@ def _most_fused(space: Space, values: Choice) -> Choice:
     """`values`' op structure with every edge fused, each with its best placement: the greedy
     search's other start (a long chain of injective ops is one kernel in one step, instead of one
     move per producer, each re-forming the growing kernel)."""
-    out = dict(values)
-    for cid, node in values.items():
+
+    def structure(node: ENode) -> tuple:
         op, attrs, edges = space.signature(node)
-        wanted = tuple(v for _, v in edges)
-        # options are sorted most fused first, best placements first
-        out[cid] = next(n for n in space.options[cid] if space.signature(n)[:2] == (op, attrs)
-                        and tuple(v for _, v in space.signature(n)[2]) == wanted)
-    return out
+        return op, attrs, tuple(v for _, v in edges)
+
+    # options are sorted most fused first, best placements first
+    return {cid: next(n for n in space.options[cid] if structure(n) == structure(node)) for cid, node in values.items()}
 
 
 def _greedy(space: Space, start: Choice) -> SearchResult:
@@ -307,10 +306,10 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
             table.setdefault(space.signature(n), []).append(n)
         by_sig[cid] = table
     values = {cid: by_sig[cid][space.signature(start[cid])][0] for cid in space.value_classes if cid in start}
-    state = _State(space, space.full_choice(values))
+    unfused = space.full_choice(values)
     fused = space.full_choice(_most_fused(space, values))
-    if order_key(space.price(fused)[0]) < order_key(space.price(state.choice)[0]):
-        state = _State(space, fused)
+    # priced first (kernels cached by their contents), so only the start taken is built as a state
+    state = _State(space, fused if order_key(space.price(fused)[0]) < order_key(space.price(unfused)[0]) else unfused)
     if state.kernels is not None:
         shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
         if len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT:
