@@ -50,9 +50,13 @@ class OperandMap:
 
 @dataclass(frozen=True)
 class GatherRef:
-    """A gather's index value in the kernel model: operand 1 of instance `key`, read at `index`."""
+    """A gather's index value in the kernel model: the indices tensor (the e-class `indices`) read
+    at `index`, an index over kernel axes. It names the value, not the gather that reads it: two
+    gathers (or two instances of one) reading one indices tensor at one position select the same
+    row, so their Indirect atoms are equal, and kernels unify and share values through them as
+    through plain axes."""
 
-    key: int
+    indices: str
     index: tuple[Ix, ...]
 
     def axes(self):
@@ -60,22 +64,19 @@ class GatherRef:
             yield from ix.axes()
 
     def substitute(self, mapping: dict[str, Ix]) -> "GatherRef":
-        return GatherRef(self.key, tuple(ix.substitute(mapping) for ix in self.index))
-
-    def rekey(self, offset: int) -> "GatherRef":
-        return GatherRef(self.key + offset, self.index)
+        return GatherRef(self.indices, tuple(ix.substitute(mapping) for ix in self.index))
 
     def __str__(self) -> str:
-        return f"%{self.key}[{', '.join(map(str, self.index))}]"
+        return f"{self.indices}[{', '.join(map(str, self.index))}]"
 
 
 def operand_maps(op: str, attrs, index: tuple[Ix, ...], in_shapes: list[tuple[int, ...]],
                  out_shape: tuple[int, ...], fresh: Callable[[int], str], extent: Callable[[str], int],
-                 key: int = 0) -> list[OperandMap]:
+                 indices: str = "") -> list[OperandMap]:
     """Per operand, where it is read when the result is wanted at `index` (see the module docstring).
 
     `fresh(n)` makes a new reduce axis of extent n; `extent(a)` is an axis's extent (for
-    simplifying div/mod); `key` is the instance's key (a gather's Indirect refers to it)."""
+    simplifying div/mod); `indices` is a gather's indices value (its Indirect reads it: GatherRef)."""
     attr = dict(attrs)
     if op in ("param", "const"):
         return []
@@ -120,7 +121,7 @@ def operand_maps(op: str, attrs, index: tuple[Ix, ...], in_shapes: list[tuple[in
         x_shape, idx_shape = in_shapes
         r = len(idx_shape)
         idx_index = tuple(index[axis:axis + r])
-        x_index = tuple(index[:axis]) + (Ix.var(Indirect(GatherRef(key, idx_index), x_shape[axis])),) + tuple(
+        x_index = tuple(index[:axis]) + (Ix.var(Indirect(GatherRef(indices, idx_index), x_shape[axis])),) + tuple(
             index[axis + r:])
         return [OperandMap(x_index), OperandMap(idx_index)]
     # elementwise, where, cast, broadcast_to: numpy broadcasting, trailing dimensions aligned

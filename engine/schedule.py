@@ -20,9 +20,12 @@ Kernel formation, in two steps:
    another kernel computes, and an input two kernels read through `shared`
    edges join those kernels into one (DESIGN: a kernel is a group of ops
    joined by non-global edges). The second kernel's axes are renamed so the
-   common value sits at the same index in both (`_merge`). A kernel may so
-   write several values (`Kernel.roots`): a value fused into a kernel and
-   needed elsewhere is written by the kernel that computes it.
+   common value sits at the same index in both (`_merge`), matched through
+   gathered indices too: a gather's Indirect atom names the indices tensor
+   and where it is read (`maps.GatherRef`), not the gather, so two kernels
+   reading one token's row share its axes. A kernel may so write several
+   values (`Kernel.roots`): a value fused into a kernel and needed elsewhere
+   is written by the kernel that computes it.
 
 The result is plain immutable data. The cost model (`cost.py`) decides tiling
 and prices kernels from it; lowering turns it into loops.
@@ -30,12 +33,13 @@ and prices kernels from it; lowering turns it into loops.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
 from .egraph_data import EGraphData, ENode
-from .index import Indirect, Ix
+from .index import FloorDiv, Indirect, Ix, Mod
 from .ir import TensorType
 from .maps import GatherRef, Guard, operand_maps
 from .ops import ACCUMULATING, is_injective
@@ -73,6 +77,19 @@ def index_axes(index: tuple[Ix, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(a for ix in index for a in ix.axes()))
 
 
+def indirect_atoms(index: tuple[Ix, ...]) -> Iterator[Indirect]:
+    """The gathered indices an index evaluates: its Indirect atoms, those inside div/mod and those
+    inside a gathered index (a gather of gathered indices)."""
+    for ix in index:
+        for t, _ in ix.terms:
+            if isinstance(t, Indirect):
+                yield t
+                if isinstance(t.value, GatherRef):
+                    yield from indirect_atoms(t.value.index)
+            elif isinstance(t, (FloorDiv, Mod)):
+                yield from indirect_atoms((t.x,))
+
+
 @dataclass(frozen=True)
 class Instance:
     cid: str  # the value's e-class
@@ -93,6 +110,12 @@ class Instance:
     def axes(self) -> tuple[str, ...]:
         """The kernel axes its value varies along, in first-use order."""
         return index_axes(self.index)
+
+    @property
+    def gathered(self) -> Indirect:
+        """A gather's Indirect atom: where it reads its table along its axis (maps.py's gather)."""
+        ((atom, _),) = self.operand_index[0][self.node.attr("axis")].terms
+        return atom
 
 
 @dataclass(frozen=True)
@@ -156,6 +179,16 @@ class Kernel:
         return "; ".join(dict.fromkeys(self.problems))
 
     @cached_property
+    def gathers(self) -> dict[Indirect, int]:
+        """Each Indirect atom -> the first gather instance reading through it: the one whose
+        indices operand lowering evaluates for it (every such gather reads the same index value)."""
+        out: dict[Indirect, int] = {}
+        for inst in self.instances:
+            if inst.node.op == "gather":
+                out.setdefault(inst.gathered, inst.key)
+        return out
+
+    @cached_property
     def readers(self) -> dict[int, list[int]]:
         """For each instance, the instances reading it through a fused edge."""
         out: dict[int, list[int]] = {}
@@ -176,8 +209,8 @@ class Kernel:
             for kind, ref in inst.operands:
                 if kind not in ("global", "const"):
                     visit(ref)
-            for t in (t for ix in inst.index for t, _ in ix.terms if isinstance(t, Indirect)):
-                kind, ref = self.instances[t.value.key].operands[1]  # the gather's index operand
+            for atom in indirect_atoms(inst.index):
+                kind, ref = self.instances[self.gathers[atom]].operands[1]  # the gather's indices operand
                 if kind not in ("global", "const"):
                     visit(ref)
             done[key] = None
@@ -304,30 +337,18 @@ def _with_owners(k: Kernel) -> Kernel:
             stack.extend(ref for kind, ref in k.instances[key].operands if kind == "inline")
     # a gather's indices are read wherever its index is evaluated: in the nests that read through
     # it, and in the nest of a value held at a gathered index
-    evaluates: dict[int, set[int]] = {}
+    evaluates: dict[Indirect, set[int]] = {}
     for inst in k.instances:
-        for key in _gathers(inst.index) | {g for r in k.reads if r.site[0] == inst.key for g in _gathers(r.index)}:
-            evaluates.setdefault(key, set()).update(nests.get(inst.key, ()))
+        reads_at = (r.index for r in k.reads if r.site[0] == inst.key)
+        for atom in set(indirect_atoms(inst.index)).union(*(indirect_atoms(index) for index in reads_at)):
+            evaluates.setdefault(atom, set()).update(nests.get(inst.key, ()))
     reads = []
     for r in dict.fromkeys(replace(r, owner=-1) for r in k.reads):
         owners = set(nests.get(r.site[0], ()))
         if r.site[1] == 1 and k.instances[r.site[0]].node.op == "gather":
-            owners |= evaluates.get(r.site[0], set())
+            owners |= evaluates.get(k.instances[r.site[0]].gathered, set())
         reads.extend(replace(r, owner=owner) for owner in sorted(owners))
     return replace(k, reads=tuple(reads))
-
-
-def _gathers(index: tuple[Ix, ...]) -> set[int]:
-    """The gathers (instance keys) whose index an index expression evaluates."""
-    out = set()
-    for ix in index:
-        for t, _ in ix.terms:
-            if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
-                out.add(t.value.key)
-                out |= _gathers(t.value.index)
-            elif hasattr(t, "x"):
-                out |= _gathers((t.x,))
-    return out
 
 
 class _Builder:
@@ -366,10 +387,12 @@ class _Builder:
             owner = key
             if guards:
                 self.problems.append(f"{node.op} is held on chip but read inside a concat piece")
+        edges = operand_edges(self.choice, node)
+        indices = edges[1][1] if node.op == "gather" else ""  # what its Indirect atom reads
         maps = operand_maps(node.op, node.attrs, index, [self.types[c].shape for c in node.children],
-                            self.types[cid].shape, self.fresh, self.extent, key)
+                            self.types[cid].shape, self.fresh, self.extent, indices)
         operands = []
-        for i, ((edge, value), m) in enumerate(zip(operand_edges(self.choice, node), maps)):
+        for i, ((edge, value), m) in enumerate(zip(edges, maps)):
             vnode = self.choice[value]
             under = guards + m.guards
             if vnode.op == "const":
@@ -530,21 +553,42 @@ def _full_index(index: tuple[Ix, ...]) -> bool:
 
 
 def _solve(target: tuple[Ix, ...], source: tuple[Ix, ...]) -> dict[str, Ix] | None:
-    """Axes of b mapped so that `source` becomes `target`: each dimension of `source` must be one
-    of b's axes or the constant of `target`."""
+    """Axes of b mapped so that `source` becomes `target`. An axis of b is bound where it stands
+    alone in a dimension of `source`, or in the index of a gathered index matched with a read of
+    the same indices in `target` (`_bind`); then every axis of `source` must be bound, and the
+    substitution must make `source` equal to `target` (a constant, a div/mod or an offset only
+    checked, never solved for)."""
     if len(target) != len(source):
         return None
     mapping: dict[str, Ix] = {}
-    for t, s in zip(target, source):
-        if s.is_const:
-            if not t.is_const or t.const != s.const:
-                return None
-            continue
-        label = s.label
-        if label is None or mapping.get(label, t) != t:
-            return None
-        mapping[label] = t
+    if not all(_bind(t, s, mapping) for t, s in zip(target, source)):
+        return None
+    if any(a not in mapping for s in source for a in s.axes()):
+        return None
+    if tuple(s.substitute(mapping) for s in source) != tuple(target):
+        return None
     return mapping
+
+
+def _bind(target: Ix, source: Ix, mapping: dict[str, Ix]) -> bool:
+    """Bind what `source` determines of b's axes to match `target`; False on a contradiction."""
+    label = source.label
+    if label is not None:
+        return mapping.setdefault(label, target) == target
+    s, t = _gathered(source), _gathered(target)
+    if s is not None and t is not None and s.extent == t.extent and s.value.indices == t.value.indices \
+            and len(s.value.index) == len(t.value.index):
+        return all(_bind(ti, si, mapping) for ti, si in zip(t.value.index, s.value.index))
+    return True
+
+
+def _gathered(ix: Ix) -> Indirect | None:
+    """The Indirect atom when `ix` is exactly one gathered index (a gather's table position)."""
+    if len(ix.terms) == 1 and ix.const == 0 and ix.terms[0][1] == 1:
+        atom = ix.terms[0][0]
+        if isinstance(atom, Indirect) and isinstance(atom.value, GatherRef):
+            return atom
+    return None
 
 
 def _complete(mapping: dict[str, Ix], a: Kernel, b: Kernel) -> dict[str, Ix]:
@@ -567,7 +611,7 @@ def _rename(k: Kernel, mapping: dict[str, Ix], offset: int) -> Kernel:
     """k with its axes substituted and its instance keys shifted by `offset`."""
 
     def ix(i: Ix) -> Ix:
-        return _rekey(i.substitute(mapping), offset)
+        return i.substitute(mapping)
 
     def idx(t):
         return tuple(ix(i) for i in t)
@@ -592,21 +636,6 @@ def _rename(k: Kernel, mapping: dict[str, Ix], offset: int) -> Kernel:
         elif new.label == ax.name:
             axes.append(ax)
     return Kernel(k.roots, tuple(s + offset for s in k.stores), instances, reads, tuple(axes), k.problems)
-
-
-def _rekey(ix: Ix, offset: int) -> Ix:
-    if offset == 0:
-        return ix
-    return ix.map_atoms(lambda t: Ix.var(_rekey_atom(t, offset)))
-
-
-def _rekey_atom(t, offset):
-    if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
-        ref = t.value
-        return Indirect(GatherRef(ref.key + offset, tuple(_rekey(i, offset) for i in ref.index)), t.extent, t.site)
-    if hasattr(t, "x"):
-        return type(t)(_rekey(t.x, offset), t.d)
-    return t
 
 
 def _concat(a: Kernel, b: Kernel) -> Kernel:
@@ -669,37 +698,17 @@ def _compact(k: Kernel) -> Kernel:
         return k
     keep = sorted(reach)
     new = {old: i for i, old in enumerate(keep)}
-
-    def ix(i: Ix) -> Ix:
-        return i.map_atoms(lambda t: Ix.var(_renumber(t, new)))
-
-    def idx(t):
-        return tuple(ix(i) for i in t)
-
+    # indices need no renumbering: a gathered index names the indices it reads, not a gather
     instances = []
     for old in keep:
         inst = k.instances[old]
-        instances.append(Instance(
-            inst.cid, inst.node, idx(inst.index), inst.hold, new[old],
-            tuple((kind, new[ref] if kind not in ("global", "const") else ref) for kind, ref in inst.operands),
-            tuple(idx(t) for t in inst.operand_index), new.get(inst.owner, -1),
-            tuple(Guard(ix(g.ix), g.lo, g.hi) for g in inst.guards)))
-    reads = tuple(Read(r.cid, idx(r.index), new.get(r.owner, -1), (new[r.site[0]], r.site[1]),
-                       tuple(Guard(ix(g.ix), g.lo, g.hi) for g in r.guards), r.shared)
+        operands = tuple((kind, new[ref] if kind not in ("global", "const") else ref) for kind, ref in inst.operands)
+        instances.append(replace(inst, key=new[old], owner=new.get(inst.owner, -1), operands=operands))
+    reads = tuple(replace(r, owner=new.get(r.owner, -1), site=(new[r.site[0]], r.site[1]))
                   for r in k.reads if r.site[0] in new)
     used = {a for inst in instances for t in (inst.index, *inst.operand_index) for i in t for a in i.axes()}
     axes = tuple(a for a in k.axes if a.name in used)
     return Kernel(k.roots, tuple(new[s] for s in k.stores), tuple(instances), reads, axes, k.problems)
-
-
-def _renumber(t, new: dict[int, int]):
-    if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
-        ref = t.value
-        return Indirect(GatherRef(new[ref.key], tuple(i.map_atoms(lambda a: Ix.var(_renumber(a, new)))
-                                                      for i in ref.index)), t.extent, t.site)
-    if hasattr(t, "x"):
-        return type(t)(t.x.map_atoms(lambda a: Ix.var(_renumber(a, new))), t.d)
-    return t
 
 
 def _order(kernels: list[Kernel], outputs: set[str]) -> list[Kernel]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .cost import KernelCost, ScheduleCost
+from .index import FloorDiv, Indirect, Ix, Mod
+from .maps import GatherRef
 from .printer import print_attr_value, print_scalar
 from .schedule import Instance, Kernel, Schedule
 
@@ -48,21 +52,30 @@ def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], s
     ]
     if kc.problem:
         lines.append(f"  infeasible: {kc.problem}")
-    for cid, reads in k.inputs.items():
-        at = "; ".join(dict.fromkeys(_index(r.index) for r in reads))
-        lines.append(f"  in  {names.get(cid, cid)}: {schedule.types[cid]}  [{at}]")
     ordered = k.ordered()
     number = {inst.key: i for i, inst in enumerate(ordered)}
+    computed = {}
+    for inst in ordered:
+        computed.setdefault(inst.cid, f"%{number[inst.key]}")
+
+    def value_name(cid: str) -> str:
+        """A gathered index's indices: by their global name, or the instance computing them here."""
+        return names.get(cid) or computed.get(cid, cid)
+
+    for cid, reads in k.inputs.items():
+        at = "; ".join(dict.fromkeys(_index(r.index, value_name) for r in reads))
+        lines.append(f"  in  {names.get(cid, cid)}: {schedule.types[cid]}  [{at}]")
     stored = {key: names[cid] for cid, key in zip(k.roots, k.stores)}
     for inst in ordered:
-        line = "  " + print_instance(inst, names, number)
+        line = "  " + print_instance(inst, names, number, value_name)
         if inst.key in stored and inst.hold.value != "root":
             line += f", stored to {stored[inst.key]}"
         lines.append(line)
     return lines
 
 
-def print_instance(inst: Instance, names: dict[str, str], number: dict[int, int]) -> str:
+def print_instance(inst: Instance, names: dict[str, str], number: dict[int, int],
+                   value_name: Callable[[str], str] = str) -> str:
     args = []
     for kind, ref in inst.operands:
         if kind == "const":
@@ -73,11 +86,29 @@ def print_instance(inst: Instance, names: dict[str, str], number: dict[int, int]
             args.append(f"{kind} %{number[ref]}")
     attrs = [f"{k}={print_attr_value(v)}" for k, v in inst.node.attrs if inst.node.op not in ("param", "const")]
     call = f"{inst.node.op}({', '.join(args + attrs)})"
-    return f"%{number[inst.key]} = {call:<44} [{_index(inst.index)}]  {inst.hold.value}"
+    return f"%{number[inst.key]} = {call:<44} [{_index(inst.index, value_name)}]  {inst.hold.value}"
 
 
-def _index(index) -> str:
-    return ", ".join(str(ix) for ix in index)
+def _index(index: tuple[Ix, ...], value_name: Callable[[str], str] = str) -> str:
+    """An index as text, a gathered index shown as its indices' name read at its position
+    (`idx<100>(ids[p0, p1])`)."""
+    return ", ".join(str(_named(ix, value_name)) for ix in index)
+
+
+class _Text(str):
+    """Text standing in for a gathered index's value when an index prints."""
+
+
+def _named(ix: Ix, value_name: Callable[[str], str]) -> Ix:
+    def atom(t):
+        if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
+            ref = t.value
+            return Ix.var(Indirect(_Text(f"{value_name(ref.indices)}[{_index(ref.index, value_name)}]"), t.extent))
+        if isinstance(t, (FloorDiv, Mod)):
+            return Ix.var(type(t)(_named(t.x, value_name), t.d))
+        return Ix.var(t)
+
+    return ix.map_atoms(atom)
 
 
 def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:

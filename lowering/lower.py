@@ -169,15 +169,17 @@ class _KernelLowering:
         return self.tile.get(var, self.k.extents.get(var, 1))
 
     def at(self, ix: Ix) -> Ix:
-        """A kernel-level index as a loop-level one: axes at their positions, gathers resolved."""
-        moved = ix if self.after_tiles else ix.substitute(self.position)
-        return simplify(self._resolve(moved), self.extent)
+        """A kernel-level index as a loop-level one: gathers resolved, axes at their positions (a
+        resolved gather's index value is already a loop-level expression, which substitution leaves)."""
+        resolved = self._resolve(ix)
+        moved = resolved if self.after_tiles else resolved.substitute(self.position)
+        return simplify(moved, self.extent)
 
     def _resolve(self, ix: Ix) -> Ix:
         def atom(t):
             if isinstance(t, Indirect) and isinstance(t.value, GatherRef):
-                return Ix.var(Indirect(self.operand(self.k.instances[t.value.key], 1), t.extent,
-                                       self.site(t.value.key, t.extent)))
+                gather = self.k.instances[self.k.gathers[t]]  # any gather reading these indices there
+                return Ix.var(Indirect(self.operand(gather, 1), t.extent, self.site(gather.key, t.extent)))
             if isinstance(t, (FloorDiv, Mod)):
                 return Ix.var(type(t)(self._resolve(t.x), t.d))
             return Ix.var(t)
@@ -413,7 +415,7 @@ class _KernelLowering:
         if op == "gather":
             value = self.operand(inst, 0)  # a load at the gathered index (checked when read)
             extent = self.types[inst.node.children[0]].shape[inst.node.attr("axis")]
-            site = self.site(inst.key, extent)
+            site = self.site(self.k.gathers[inst.gathered], extent)
             if not _checks(value, site):  # the index map dropped the index (a table axis of size 1)
                 check = Ix.var(Indirect(self.operand(inst, 1), extent, site))
                 return Checked(check, value)
