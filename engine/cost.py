@@ -30,10 +30,13 @@ reductions finish across tiles) and prices it:
   tile of rows: `rereads`); reads that differ only by renaming whole axes
   share one copy. A read made in one nest *streams*: the reads of one input in
   one nest touch the union of their images (x and rotate_half(x) read x
-  once). Where the order of tile loops matters, every order is priced and the
-  cheapest kept (`tile_orders`). Outputs are written once. Lowering reads and
-  writes exactly these bytes, in that order (gathers read at most this many:
-  repeated indices read a row once).
+  once); a read with fewer elements than points (a broadcast read through a
+  reshape's div/mod) touches its bounding box once per tile. Where the order
+  of tile loops matters, every order is priced and the cheapest kept
+  (`tile_orders`). Outputs are written once (a stored reduction split across
+  tiles is combined in its global buffer: set, then read and written again).
+  Lowering reads and writes exactly these bytes, in that order (gathers read
+  at most this many: repeated indices read a row once).
 - Work: each instance computes its slice per tile; inline values are
   recomputed in each nest that reads them, so recomputation is priced; index
   maps (transpose, reshape, broadcast, slice) cost nothing, a concat's select
@@ -237,17 +240,53 @@ def region(read: Read, kernel: Kernel, tiled: set[str], shape: tuple[int, ...]) 
     return tuple(key) + (read.guards,)
 
 
-def image(r: Read, kernel: Kernel, shape: tuple[int, ...]) -> int:
+def image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] | None = None) -> int:
     """Elements of the input one read touches over the whole kernel: the product of its axes'
-    ranges (an injective index map), at most its bounding box."""
+    ranges (an injective index map), at most its bounding box, taken tile by tile (`tile`) where
+    the box is the smaller: each tile reads its own box."""
     span = _spans(r, kernel)
-    n = 1
-    for a in r.axes:
-        lo, hi = span(a)
-        n *= max(hi - lo + 1, 0)
+    n = _points(r.axes, span)
     if _gathered(r):  # tiles may read a row again: at most one element per point, not the box
         return n
-    return min(n, _volume(_box(r, shape, span)))
+    box = _volume(_box(r, shape, span))
+    if box >= n or not tile:
+        return min(n, box)
+    return min(n, _tile_boxes(r, kernel, shape, span, tile, box))
+
+
+TILE_BOXES = 4096  # tiles whose boxes are summed one by one; above, each counts the whole box
+
+
+def _tile_boxes(r: Read, kernel: Kernel, shape: tuple[int, ...], span, tile: dict[str, int], box: int) -> int:
+    """A read with fewer elements than points (a broadcast through a reshape's div/mod: x[p % 2])
+    touches, in each tile of the axes it varies along, at most that tile's points and box; a tile
+    reads again what an earlier one read (x[0] and x[1] in every tile of two)."""
+    tiled = [a for a in r.axes if a in tile and tile[a] < kernel.extents[a]]
+    if not tiled:
+        return box
+    starts = [range(0, kernel.extents[a], tile[a]) for a in tiled]
+    if math.prod(len(s) for s in starts) > TILE_BOXES:
+        return math.prod(len(s) for s in starts) * box
+    total = 0
+    for origin in itertools.product(*starts):
+        at = dict(zip(tiled, origin))
+
+        def tile_span(a: str) -> tuple[int, int]:
+            lo, hi = span(a)
+            if a in at:
+                lo, hi = max(lo, at[a]), min(hi, at[a] + tile[a] - 1)
+            return lo, hi
+
+        total += min(_points(r.axes, tile_span), _volume(_box(r, shape, tile_span)))
+    return total
+
+
+def _points(axes, span) -> int:
+    n = 1
+    for a in axes:
+        lo, hi = span(a)
+        n *= max(hi - lo + 1, 0)
+    return n
 
 
 def _gathered(r: Read) -> bool:
@@ -293,12 +332,12 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
     distinct = list(dict.fromkeys((r.index, r.guards) for r in reads))
     if len(distinct) == 1:
         r = reads[0]
-        return image(r, kernel, shape), not _gathered(r)
+        return image(r, kernel, shape, tile), not _gathered(r)
     rs = [next(r for r in reads if (r.index, r.guards) == key) for key in distinct]
     exact = _pieces(rs, kernel, tile)
     if exact is not None:
         return exact, True
-    total = sum(image(r, kernel, shape) for r in rs)
+    total = sum(image(r, kernel, shape, tile) for r in rs)
     return (total if any(_gathered(r) for r in rs) else min(total, math.prod(shape))), False
 
 
@@ -523,7 +562,7 @@ def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, ta
     for s in ins.staged:
         t = types[s.cid]
         r = Read(s.cid, s.index, -1, (-1, -1), s.region[-1])
-        n = image(r, kernel, t.shape) * dtype_bytes(t.dtype) * rereads(r.axes, parallel, kernel, tile)
+        n = image(r, kernel, t.shape, tile) * dtype_bytes(t.dtype) * rereads(r.axes, parallel, kernel, tile)
         reads += n
         moved += n * line_factor(s.index, t.dtype)
     for (cid, _), rs in ins.streamed.items():
@@ -547,6 +586,14 @@ def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, ta
         reads += nbytes * split
         moved += 2 * nbytes * split
         sync += target.sync_cycles
+        inst = kernel.instances[key]
+        if key in kernel.stores and inst.hold is Hold.ROOT:
+            # combined in its global buffer (lowering's split_across_tiles): set to the identity, then
+            # read and written once more by the combining nest, and by a mean's division
+            again = 2 if inst.node.op == "mean" else 1
+            written += nbytes * again
+            reads += nbytes * again
+            moved += 2 * nbytes * again
     vec, mat = tile_work(kernel, tile, target, f, types)
     vec *= tiles
     mat *= tiles
