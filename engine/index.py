@@ -16,13 +16,17 @@ piece for concat, an indirect load for gather), so both the kernel model
 over loop variables) use this one type.
 
 `simplify` knows each axis's extent and removes the div/mod a split or merge
-of contiguous axes introduces (`(4*h + d) // 4 = h` when `0 <= d < 4`), and
-folds `4 * (x // 4) + x % 4` back to `x`, so reshapes of contiguous data stay
-affine and vectorize.
+of contiguous axes introduces (`(4*h + d) // 4 = h` when `0 <= d < 4`),
+takes a factor of the divisor out first where the rest stays below it
+(`(64*p + r) // 1024 = p // 16` when `0 <= r < 64`: [2, 16, 64] read as
+[32, 64] rows), and folds `4 * (x // 4) + x % 4` back to `x`, so reshapes of
+contiguous data stay affine and vectorize, and an index varies only along
+the axes it really depends on.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Union
@@ -220,7 +224,8 @@ def simplify(ix: Ix, extent: Callable[[str], int]) -> Ix:
 
 def floordiv(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
     """floor(x / d), exact: terms whose coefficient d divides come out; the rest stays an atom
-    unless its range lies within one multiple of d."""
+    unless its range lies within one multiple of d, or a factor of d can be taken out first
+    (`_factor`: `(64*a + b) // 1024 = a // 16` when `0 <= b < 64`)."""
     if d == 1:
         return x
     whole = {t: c // d for t, c in x.terms if c % d == 0}
@@ -229,19 +234,41 @@ def floordiv(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
     lo, hi = bounds(rest, extent)
     if lo // d == hi // d:
         return Ix.of(whole, q + lo // d)
+    factored = _factor(rest, d, extent)
+    if factored is not None:
+        m, outer, _ = factored
+        return Ix.of(whole, q) + floordiv(outer, d // m, extent)
     return Ix.of(whole, q) + Ix.var(FloorDiv(rest, d))
 
 
 def mod(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
     """x mod d (non-negative), exact: coefficients and the constant reduced mod d; the atom goes
-    when the rest's range lies within one period."""
+    when the rest's range lies within one period, or a factor of d comes out as in `floordiv`."""
     if d == 1:
         return Ix.constant(0)
     rest = Ix.of({t: c % d for t, c in x.terms if c % d}, x.const % d)
     lo, hi = bounds(rest, extent)
     if lo // d == hi // d:
         return rest - (lo // d) * d
+    factored = _factor(rest, d, extent)
+    if factored is not None:
+        m, outer, inner = factored
+        return mod(outer, d // m, extent) * m + inner
     return Ix.var(Mod(rest, d))
+
+
+def _factor(x: Ix, d: int, extent: Callable[[str], int]) -> tuple[int, Ix, Ix] | None:
+    """(m, outer, inner) with x = m*outer + inner, m a proper factor of d above 1 and inner's range
+    within [0, m): then x // d = outer // (d/m) and x % d = m*(outer % (d/m)) + inner. The factor
+    tried is each coefficient's common factor with d, largest first."""
+    for m in sorted({math.gcd(c, d) for _, c in x.terms} - {1, d}, reverse=True):
+        big = {t: c // m for t, c in x.terms if c % m == 0}
+        small = Ix.of({t: c for t, c in x.terms if c % m}, x.const % m)
+        lo, hi = bounds(small, extent)
+        if lo // m == hi // m:
+            shift = lo // m
+            return m, Ix.of(big, x.const // m + shift), small - shift * m
+    return None
 
 
 def _recombine(ix: Ix) -> Ix:

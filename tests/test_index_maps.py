@@ -45,6 +45,45 @@ def test_split_and_merged_axes_simplify_back_to_affine():
     assert simplify(Ix.var(Mod(Ix.var("d") + 128, 64)), extent) == Ix.var("d")
 
 
+def test_a_factor_of_the_divisor_comes_out_first():
+    """[2, 16, 64] read as [32, 64] (GPT-2's hidden state before its first matmul): the row of
+    (64*p + r) // 1024 is p // 16 when r < 64, so the index no longer varies along r."""
+    extent = {"p": 32, "r": 64}.__getitem__
+    flat = Ix.var("p", 64) + Ix.var("r")
+    assert simplify(Ix.var(FloorDiv(flat, 1024)), extent) == Ix.var(FloorDiv(Ix.var("p"), 16))
+    assert simplify(Ix.var(Mod(flat, 1024)), extent) == Ix.var(Mod(Ix.var("p"), 16)) * 64 + Ix.var("r")
+    assert simplify(Ix.var(FloorDiv(flat + 3, 128)), extent) == Ix.var(FloorDiv(flat + 3, 128))  # r + 3 may carry
+
+
+def _value(ix: Ix, at: dict[str, int]) -> int:
+    total = ix.const
+    for t, c in ix.terms:
+        if isinstance(t, str):
+            v = at[t]
+        else:
+            v = _value(t.x, at) // t.d if isinstance(t, FloorDiv) else _value(t.x, at) % t.d
+        total += c * v
+    return total
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from([-4, -1, 0, 1, 2, 3, 4, 8, 12, 16, 64]), min_size=3, max_size=3),
+       st.lists(st.sampled_from([1, 2, 3, 4, 8, 16]), min_size=3, max_size=3), st.integers(-5, 70),
+       st.sampled_from([2, 3, 4, 6, 8, 16, 24, 64, 1024]))
+def test_simplified_div_and_mod_are_exact(coefs, extents, const, d):
+    import itertools
+
+    from stitch.engine.index import floordiv, mod
+
+    names = ("a", "b", "c")
+    extent = dict(zip(names, extents)).__getitem__
+    x = Ix.of(dict(zip(names, coefs)), const)
+    q, r = floordiv(x, d, extent), mod(x, d, extent)
+    for point in itertools.product(*(range(n) for n in extents)):
+        at = dict(zip(names, point))
+        assert (_value(q, at), _value(r, at)) == (_value(x, at) // d, _value(x, at) % d), (x, d, q, r, at)
+
+
 # -- Before / After ------------------------------------------------------------------
 
 
@@ -96,6 +135,36 @@ def test_a_fused_gather_is_an_indirect_load():
   return mul(gather(table, ids, axis=0), 2.0)
 }"""
     assert "mul(table[idx<10>(ids_s[3*p0o + p0]), p1], 2.0:f32)" in loops_of(before, ACCEL)
+
+
+def test_a_layer_norm_read_through_a_reshape_holds_one_mean_per_row():
+    """GPT-2's embedding: token rows plus positions, normalized, then read as [8, 8] rows by the
+    first matmul. The row (8*p0 + p1) // 32 simplifies to p0 // 4, so the mean is held per p0 and
+    computed once per row. Before, its index varied along p1: the mean was recomputed for each
+    element (tiled over r0 too), and on a full model the statistics went to kernels of their own,
+    leaving the lookup a copy kernel."""
+    before = """func e(ids: i64[2, 4], wte: f32[10, 8], wpe: f32[1, 4, 8]) -> f32[8, 8] {
+  h = add(gather(wte, ids, axis=0), wpe)
+  return reshape(sub(h, mean(h, axes=[-1], keepdims=true)), shape=[8, 8])
+}"""
+    after = """\
+schedule e on accel: 1 kernel(s), global bytes 1344 (compulsory 768), estimated 1022 cycles (1.022 us)
+
+kernel k0 -> out0: f32[8, 8]
+  tiles over [p0=8] by [4]: 2 tile(s), on-chip 384 B per tile
+  reads 1088 B, writes 256 B, 1022 cycles
+  in  wte: f32[10, 8]  [idx<10>(ids[(p0) // 4, (p0) % 4]), p1; idx<10>(ids[(p0) // 4, (p0) % 4]), r0]
+  in  ids: i64[2, 4]  [(p0) // 4, (p0) % 4]
+  in  wpe: f32[1, 4, 8]  [0, (p0) % 4, p1; 0, (p0) % 4, r0]
+  %0 = gather(global wte, global ids, axis=0)       [(p0) // 4, (p0) % 4, p1]  inline
+  %1 = add(inline %0, global wpe)                   [(p0) // 4, (p0) % 4, p1]  inline
+  %2 = gather(global wte, global ids, axis=0)       [(p0) // 4, (p0) % 4, r0]  inline
+  %3 = add(inline %2, global wpe)                   [(p0) // 4, (p0) % 4, r0]  inline
+  %4 = mean(inline %3, axes=[2], keepdims=true)     [(p0) // 4, (p0) % 4, 0]  shared
+  %5 = sub(inline %1, shared %4)                    [(p0) // 4, (p0) % 4, p1]  inline
+  %6 = reshape(inline %5, shape=[8, 8])             [p0, p1]  root
+"""
+    assert schedule_of(before, ACCEL) == after
 
 
 def test_two_gathers_of_one_index_read_one_held_row():
@@ -253,3 +322,39 @@ def test_an_index_out_of_range_exits_1_from_the_cli(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "index 12 is out of range for axis 0 of size 10" in err and "Traceback" not in err
 
+
+# the GPT-2 embedding: the lookup fused into the layer norm (and read through a reshape) in one
+# kernel, its index read by three nests through one gathered index
+EMBEDDING = """func e(ids: i64[2, 4], wte: f32[10, 8], wpe: f32[1, 4, 8]) -> f32[8, 8] {
+  h = add(gather(wte, ids, axis=0), wpe)
+  d = sub(h, mean(h, axes=[-1], keepdims=true))
+  return reshape(mul(d, rsqrt(add(mean(mul(d, d), axes=[-1], keepdims=true), 1e-5))), shape=[8, 8])
+}"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+def test_an_index_out_of_range_in_a_fused_lookup_is_the_same_error(target, tmp_path, capsys):
+    program = stitch.compile(EMBEDDING, target=target, cache_dir=tmp_path)
+    assert len(program.compiled.schedule.kernels) == 1
+    rng = np.random.default_rng(0)
+    wte = rng.standard_normal((10, 8)).astype(np.float32)
+    wpe = rng.standard_normal((1, 4, 8)).astype(np.float32)
+    ids = np.array([[0, -1, 9, 3], [2, 2, -10, 5]], np.int64)
+    h = wte[ids] + wpe
+    d = h - h.mean(-1, keepdims=True)
+    want = (d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)).reshape(8, 8)
+    (got,) = program(ids=ids, wte=wte, wpe=wpe)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    bad = ids.copy()
+    bad[1, 3] = 10
+    with pytest.raises(StitchError, match=r"gather at <string>:2:11: index 10 is out of range for axis 0 of size 10"):
+        program(ids=bad, wte=wte, wpe=wpe)
+    src = tmp_path / "e.ir"
+    src.write_text(EMBEDDING)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, ids=bad, wte=wte, wpe=wpe)
+    assert main(["run", str(src), "--inputs", str(inputs), "--target", target, "--cache-dir",
+                 str(tmp_path / "cache")]) == 1
+    err = capsys.readouterr().err
+    assert "gather at " in err and "e.ir:2:11: index 10 is out of range for axis 0 of size 10" in err, err
+    assert "Traceback" not in err

@@ -73,10 +73,6 @@ def test_export_compiles_and_matches_onnxruntime(name, target):
     copies = [sorted(ops) for kernel in program.compiled.schedule.kernels
               for ops in [{i.node.op for i in kernel.instances if i.node.op not in ("param", "const")}]
               if all(OPS[op].group in moves for op in ops)]
-    if copies == [["gather"]] and name.startswith("gpt2_model"):
-        # Known gap: kernels whose reads go through a gather's indirect index do not merge yet, so
-        # the token lookup is written once for the residual and the layer norm's kernels to read.
-        pytest.xfail("the token embedding lookup is its own kernel (gathered reads do not merge yet)")
     assert copies == [], (name, copies)
 
 
