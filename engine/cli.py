@@ -126,8 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("file", metavar="MODEL.onnx")
     i.add_argument("-o", "--output", metavar="FILE.ir", help="write the program here (default: stdout)")
     i.add_argument("--entry", help="the func's name (default: the ONNX graph's name)")
-    i.add_argument("--fold-constants", action="store_true",
-                   help="small initializers become literals and import-time values instead of parameters")
+    fold = i.add_mutually_exclusive_group()
+    fold.add_argument("--fold-constants", action="store_const", const=True, default=None,
+                      help="float initializers of at most 64 elements become literals and import-time values "
+                           "instead of parameters (by default only those of one element do)")
+    fold.add_argument("--keep-constants", dest="fold_constants", action="store_const", const=False,
+                      help="every float initializer stays a parameter, scalars too")
     i.add_argument("--weights", metavar="W.npz", help="write the values of the initializer parameters here")
     i.add_argument("--constant", action="append", default=[], metavar="NAME=VALUES.npy",
                    help="fix a graph input read as a shape or axes list to these values")

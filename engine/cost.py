@@ -15,11 +15,13 @@ reductions finish across tiles) and prices it:
   else in the kernel reads may be tiled along the axes it reduces; each tile
   then produces a partial, and the partials are combined in tile order after
   the last tile (deterministic; priced as a sync plus the partials' traffic).
-- Tile size: a divisor of each tiled extent, grown one axis at a time while the
-  tile's on-chip footprint fits `onchip_bytes` and at least the target's
+- Tile size: a divisor of each tiled extent (along a matmul's columns on a
+  target without a matrix unit, a whole number of vectors), grown one axis at a
+  time while the tile's on-chip footprint fits `onchip_bytes` and at least the target's
   `min_tiles` (`tiles_per_core` x cores, 2 x cores unless it says) remain.
-  The footprint: inputs held whole, staged reads, shared/local values and the
-  accumulators of reductions and matmuls, each aligned. A kernel whose
+  The footprint: inputs held whole, staged reads, shared/local values, the
+  accumulators of reductions and matmuls and, on the vector unit, a matmul's
+  packed right operand (`schedule.packed_operand`), each aligned. A kernel whose
   smallest tile does not fit is infeasible.
 - Bytes: an input that does not vary along every tiled axis and takes at most
   the target's `resident_share` of the on-chip buffer (an eighth unless it
@@ -47,14 +49,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..targets.target import Target
 from .index import Indirect, Ix, interval
 from .ir import TensorType, dtype_bytes
 from .maps import Guard
 from .ops import ACCUMULATING, REDUCE, is_injective
-from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes
+from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
 
 INFEASIBLE = math.inf
 FREE_OPS = ("transpose", "reshape", "broadcast_to", "slice")  # index maps: no arithmetic
@@ -90,6 +92,10 @@ class KernelCost:
     # bytes_read is what lowering reads, not an upper bound (a gather with repeated indices, or
     # overlapping reads of one input the model does not follow, read at most bytes_read)
     exact: bool = True
+    # a matmul's reduced axis walked in chunks of tile[chunked] inside each tile (the last of
+    # `parallel`, a serial loop): its operands are staged one chunk at a time
+    chunked: str = ""
+    packed: frozenset = frozenset()  # matmuls whose right operand is packed first (`_Facts.on`)
 
     @property
     def feasible(self) -> bool:
@@ -129,6 +135,15 @@ class _Facts:
     work: list[tuple[tuple[str, ...], str, float]]  # (axes of the loop nest, op, elements per point)
     matmuls: list[tuple[Instance, int]]  # (instance, k)
     aliases: list[tuple[tuple[Ix, ...], tuple[Ix, ...]]]  # a held value read at another index
+    packs: dict[int, tuple[tuple[str, ...], int]]  # matmul -> its packable right operand: (axes, bytes each)
+    packed_here: bool = False  # packs are made (`on` a target without a matrix unit)
+
+    def on(self, target: Target) -> _Facts:
+        """The facts on `target`: on the vector unit a matmul's computed or strided right operand is
+        packed into a tile buffer (on chip too); a matrix unit reads operand tiles where they are."""
+        if target.matrix is not None or not self.packs:
+            return self
+        return replace(self, buffers=self.buffers + list(self.packs.values()), packed_here=True)
 
 
 def reduced_axes(inst: Instance) -> tuple[str, ...]:
@@ -140,6 +155,7 @@ def reduced_axes(inst: Instance) -> tuple[str, ...]:
 def facts(kernel: Kernel, types) -> _Facts:
     restrict: list[frozenset] = []
     buffers, work, matmuls, aliases = [], [], [], []
+    packs: dict[int, tuple[tuple[str, ...], int]] = {}
     stored = set(kernel.stores)
     tails = _tails(kernel)
     partial_axes = {key: frozenset(kernel.instances[key].axes) | frozenset(reduced_axes(kernel.instances[key]))
@@ -157,6 +173,9 @@ def facts(kernel: Kernel, types) -> _Facts:
             restrict.append(own)
         if op == "matmul":
             matmuls.append((inst, types[inst.node.children[0]].shape[-1]))
+            axes = packed_operand(kernel, inst)
+            if axes:
+                packs[inst.key] = (axes, dtype_bytes(types[inst.node.children[1]].dtype))
         elif op not in FREE_OPS:
             loop = inst.axes + (reduced_axes(inst) if accumulates else ())
             work.append((loop, op, 1.0))
@@ -170,7 +189,7 @@ def facts(kernel: Kernel, types) -> _Facts:
                                + [a for axes in partial_axes.values() for a in sorted(axes)]))
     candidates = [a for a in order if kernel.extents.get(a, 1) > 1
                   and (kernel.kinds[a] is AxisKind.PARALLEL or any(a in s for s in partial_axes.values()))]
-    return _Facts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases)
+    return _Facts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs)
 
 
 def _tails(kernel: Kernel) -> dict[int, frozenset]:
@@ -403,24 +422,48 @@ class _Inputs:
     streamed: dict[tuple[str, int], list[Read]]  # (input, nest) -> its reads there
 
 
-def classify(kernel: Kernel, types, parallel: list[str], target: Target) -> _Inputs:
+def classify(kernel: Kernel, types, parallel: list[str], target: Target, f: _Facts) -> _Inputs:
     tiled = set(parallel)
     resident, staged, streamed = set(), {}, {}
+    packing = _packing_nests(kernel, f)
     for cid, reads in kernel.inputs.items():
         shape = types[cid].shape
         varies = set(a for r in reads for a in r.axes)
         if any(a not in varies for a in parallel) and types[cid].nbytes <= target.resident_bytes:
             resident.add(cid)
             continue
-        nests = {r.owner for r in reads}
+        nests = {_nest(r, packing) for r in reads}
         for r in reads:
             must_stage = len(nests) >= 2 or any(a not in r.axes for a in parallel)
             if must_stage and not r.guards and not any(isinstance(t, Indirect) for ix in r.index for t, _ in ix.terms):
                 key = region(r, kernel, tiled, shape)
                 staged.setdefault((cid, key), Staged(cid, r.index, key))
             else:
-                streamed.setdefault((cid, r.owner), []).append(r)
+                streamed.setdefault((cid, _nest(r, packing)), []).append(r)
     return _Inputs(resident, list(staged.values()), streamed)
+
+
+def _packing_nests(kernel: Kernel, f: _Facts) -> dict[object, tuple]:
+    """Reads a packed right operand makes in its own nest (the packing loop, before the product),
+    by read site (the matmul's read of it) or by reader (the inline values it is computed from)."""
+    out: dict[object, tuple] = {}
+    for key in f.packs if f.packed_here else ():
+        nest = ("pack", key)
+        kind, ref = kernel.instances[key].operands[1]
+        if kind == "global":
+            out[(key, 1)] = nest
+            continue
+        stack = [ref]
+        while stack:
+            k = stack.pop()
+            out[k] = nest
+            stack.extend(r for kd, r in kernel.instances[k].operands if kd == "inline")
+    return out
+
+
+def _nest(r: Read, packing: dict[object, tuple]):
+    """The loop nest a read is made in: its owner's, or a packing loop's."""
+    return packing.get(r.site, packing.get(r.site[0], r.owner))
 
 
 # ---------------------------------------------------------------------------
@@ -458,22 +501,36 @@ def count_tiles(kernel: Kernel, tile: dict[str, int]) -> int:
 
 
 def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, target: Target, ins: _Inputs,
-                f: _Facts) -> tuple[dict[str, int], int]:
+                f: _Facts, fixed: dict[str, int] | None = None) -> tuple[dict[str, int], int]:
     """Grow the tile one axis at a time (in `grow` order) while it fits and leaves enough tiles for
-    every core."""
-    tile = {a: 1 for a in parallel}
+    every core; `fixed` axes (a chunked reduction) keep their size and make no tiles of their own."""
+    fixed = fixed or {}
+    tile = {a: fixed.get(a, 1) for a in parallel}
     fp = footprint(kernel, tile, types, target.alignment, ins, f)
     if fp > target.onchip_bytes:
         return tile, fp
     want_tiles = target.min_tiles
+    columns = _vector_columns(f, target)
     for axis in grow:
         for size in divisors(kernel.extents[axis])[1:]:
+            if axis in columns and size % target.vector_lanes and size != kernel.extents[axis]:
+                continue
             trial = dict(tile, **{axis: size})
             fp_trial = footprint(kernel, trial, types, target.alignment, ins, f)
-            if fp_trial > target.onchip_bytes or count_tiles(kernel, trial) < want_tiles:
+            spread = count_tiles(kernel, {a: t for a, t in trial.items() if a not in fixed})
+            if fp_trial > target.onchip_bytes or spread < want_tiles:
                 break
             tile, fp = trial, fp_trial
     return tile, fp
+
+
+def _vector_columns(f: _Facts, target: Target) -> set[str]:
+    """The axes along a matmul's columns on a target without a matrix unit: the product runs in
+    vectors of `vector_lanes` columns, and columns left over a whole vector run one at a time, so a
+    tile along them is a whole number of vectors (or the whole axis)."""
+    if target.matrix is not None:
+        return set()
+    return {a for inst, _ in f.matmuls if inst.index for a, c in inst.index[-1].terms if c == 1 and isinstance(a, str)}
 
 
 def rereads(axes, parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> int:
@@ -514,19 +571,71 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, t
 
 def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
     """The kernel priced with its cheapest order of tile loops (see `tile_orders`)."""
-    f = facts(kernel, types)
+    f = facts(kernel, types).on(target)
     parallel = parallel_axes(kernel, f)
     spaces = [parallel]
     whole = [a for a in parallel if kernel.kinds[a] is AxisKind.PARALLEL]
     if whole != parallel:  # splitting a stored reduction across tiles is priced against not splitting it
         spaces.append(whole)
     best = None
+    axis = chunk_axis(kernel, f, target)
+    chunks = [None] + [(axis, size) for size in chunk_sizes(kernel.extents[axis])] if axis else [None]
     for space in spaces:
         for order, grow in tile_orders(kernel, space, types, target):
-            kc = _kernel_cost(kernel, order, grow, types, target, f)
-            if best is None or (kc.cycles, kc.bytes_read) < (best.cycles, best.bytes_read):
-                best = kc  # equal time (compute-bound): fewer bytes
+            for chunk in chunks:
+                kc = _kernel_cost(kernel, order, grow, types, target, f, chunk)
+                if best is None or (kc.cycles, kc.bytes_read) < (best.cycles, best.bytes_read):
+                    best = kc  # equal time (compute-bound): fewer bytes
     return best
+
+
+MIN_CHUNK = 128  # the shortest chunk of a reduced axis worth a pass over the accumulators
+
+
+def chunk_sizes(extent: int) -> list[int]:
+    """Chunks a matmul's reduced axis may be walked in: divisors of it from MIN_CHUNK up, below it."""
+    return [d for d in divisors(extent) if MIN_CHUNK <= d < extent]
+
+
+def chunk_axis(kernel: Kernel, f: _Facts, target: Target) -> str:
+    """The reduced axis of the kernel's one matmul when a tile may walk it in chunks (as GEMM
+    blocks K): the product's operands are then staged a chunk at a time, so the tile's footprint
+    no longer holds whole rows and columns of a long reduction and the tile can be wider. Only
+    when the operands are global values read through index maps (what a chunk stages), nothing
+    else in the kernel reads along that axis, and the product runs on the vector unit ('' otherwise)."""
+    if target.matrix is not None or len(f.matmuls) != 1:
+        return ""
+    inst, _ = f.matmuls[0]
+    summed = reduced_axes(inst)
+    if len(summed) != 1 or kernel.extents[summed[0]] < 2 * MIN_CHUNK:
+        return ""
+    axis = summed[0]
+    through = _map_chain(kernel, inst)
+    if through is None:
+        return ""
+    for other in kernel.instances:
+        if other.node.op in ("param", "const") or other.key == inst.key or other.key in through:
+            continue
+        if axis in other.axes or any(axis in index_axes(ix) for ix in other.operand_index):
+            return ""
+    return axis
+
+
+def _map_chain(kernel: Kernel, inst: Instance) -> set[int] | None:
+    """The index-map instances between a matmul and the global values it reads, or None when an
+    operand is computed (or held) in the kernel."""
+    seen: set[int] = set()
+    stack = [ref for kind, ref in inst.operands if kind != "global"]
+    if any(kind not in ("global", "inline") for kind, _ in inst.operands):
+        return None
+    while stack:
+        key = stack.pop()
+        producer = kernel.instances[key]
+        if producer.node.op not in FREE_OPS or any(kind not in ("global", "inline") for kind, _ in producer.operands):
+            return None
+        seen.add(key)
+        stack.extend(ref for kind, ref in producer.operands if kind == "inline")
+    return seen
 
 
 def tile_orders(kernel: Kernel, parallel: list[str], types, target: Target) -> list[tuple[list[str], list[str]]]:
@@ -546,10 +655,12 @@ def tile_orders(kernel: Kernel, parallel: list[str], types, target: Target) -> l
 
 
 def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, target: Target,
-                 f: _Facts) -> KernelCost:
-    ins = classify(kernel, types, parallel, target)
-    tile, fp = choose_tile(kernel, parallel, grow, types, target, ins, f)
-    tiles = count_tiles(kernel, tile)
+                 f: _Facts, chunk: tuple[str, int] | None = None) -> KernelCost:
+    fixed = dict([chunk]) if chunk else {}
+    parallel = parallel + list(fixed)  # the chunk loop is innermost
+    ins = classify(kernel, types, parallel, target, f)
+    tile, fp = choose_tile(kernel, parallel, grow, types, target, ins, f, fixed)
+    tiles = count_tiles(kernel, {a: t for a, t in tile.items() if a not in fixed})
     problem = kernel.problem or alias_problem(kernel, f, parallel)
     if not problem and fp > target.onchip_bytes:
         problem = f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}"
@@ -606,7 +717,8 @@ def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, ta
     cycles = INFEASIBLE if problem else target.launch_cycles + body + sync
     epilogue = frozenset().union(*(f.tails[key] for key in partial)) if partial else frozenset()
     return KernelCost(parallel, tile, tiles, fp, int(reads), int(written), vector_cycles, matrix_cycles, transfer,
-                      cycles, problem, frozenset(ins.resident), tuple(ins.staged), partial, epilogue, exact)
+                      cycles, problem, frozenset(ins.resident), tuple(ins.staged), partial, epilogue, exact,
+                      chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset())
 
 
 def schedule_cost(schedule: Schedule, target: Target, kernel_costs: list[KernelCost] | None = None) -> ScheduleCost:

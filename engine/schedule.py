@@ -118,6 +118,30 @@ class Instance:
         return atom
 
 
+def packed_operand(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
+    """The axes of the tile buffer a matmul's right operand is packed into before the product
+    (columns innermost), or () when the product reads it where it is.
+
+    The product streams vectors of its right operand along the columns. A computed operand (a
+    bias add, a softmax, a value read through a transpose) would be evaluated, or gathered with a
+    stride, once per block of rows; packed, it is computed once per tile and read contiguously. A
+    global value read with the columns as its last index needs no packing."""
+    kind, _ = inst.operands[1]
+    if inst.node.op != "matmul" or kind == "const" or not inst.index or len(inst.operand_index[1]) < 2:
+        return ()  # (a vector right operand has no columns)
+    columns = tuple(inst.index[-1].axes())
+    if not columns:
+        return ()
+    if kind == "global":
+        read = next(r for r in kernel.reads if r.site == (inst.key, 1))
+        if read.index and read.index[-1] == inst.index[-1] and not set(columns) & set(index_axes(read.index[:-1])):
+            return ()
+    elif kind != "inline":
+        return ()  # held on chip over its own axes
+    axes = index_axes(inst.operand_index[1])
+    return tuple(a for a in axes if a not in columns) + tuple(a for a in axes if a in columns)
+
+
 @dataclass(frozen=True)
 class Read:
     """A global value read inside a kernel: at `index`, under `guards`, in the nest of `owner`."""

@@ -132,7 +132,7 @@ class Imported:
     outputs: list[str]  # ONNX graph outputs, in return order
 
 
-def import_onnx(model, entry: str | None = None, fold_constants: bool = False,
+def import_onnx(model, entry: str | None = None, fold_constants: bool | None = None,
                 constant_inputs: dict[str, np.ndarray] | None = None,
                 outputs: list[str] | None = None) -> Imported:
     """Translate an ONNX model (a path, bytes or a ModelProto) into one stitch func.
@@ -140,6 +140,10 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool = False,
     entry: the func's name (default: the graph's). outputs: import only what these
     ONNX values need (a subgraph); default the graph outputs. constant_inputs: graph
     inputs fixed to these values (how an input read as a shape or axes list is made static).
+    fold_constants: which float initializers become import-time values (a scalar read as data is a
+    literal) instead of parameters: by default those of one element (the exporters keep every
+    Python scalar of the model there: GELU's 3.0 must be a literal for `pow-three` to see it);
+    True: those of at most FOLD_LIMIT elements; False: none.
     """
     model, label = load_model(model)
     try:
@@ -263,11 +267,12 @@ def translate_node(b: Builder, node, env: dict, problems: list[Problem]) -> None
             env[name] = results[k] if k < len(results) else None
 
 
-def initializer_value(init, fold_constants: bool) -> Known:
+def initializer_value(init, fold_constants: bool | None) -> Known:
     from onnx import numpy_helper
 
     array = numpy_helper.to_array(init)
-    small = fold_constants and array.size <= FOLD_LIMIT
+    limit = {None: 1, True: FOLD_LIMIT, False: 0}[fold_constants]
+    small = array.size <= limit
     return Known(array, "" if small else init.name)
 
 

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..engine.cost import KernelCost, ScheduleCost, Staged, region
+from ..engine.cost import KernelCost, ScheduleCost, Staged, reduced_axes, region
 from ..engine.graph import Graph
 from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify
 from ..engine.ir import TensorType
 from ..engine.maps import GatherRef
 from ..engine.ops import REDUCE as REDUCTIONS
 from ..engine.recursion import allows_deep_recursion
-from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule, index_axes
+from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
 from ..engine.schedule_print import global_names
 from ..targets.target import Target
 from .loops import (Accumulate, Buffer, Checked, Expr, For, Lit, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
@@ -157,6 +157,10 @@ class _KernelLowering:
                          for a, t in self.tile.items()}
         self.after_tiles = False  # lowering the epilogue: every axis whole, no tile loops around
         self.exprs: dict[tuple[int, bool], Expr] = {}
+        # a chunked reduction (KernelCost.chunked): its accumulator is set before the chunk loop,
+        # and what follows the product runs after it
+        self.before_chunk: list[Stmt] = []
+        self.after_chunk: list[Stmt] = []
 
     # -- indices -------------------------------------------------------------
 
@@ -225,7 +229,8 @@ class _KernelLowering:
                 later.append(inst)
                 continue
             tile_part, after = self.compute(inst)
-            body_at[len(self.parallel)].extend(tile_part)
+            chunked = self.kc.chunked and not (inst.node.op == "matmul" and self.kc.chunked in reduced_axes(inst))
+            (self.after_chunk if chunked else body_at[len(self.parallel)]).extend(tile_part)
             epilogue.extend(after)
         self.after_tiles = True  # what a split reduction's combined value feeds: once, after the tiles
         for inst in later:
@@ -235,6 +240,9 @@ class _KernelLowering:
         for level in reversed(range(len(self.parallel))):
             axis = self.parallel[level]
             tiles = self.k.extents[axis] // self.tile[axis]
+            if axis == self.kc.chunked:  # the chunks of one tile's reduction, in order, on its thread
+                body = body_at[level] + self.before_chunk + [For(axis + "o", tiles, "serial", body)] + self.after_chunk
+                continue
             if tiles == 1:  # a tile loop of one iteration is no loop
                 body = body_at[level] + body
                 continue
@@ -296,9 +304,13 @@ class _KernelLowering:
         # reductions and matmuls accumulate on chip (`local` unless held shared), then write once
         name = self.temporary(inst, "shared" if inst.hold is Hold.SHARED else "local")
         index = self.own(inst)
-        stmts = [self.nest(inst.axes, Store(name, index, Lit(identity(op, dtype), dtype)))]
+        init = self.nest(inst.axes, Store(name, index, Lit(identity(op, dtype), dtype)))
+        chunked = op == "matmul" and self.kc.chunked in reduced_axes(inst)
+        if chunked:  # set once per tile, before the chunk loop; the product then runs per chunk
+            self.before_chunk.append(init)
+        stmts = [] if chunked else [init]
         if op == "matmul":
-            a, b = self.operand(inst, 0), self.operand(inst, 1)
+            a, b = self.operand(inst, 0), self.pack(inst, stmts)
             k = tuple(a for ix in inst.operand_index[0] for a in ix.axes() if a not in inst.axes)
             own = inst.axes
             # (batch..., m, k, n): the innermost loop runs along the contiguous rows of b and the accumulator
@@ -320,8 +332,24 @@ class _KernelLowering:
             stmts.append(self.nest(inst.axes, Store(name, index, Op("div", (Load(name, index), Lit(
                 float(_count(inst, self.types)), dtype)), dtype))))
         if stored:
-            stmts.append(self.nest(inst.axes, Store(out, self.value_index(inst), Load(name, index))))
+            store = self.nest(inst.axes, Store(out, self.value_index(inst), Load(name, index)))
+            (self.after_chunk if chunked else stmts).append(store)
         return stmts, after
+
+    def pack(self, inst: Instance, stmts: list[Stmt]) -> Expr:
+        """A matmul's right operand, packed into a tile buffer (columns innermost) first where the
+        plan says so (`KernelCost.packed`): computed once per tile, then read contiguously."""
+        b = self.operand(inst, 1)
+        if inst.key not in self.kc.packed:
+            return b
+        axes = packed_operand(self.k, inst)
+        name = f"{self.name}_pack{inst.key}"
+        dtype = self.types[inst.node.children[1]].dtype
+        self.temporaries.append(Buffer(name, "global", dtype, tuple(self.k.extents[a] for a in axes)))
+        self.forwardable[name] = "local"
+        at = tuple(self.at(Ix.var(a)) for a in axes)
+        stmts.append(self.nest(axes, Store(name, at, b)))
+        return Load(name, at)
 
     def split_across_tiles(self, inst: Instance, acc: str) -> tuple[list[Stmt], list[Stmt]]:
         """A reduction tiled along axes it reduces (global stitching): each tile writes its

@@ -26,6 +26,7 @@ from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op, Select, index_v
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 C_FLOAT = {"f32": "float", "f64": "double"}
 A_SCRATCH_BYTES = 64 * 1024  # the most stack one row block's precomputed A may take
+MAX_ROWS = 8  # rows of C in one register block
 
 
 def vector_typedefs(vector_bytes: int) -> str:
@@ -66,6 +67,7 @@ class MatmulNest:
     acc: Accumulate
     a: object  # the factor without j (an expression)
     b: Load  # the factor contiguous along j
+    units: tuple[str, ...] = ()  # loops of one iteration between i, k and j: constant 0
 
 
 def match_matmul(stmt, dtype_of) -> MatmulNest | None:
@@ -73,10 +75,11 @@ def match_matmul(stmt, dtype_of) -> MatmulNest | None:
     if not _single_for(stmt):
         return None
     i = stmt
-    k = i.body[0]
+    units: list[str] = []
+    k = _through_units(i.body[0], units)
     if not _single_for(k):
         return None
-    j = k.body[0]
+    j = _through_units(k.body[0], units)
     if not (isinstance(j, For) and len(j.body) == 1):
         return None
     acc = j.body[0]
@@ -87,14 +90,26 @@ def match_matmul(stmt, dtype_of) -> MatmulNest | None:
         return None
     if not (contiguous_in(acc.index, j.var) and _uses(acc.index, i.var) and not _uses(acc.index, k.var)):
         return None
-    if not _affine_throughout(acc):  # the blocks shift indices by constants: only affine ones shift so
+    if not all(affine(ix) for ix in acc.index):  # the blocks shift C's and B's indices by constants
         return None
     for a, b in (v.args, v.args[::-1]):
-        if (isinstance(b, Load) and contiguous_in(b.index, j.var) and dtype_of(b.buffer) == v.dtype
+        if _computed(a) and MAX_ROWS * k.extent * dtype_bytes(v.dtype) > A_SCRATCH_BYTES:
+            continue  # its rows would not fit the stack
+        if (isinstance(b, Load) and contiguous_in(b.index, j.var) and not _uses(b.index, i.var)
+                and all(affine(ix) for ix in b.index) and dtype_of(b.buffer) == v.dtype
                 and not _expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
                 and _expr_dtype(a, dtype_of) == v.dtype):
-            return MatmulNest(i, k, j, acc, a, b)
+            return MatmulNest(i, k, j, acc, a, b, tuple(units))
     return None
+
+
+def _through_units(s, units: list[str]):
+    """The first loop inside `s` that runs more than once, noting the one-iteration loops passed
+    (a tiled axis whose tile is 1 still has its loop)."""
+    while isinstance(s, For) and s.extent == 1 and len(s.body) == 1 and isinstance(s.body[0], For):
+        units.append(s.var)
+        s = s.body[0]
+    return s
 
 
 def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: int) -> list[str]:
@@ -102,9 +117,9 @@ def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: 
     lanes = vector_bytes // dtype_bytes(dtype)
     registers = 32 if vector_bytes >= 64 else 16
     nv = max(1, min(registers // 8, nest.j.extent // lanes))
-    mr = max(1, min(8, nest.i.extent, (registers - nv - 2) // nv))
+    mr = max(1, min(MAX_ROWS, nest.i.extent, (registers - nv - 2) // nv))
     i, n_i = nest.i.var, nest.i.extent
-    lines = []
+    lines = [f"{pad}{{ const int64_t {', '.join(f'{u} = 0' for u in nest.units)};"] if nest.units else []
     full_rows = n_i - n_i % mr
     if full_rows:
         lines.append(f"{pad}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
@@ -113,6 +128,8 @@ def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: 
     if n_i % mr:
         lines.append(f"{pad}{{ const int64_t {i} = {full_rows};")
         lines += _row_block(nest, kernel, pad + "  ", n_i % mr, nv, lanes, dtype)
+        lines.append(f"{pad}}}")
+    if nest.units:
         lines.append(f"{pad}}}")
     return lines
 
@@ -139,7 +156,7 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: in
         lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
         lines.append(f"{pad}  for (int64_t {j} = {start}; {j} < {n_j}; ++{j}) {{")
         for r in range(rows):
-            lines.append(f"{pad}    {kernel.leaf(_shift(nest.acc, {nest.i.var: r}))}")
+            lines.append(f"{pad}    {_at_row(nest.i.var, r, kernel.leaf(nest.acc))}")
         lines.append(f"{pad}  }}")
         lines.append(f"{pad}}}")
     return lines
@@ -151,15 +168,34 @@ def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str) -> 
     Inside the tile A is a scalar per row and k; a transcendental there would
     run one element at a time (and again for every block of columns).
     """
-    if isinstance(nest.a, Load) or rows * nest.k.extent * dtype_bytes(dtype) > A_SCRATCH_BYTES:
+    if not _computed(nest.a):
         return []
     k = nest.k
     lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{k.extent}];"]
+    i = nest.i.var
     for r in range(rows):
+        if r:
+            lines.append(f"{pad}{{ const int64_t st_row = {i} + {r}; {{ const int64_t {i} = st_row;")
         lines.append(f"{pad}#pragma omp simd")
         lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) "
-                     f"a_pre[{r}][{k.var}] = {kernel.expr(_shift(nest.a, {nest.i.var: r}))};")
+                     f"a_pre[{r}][{k.var}] = {kernel.expr(nest.a)};")
+        if r:
+            lines.append(f"{pad}}} }}")
     return lines
+
+
+def _computed(a) -> bool:
+    """Whether A is precomputed: anything but a load at an affine index (which shifts by rows)."""
+    return not (isinstance(a, Load) and all(affine(ix) for ix in a.index))
+
+
+def _at_row(i: str, r: int, text: str) -> str:
+    """`text` (C reading loop variable `i`) at row i + r: `i` shadowed in a block (as for A's rows
+    above), so any index of it (div/mod, a concat's select, a gather) reads that row, not only
+    affine ones shifted."""
+    if r == 0:
+        return text
+    return f"{{ const int64_t st_row = {i} + {r}; {{ const int64_t {i} = st_row; {text} }} }}"
 
 
 def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str,
@@ -179,7 +215,7 @@ def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dt
         b = _shift(nest.b, {j: v * lanes})
         lines.append(f"{pad}  {vt} b{v} = *({vt} *)&{kernel.expr(b)};")
     for r in range(rows):
-        a = f"{a_pre}[{r}][{k.var}]" if a_pre else kernel.expr(_shift(nest.a, {i: r}))
+        a = f"{a_pre}[{r}][{k.var}]" if a_pre else kernel.expr(_shift(nest.a, {i: r}))  # an affine load
         lines.append(f"{pad}  {ct} a{r} = {a};")
         lines.append(f"{pad}  " + " ".join(f"{c[r, v]} = st_fma_{dtype}(a{r}, b{v}, {c[r, v]});" for v in range(nv)))
     lines.append(f"{pad}}}")
@@ -193,22 +229,6 @@ def _single_for(s) -> bool:
 
 def _uses(index: tuple[Ix, ...], var: str) -> bool:
     return any(var in index_vars(ix) for ix in index)
-
-
-def _affine_throughout(acc: Accumulate) -> bool:
-    if not all(affine(ix) for ix in acc.index):
-        return False
-    for e in [acc.value]:
-        stack = [e]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, Select):
-                return False
-            if isinstance(x, Load) and not all(affine(ix) for ix in x.index):
-                return False
-            if isinstance(x, Op):
-                stack.extend(x.args)
-    return True
 
 
 def contiguous_in(index: tuple[Ix, ...], var: str) -> bool:

@@ -395,3 +395,32 @@ def test_a_large_program_takes_the_cheaper_op_structure_algebra_adds():
     ops = {result.choice[c].op for c in reachable_classes(data, result.choice)}
     assert "pow" not in ops and "mul" in ops
 
+
+
+LONG_MATMUL = "func f(a: f32[128, 3072], b: f32[3072, 768], bias: f32[768]) -> f32[128, 768] { " \
+              "return add(matmul(a, b), bias) }"
+
+
+def test_a_long_matmul_walks_its_reduction_in_chunks_on_the_cpu(monkeypatch):
+    """K = 3072: holding whole rows of a and whole columns of b leaves tiles 8 columns wide (one
+    vector, the micro-kernel starved) and re-reads b's columns for every 32 rows. Walking K in
+    chunks (GEMM's K blocking) stages a chunk at a time, so the tile is wider, and fewer bytes move."""
+    from stitch.engine import cost
+    from stitch.engine.testing import compile_text
+
+    chunked = compile_text(LONG_MATMUL, CPU)
+    (kc,) = chunked.cost.kernels
+    assert kc.chunked and kc.chunked == kc.parallel[-1] and kc.tile[kc.chunked] < 3072
+    assert kc.footprint <= CPU.onchip_bytes
+    columns = kc.parallel[-2]
+    assert kc.tile[columns] >= 2 * CPU.vector_lanes and kc.tile[columns] % CPU.vector_lanes == 0
+    monkeypatch.setattr(cost, "chunk_sizes", lambda extent: [])
+    (whole,) = compile_text(LONG_MATMUL, CPU).cost.kernels
+    assert not whole.chunked and whole.tile[columns] < kc.tile[columns]
+    assert kc.bytes_read < whole.bytes_read and kc.cycles < whole.cycles
+
+
+def test_no_chunks_where_a_matrix_unit_runs_the_product():
+    from stitch.engine.testing import compile_text
+
+    assert all(kc.chunked == "" for kc in compile_text(LONG_MATMUL, ACCEL).cost.kernels)

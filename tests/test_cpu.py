@@ -374,3 +374,24 @@ def test_f16_matmul_rounds_once_per_element_as_numpy_does(target, cache):
     rng = np.random.default_rng(3)
     a, b = (rng.standard_normal(s).astype(np.float16) for s in ((4, 3, 96), (4, 96, 40)))
     np.testing.assert_array_equal(compiled(a=a, b=b)[0], a @ b)
+
+
+@needs_cc
+@pytest.mark.parametrize("t", ["f32", "f64"])
+def test_a_matmul_walked_in_chunks_equals_the_reference(t, cache, tmp_path):
+    """A 32 KB target forces K = 1024 into chunks; the epilogue (bias, residual, relu) runs once
+    after the last chunk, the accumulator is set once before the first."""
+    from stitch.engine.testing import loops_of
+
+    target = tmp_path / "small.toml"
+    target.write_text((EXAMPLES.parent / "targets" / "cpu.toml").read_text()
+                      .replace("onchip_bytes = 524288", "onchip_bytes = 32768").replace('name = "cpu"', 'name = "small"'))
+    text = (f"func f(a: {t}[24, 1024], b: {t}[1024, 48], bias: {t}[48], r: {t}[24, 48]) -> {t}[24, 48] {{ "
+            "return relu(add(add(matmul(a, b), bias), r)) }")
+    f = stitch.compile(text, target=str(target), cache_dir=cache)
+    kc = next(kc for kc in f.compiled.cost.kernels if kc.chunked)
+    assert f"{kc.chunked}o in 0..{1024 // kc.tile[kc.chunked]} serial" in loops_of(text, f.compiled.target)
+    inputs = random_inputs(f.graph, 7)
+    inputs["a"] = inputs["a"] - 1.25  # both signs, so relu and the sums' order both matter
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""

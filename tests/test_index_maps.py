@@ -84,6 +84,20 @@ def test_simplified_div_and_mod_are_exact(coefs, extents, const, d):
         assert (_value(q, at), _value(r, at)) == (_value(x, at) // d, _value(x, at) % d), (x, d, q, r, at)
 
 
+
+def test_a_factor_above_the_rest_of_the_sum_divides_out():
+    """Llama's grouped-query heads: key head (8192*h + 64*t + c) // 24576 over t < 128, c < 64 is
+    h // 3 (the rest stays below 8192), and the remainder keeps the low part."""
+    extent = {"h": 12, "t": 128, "c": 64}.__getitem__
+    flat = Ix.var("h", 8192) + Ix.var("t", 64) + Ix.var("c")
+    assert simplify(Ix.var(FloorDiv(flat, 24576)), extent) == Ix.var(FloorDiv(Ix.var("h"), 3))
+    low = Ix.var("t", 64) + Ix.var("c")
+    assert simplify(Ix.var(Mod(flat, 24576)), extent) == Ix.var(Mod(Ix.var("h"), 3)) * 8192 + low
+    # 64*t + c reaching 8192 (t < 129): only the factor 64 splits off, c below it
+    wide = {"h": 12, "t": 129, "c": 64}.__getitem__
+    assert simplify(Ix.var(FloorDiv(flat, 24576)), wide) == Ix.var(FloorDiv(Ix.var("h", 128) + Ix.var("t"), 384))
+
+
 # -- Before / After ------------------------------------------------------------------
 
 

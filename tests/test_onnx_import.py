@@ -250,10 +250,23 @@ def test_constants_become_literals_or_weights():
 
 def test_fold_constants_turns_small_initializers_into_literals():
     node = helper.make_node("Mul", ["x", "s"], ["y"])
-    model = model_of([node], [("x", F32, [3])], [("y", F32, None)], [("s", np.array([2.0], np.float32))])
-    assert "s: f32[1]" in import_onnx(model).text
+    model = model_of([node], [("x", F32, [2])], [("y", F32, None)], [("s", np.array([2.0, 3.0], np.float32))])
+    assert "s: f32[2]" in import_onnx(model).text
     folded = import_onnx(model, fold_constants=True)
-    assert folded.weights == {} and "mul(x, 2.0)" in folded.text
+    assert "s: f32[2]" not in folded.text and "s" not in folded.weights
+
+
+def test_a_scalar_initializer_is_a_literal_unless_constants_are_kept():
+    """The exporters keep every Python scalar of a model as an initializer (GELU's 3.0): by default a
+    one-element float initializer is a literal, so the algebra rules see it; --keep-constants keeps it a
+    parameter a user may replace."""
+    node = helper.make_node("Pow", ["x", "s"], ["y"])
+    model = model_of([node], [("x", F32, [3])], [("y", F32, None)], [("s", np.array(3.0, np.float32))])
+    imported = import_onnx(model)
+    assert imported.weights == {} and "pow(x, 3.0)" in imported.text
+    kept = import_onnx(model, fold_constants=False)
+    assert list(kept.weights) == ["s"] and "pow(x, s)" in kept.text
+    assert_matches_onnx(model, {"x": x_of(3)})
 
 
 def test_shape_arithmetic_is_evaluated_at_import_time():

@@ -1,0 +1,95 @@
+"""The math functions the generated C defines for itself (targets/c_source.py's prelude), against
+numpy in double precision over a stride of every float and at the values that decide their
+special cases."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import math
+
+import numpy as np
+import pytest
+
+from stitch.targets import cpu
+from stitch.targets.c_source import PRELUDE
+
+pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+
+CALLS = {"exp": "st_expf", "erf": "st_erff"}
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cmath")
+    src = tmp / "cmath.c"
+    body = "".join(f"void call_{op}(const float *x, float *y, long n) {{\n  #pragma omp simd\n"
+                   f"  for (long i = 0; i < n; ++i) y[i] = {fn}(x[i]);\n}}\n" for op, fn in CALLS.items())
+    src.write_text(PRELUDE + body)
+    lib = tmp / "cmath.so"
+    flags = [f for f in cpu.compiler_flags() if f != "-shared"]
+    subprocess.run([cpu.compiler(), *flags, "-shared", str(src), "-o", str(lib), "-lm"], check=True)
+    return ctypes.CDLL(str(lib))
+
+
+def call(library, op: str, x: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    y = np.empty_like(x)
+    pointer = ctypes.POINTER(ctypes.c_float)
+    getattr(library, f"call_{op}")(x.ctypes.data_as(pointer), y.ctypes.data_as(pointer), ctypes.c_long(x.size))
+    return y
+
+
+def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in units of the last place of the float32 nearest `want` (a float64)."""
+    nearest = want.astype(np.float32)
+    ulp = np.spacing(np.abs(nearest)).astype(np.float64)
+    return np.abs(got.astype(np.float64) - want) / ulp
+
+
+def every_float(stride: int) -> np.ndarray:
+    return np.arange(0, 2**32, stride, dtype=np.uint64).astype(np.uint32).view(np.float32)
+
+
+def test_exp_is_within_one_ulp_of_exp_over_a_stride_of_every_float(library):
+    x = every_float(stride=1021)
+    x = x[np.isfinite(x)]
+    with np.errstate(over="ignore", under="ignore"):
+        want = np.exp(x.astype(np.float64))
+        got = call(library, "exp", x)
+    finite = want < np.finfo(np.float32).max
+    assert np.max(ulps(got[finite], want[finite])) <= 1.0
+    assert np.all(np.isinf(got[~finite]))
+
+
+@pytest.mark.parametrize("x, want", [
+    (np.nan, np.nan), (np.inf, np.inf), (-np.inf, 0.0), (0.0, 1.0), (-0.0, 1.0), (88.7229, np.inf), (1e30, np.inf),
+    (-104.0, 0.0), (-1e30, 0.0)])
+def test_exp_at_its_special_values(library, x, want):
+    with np.errstate(over="ignore", under="ignore"):
+        (got,) = call(library, "exp", np.array([x]))
+    assert got == want or (np.isnan(want) and np.isnan(got))
+
+
+@pytest.mark.parametrize("x", [88.72283, 88.7, -87.33654, -87.4, -100.0, -103.2789, -103.9])
+def test_exp_near_overflow_and_in_the_subnormal_range(library, x):
+    """The largest finite results, and results that are subnormal, to within one ulp."""
+    x32 = np.array([x], np.float32)
+    with np.errstate(over="ignore", under="ignore"):
+        got = call(library, "exp", x32)
+    assert ulps(got, np.exp(x32.astype(np.float64)))[0] <= 1.0
+
+
+def test_erf_is_within_one_and_a_half_ulp_of_erf_over_a_stride_of_every_float(library):
+    x = every_float(stride=4099)
+    x = x[np.isfinite(x) & (np.abs(x) < 6)]  # beyond, erf is +-1 in float32 (checked below)
+    want = np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(np.float64)
+    assert np.max(ulps(call(library, "erf", x), want)) <= 1.5
+
+
+@pytest.mark.parametrize("x, want", [(np.nan, np.nan), (np.inf, 1.0), (-np.inf, -1.0), (0.0, 0.0), (-0.0, -0.0),
+                                     (6.0, 1.0), (-1e30, -1.0), (1.0, 0.8427008)])
+def test_erf_at_its_special_values(library, x, want):
+    (got,) = call(library, "erf", np.array([x]))
+    assert (np.isnan(want) and np.isnan(got)) or (got == np.float32(want) and np.signbit(got) == np.signbit(want))
