@@ -706,6 +706,9 @@ def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, ta
             reads += nbytes * again
             moved += 2 * nbytes * again
     vec, mat = tile_work(kernel, tile, target, f, types)
+    if chunk:  # every chunk loads the tile's accumulators and stores them again
+        (inst, _), = f.matmuls
+        vec += 2 * slice_elems(inst.axes, kernel, tile) * (kernel.extents[chunk[0]] // chunk[1])
     vec *= tiles
     mat *= tiles
     cores = max(1, min(target.cores, tiles))
