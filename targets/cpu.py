@@ -195,8 +195,10 @@ def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cac
         pass
     try:
         lib_path.unlink(missing_ok=True)  # missing, corrupt or stale: build it again
-        src_path.write_text(source)
         with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+            staged = Path(tmp) / src_path.name  # renamed into place whole: another process building the
+            staged.write_text(source)  # same source may be compiling src_path now (a rewrite truncated it)
+            os.replace(staged, src_path)
             tmp_lib = Path(tmp) / "lib.so"
             _compile(cc, flags, src_path, tmp_lib, parts, Path(tmp))
             os.replace(tmp_lib, lib_path)
