@@ -12,6 +12,7 @@ whether the reference interpreter agrees with ONNX (an import error) or not
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 import time
 import warnings
@@ -61,7 +62,7 @@ def load_cases(cache_dir: str | Path | None = None) -> list[Case]:
         cases = [Case(c.name, c.model.SerializeToString(), list(c.data_sets or []), c.rtol, c.atol)
                  for c in collect_testcases(None)]
     cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(".tmp")
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # two processes collecting at once (pytest -n) write apart
     tmp.write_bytes(pickle.dumps(cases))
     tmp.replace(cache)
     return cases
