@@ -201,15 +201,19 @@ def test_programs_called_from_several_threads_at_once(cache, threads):
     cases = []
     for f in programs:
         inputs = random_inputs(f.graph, 1)
-        cases.append((f, inputs, evaluate(f.graph, inputs)))
+        alone = f(**inputs)  # one call by itself, checked against the reference once
+        assert [compare(got, w) for got, w in zip(alone, evaluate(f.graph, inputs))] == [""] * len(alone)
+        cases.append((f, inputs, alone))
     failures = []
 
     def call(case, times):
+        # each call at once with the others must give the lone call's bits (the tiles compute the same
+        # whichever thread runs them): stricter than the tolerance, and cheap to check on 8M elements
         f, inputs, want = case
         for _ in range(times):
             for got, w in zip(f(**inputs), want):
-                if compare(got, w):
-                    failures.append(compare(got, w))
+                if not np.array_equal(got, w, equal_nan=True):
+                    failures.append(f"{f.graph.name}: differs from the lone call")
 
     workers = [threading.Thread(target=call, args=(case, 8)) for case in cases + cases]
     for w in workers:
