@@ -452,12 +452,8 @@ def _packing_nests(kernel: Kernel, f: _Facts) -> dict[object, tuple]:
         kind, ref = kernel.instances[key].operands[1]
         if kind == "global":
             out[(key, 1)] = nest
-            continue
-        stack = [ref]
-        while stack:
-            k = stack.pop()
-            out[k] = nest
-            stack.extend(r for kd, r in kernel.instances[k].operands if kd == "inline")
+        else:
+            out.update(dict.fromkeys(kernel.inlined(ref), nest))
     return out
 
 
@@ -624,18 +620,14 @@ def chunk_axis(kernel: Kernel, f: _Facts, target: Target) -> str:
 def _map_chain(kernel: Kernel, inst: Instance) -> set[int] | None:
     """The index-map instances between a matmul and the global values it reads, or None when an
     operand is computed (or held) in the kernel."""
-    seen: set[int] = set()
-    stack = [ref for kind, ref in inst.operands if kind != "global"]
     if any(kind not in ("global", "inline") for kind, _ in inst.operands):
         return None
-    while stack:
-        key = stack.pop()
+    chain = {key for kind, ref in inst.operands if kind == "inline" for key in kernel.inlined(ref)}
+    for key in chain:
         producer = kernel.instances[key]
         if producer.node.op not in FREE_OPS or any(kind not in ("global", "inline") for kind, _ in producer.operands):
             return None
-        seen.add(key)
-        stack.extend(ref for kind, ref in producer.operands if kind == "inline")
-    return seen
+    return chain
 
 
 def tile_orders(kernel: Kernel, parallel: list[str], types, target: Target) -> list[tuple[list[str], list[str]]]:

@@ -212,6 +212,17 @@ class Kernel:
                 out.setdefault(inst.gathered, inst.key)
         return out
 
+    def inlined(self, key: int) -> list[int]:
+        """`key` and the instances its expression computes inline (through inline operands, each once)."""
+        seen: dict[int, None] = {}
+        stack = [key]
+        while stack:
+            k = stack.pop()
+            if k not in seen:
+                seen[k] = None
+                stack.extend(ref for kind, ref in self.instances[k].operands if kind == "inline")
+        return list(seen)
+
     @cached_property
     def readers(self) -> dict[int, list[int]]:
         """For each instance, the instances reading it through a fused edge."""
@@ -350,15 +361,9 @@ def _with_owners(k: Kernel) -> Kernel:
     them (the cost model stages what two nests read)."""
     nests: dict[int, set[int]] = {}
     for inst in k.instances:
-        if not inst.held:
-            continue
-        stack = [inst.key]
-        while stack:
-            key = stack.pop()
-            if inst.key in nests.setdefault(key, set()):
-                continue
-            nests[key].add(inst.key)
-            stack.extend(ref for kind, ref in k.instances[key].operands if kind == "inline")
+        if inst.held:
+            for key in k.inlined(inst.key):
+                nests.setdefault(key, set()).add(inst.key)
     # a gather's indices are read wherever its index is evaluated: in the nests that read through
     # it, and in the nest of a value held at a gathered index
     evaluates: dict[Indirect, set[int]] = {}

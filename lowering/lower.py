@@ -229,8 +229,8 @@ class _KernelLowering:
                 later.append(inst)
                 continue
             tile_part, after = self.compute(inst)
-            chunked = self.kc.chunked and not (inst.node.op == "matmul" and self.kc.chunked in reduced_axes(inst))
-            (self.after_chunk if chunked else body_at[len(self.parallel)]).extend(tile_part)
+            after_chunks = self.kc.chunked and not self.walks_chunks(inst)
+            (self.after_chunk if after_chunks else body_at[len(self.parallel)]).extend(tile_part)
             epilogue.extend(after)
         self.after_tiles = True  # what a split reduction's combined value feeds: once, after the tiles
         for inst in later:
@@ -305,7 +305,7 @@ class _KernelLowering:
         name = self.temporary(inst, "shared" if inst.hold is Hold.SHARED else "local")
         index = self.own(inst)
         init = self.nest(inst.axes, Store(name, index, Lit(identity(op, dtype), dtype)))
-        chunked = op == "matmul" and self.kc.chunked in reduced_axes(inst)
+        chunked = self.walks_chunks(inst)
         if chunked:  # set once per tile, before the chunk loop; the product then runs per chunk
             self.before_chunk.append(init)
         stmts = [] if chunked else [init]
@@ -335,6 +335,10 @@ class _KernelLowering:
             store = self.nest(inst.axes, Store(out, self.value_index(inst), Load(name, index)))
             (self.after_chunk if chunked else stmts).append(store)
         return stmts, after
+
+    def walks_chunks(self, inst: Instance) -> bool:
+        """Whether `inst` is the matmul whose reduction the plan walks in chunks."""
+        return inst.node.op == "matmul" and self.kc.chunked in reduced_axes(inst)
 
     def pack(self, inst: Instance, stmts: list[Stmt]) -> Expr:
         """A matmul's right operand, packed into a tile buffer (columns innermost) first where the
@@ -465,8 +469,6 @@ def _checks(e: Expr, site: int) -> bool:
     if isinstance(e, Select):
         return _checks(e.low, site) and _checks(e.high, site)
     return False
-
-
 
 
 def _count(inst: Instance, types) -> int:

@@ -172,15 +172,13 @@ def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str) -> 
         return []
     k = nest.k
     lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{k.extent}];"]
-    i = nest.i.var
     for r in range(rows):
-        if r:
-            lines.append(f"{pad}{{ const int64_t st_row = {i} + {r}; {{ const int64_t {i} = st_row;")
+        enter, leave = _row_scope(nest.i.var, r)
+        lines += [f"{pad}{enter}"] if enter else []
         lines.append(f"{pad}#pragma omp simd")
         lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) "
                      f"a_pre[{r}][{k.var}] = {kernel.expr(nest.a)};")
-        if r:
-            lines.append(f"{pad}}} }}")
+        lines += [f"{pad}{leave}"] if leave else []
     return lines
 
 
@@ -189,13 +187,19 @@ def _computed(a) -> bool:
     return not (isinstance(a, Load) and all(affine(ix) for ix in a.index))
 
 
-def _at_row(i: str, r: int, text: str) -> str:
-    """`text` (C reading loop variable `i`) at row i + r: `i` shadowed in a block (as for A's rows
-    above), so any index of it (div/mod, a concat's select, a gather) reads that row, not only
-    affine ones shifted."""
+def _row_scope(i: str, r: int) -> tuple[str, str]:
+    """C opening and closing a block in which loop variable `i` reads row i + r (shadowed), so any
+    index of it (div/mod, a concat's select, a gather) reads that row, not only affine ones
+    shifted; ('', '') for row 0."""
     if r == 0:
-        return text
-    return f"{{ const int64_t st_row = {i} + {r}; {{ const int64_t {i} = st_row; {text} }} }}"
+        return "", ""
+    return f"{{ const int64_t st_row = {i} + {r}; {{ const int64_t {i} = st_row;", "} }"
+
+
+def _at_row(i: str, r: int, text: str) -> str:
+    """`text` (C reading loop variable `i`) at row i + r."""
+    enter, leave = _row_scope(i, r)
+    return f"{enter} {text} {leave}" if enter else text
 
 
 def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str,

@@ -28,8 +28,7 @@ def library(tmp_path_factory):
                    f"  for (long i = 0; i < n; ++i) y[i] = {fn}(x[i]);\n}}\n" for op, fn in CALLS.items())
     src.write_text(PRELUDE + body)
     lib = tmp / "cmath.so"
-    flags = [f for f in cpu.compiler_flags() if f != "-shared"]
-    subprocess.run([cpu.compiler(), *flags, "-shared", str(src), "-o", str(lib), "-lm"], check=True)
+    subprocess.run([cpu.compiler(), *cpu.compiler_flags(), str(src), "-o", str(lib), "-lm"], check=True)
     return ctypes.CDLL(str(lib))
 
 
