@@ -51,6 +51,9 @@ static struct {
   pthread_mutex_t lock;
 } pool = {.threads = 1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* per worker, the epoch when it was started (only its submitter, owning the pool, starts workers) */
+static uint32_t start_epoch[MAX_THREADS];
+
 static long futex(_Atomic uint32_t *word, int op, uint32_t value) {
   return syscall(SYS_futex, (uint32_t *)word, op | FUTEX_PRIVATE_FLAG, value, NULL, NULL, 0);
 }
@@ -133,7 +136,9 @@ static void take_tiles(uint32_t epoch) {
 
 static void *worker(void *arg) {
   int id = (int)(intptr_t)arg;  /* 1 .. threads - 1 */
-  uint32_t seen = atomic_load(&pool.epoch);
+  /* the epoch before the job its submitter is about to publish: read here instead, it could
+     already be that job's, which this worker would then never run */
+  uint32_t seen = start_epoch[id];
   for (;;) {
     uint32_t epoch = atomic_load(&pool.epoch);
     if (epoch == seen) {
@@ -173,6 +178,7 @@ static int start_workers(int threads) {
     pthread_t t;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    start_epoch[pool.started + 1] = atomic_load(&pool.epoch);  /* seen by the thread: pthread_create orders it */
     int failed = pthread_create(&t, &attr, worker, (void *)(intptr_t)(pool.started + 1));
     pthread_attr_destroy(&attr);
     if (failed) break;
