@@ -37,10 +37,10 @@ import math
 from dataclasses import dataclass
 
 from ..targets.target import Target
-from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
+from .cost import FREE_OPS, KernelCost, ScheduleCost, kernel_cost, schedule_cost
 from .egraph_data import Choice, EGraphData, ENode
 from .memory import checkpoint
-from .ops import is_injective
+from .ops import is_elementwise, is_injective
 from .schedule import (CyclicChoice, Kernel, Placement, Schedule, _order, build_schedule, find_roots, form_kernel,
                        merge_kernels)
 
@@ -106,12 +106,21 @@ class Space:
                 self.value_classes.append(cid)
         # per class: which kinds of e-node it holds (True = injective); read for every edge while narrowing
         self.kinds = {cid: frozenset(is_injective(n.op) for n in nodes) for cid, nodes in data.classes.items()}
+        # per class: whether an injective e-node of it does arithmetic (recomputing it costs ops)
+        self.computes = {cid: any(is_injective(n.op) and n.op not in FREE_OPS for n in nodes)
+                         for cid, nodes in data.classes.items()}
         self.consumers = self._consumer_classes()
         self.params = {cid for cid, nodes in data.classes.items() if nodes[0].op == "param"}
-        self.options: dict[str, list[ENode]] = {cid: self._narrow(data.classes[cid]) for cid in self.value_classes}
+        self.outputs = {self.value_of(root) for root in data.roots}
+        self.options: dict[str, list[ENode]] = {cid: self._narrow(cid) for cid in self.value_classes}
         self.form_cache: dict[tuple, Kernel] = {}
         self.price_cache: dict[Kernel, KernelCost] = {}
         self.evaluated = 0
+
+    def value_of(self, cid: str) -> str:
+        """The value class a class stands for (a placement class's operand)."""
+        node = self.data.classes[cid][0]
+        return node.children[0] if node.is_placement else cid
 
     def edge(self, child: str) -> tuple[str, str]:
         pnode = self.data.classes[child][0]
@@ -143,16 +152,32 @@ class Space:
             out.append((RANK_INJECTIVE if injective else RANK_OTHER)[kind])
         return tuple(out)
 
-    def keeps_placement(self, value: str) -> bool:
-        """Edges from this producer keep every placement apart: its class mixes kinds of e-node (the
-        best placement depends on its choice)."""
-        return len(self.kinds[value]) > 1
+    def keeps_placement(self, cid: str, node: ENode, value: str) -> bool:
+        """The edge from `value` into `node` (of class `cid`) keeps every placement apart, as the rank
+        decides nothing there: the producer's class mixes kinds of e-node (the best placement depends
+        on its choice), or it is injective arithmetic whose value is needed more than once per
+        element (an output, read by several classes, or re-read by this one: a matmul's operand, a
+        broadcast one), where holding it once may beat recomputing it per read."""
+        if len(self.kinds[value]) > 1:
+            return True
+        if not self.computes[value]:
+            return False
+        return value in self.outputs or len(self.consumers.get(value, ())) > 1 or self._rereads(cid, node, value)
 
-    def _narrow(self, nodes: list[ENode]) -> list[ENode]:
+    def _rereads(self, cid: str, node: ENode, value: str) -> bool:
+        if node.op == "matmul":
+            return True
+        if node.op != "broadcast_to" and not is_elementwise(node.op):
+            return False
+        types = self.data.types
+        return cid in types and value in types and math.prod(types[value].shape) < math.prod(types[cid].shape)
+
+    def _narrow(self, cid: str) -> list[ENode]:
         best: dict[tuple, ENode] = {}
-        for n in nodes:
+        for n in self.data.classes[cid]:
             op, attrs, edges = self.signature(n)
-            kinds = tuple(kind if self.keeps_placement(value) else None for kind, value in map(self.edge, n.children))
+            kinds = tuple(kind if self.keeps_placement(cid, n, value) else None
+                          for kind, value in map(self.edge, n.children))
             sig = (op, attrs, edges, kinds)
             if sig not in best or self.rank(n) < self.rank(best[sig]):
                 best[sig] = n
@@ -160,12 +185,26 @@ class Space:
         return sorted(best.values(), key=lambda n: (-sum(not g for g, _ in self.signature(n)[2]), self.rank(n)))
 
     def space_size(self, cap: int) -> int:
+        """Points of the narrowed space, counting the classes some option reachable from the
+        roots reads (a value no output needs chooses nothing); stops counting above `cap`."""
         size = 1
-        for opts in self.options.values():
-            size *= len(opts)
+        for cid in self.reachable():
+            size *= len(self.options[cid])
             if size > cap:
                 return size
         return size
+
+    def reachable(self) -> list[str]:
+        seen = dict.fromkeys(self.value_of(root) for root in self.data.roots)
+        stack = list(seen)
+        while stack:
+            for n in self.options[stack.pop()]:
+                for child in n.children:
+                    value = self.edge(child)[1]
+                    if value not in seen:
+                        seen[value] = None
+                        stack.append(value)
+        return list(seen)
 
     def full_choice(self, values: Choice) -> Choice:
         choice = dict(self.placement_choice)
@@ -238,10 +277,6 @@ def _exhaustive(space: Space) -> SearchResult:
     best: list = [None, None, None]
     values: Choice = {}
 
-    def value_of(cid: str) -> str:
-        node = space.data.classes[cid][0]
-        return node.children[0] if node.is_placement else cid
-
     def settle(pending):
         """Drop classes already chosen from the front of the pending list (a linked list of pairs)."""
         while pending is not None and pending[0] in values:
@@ -255,7 +290,7 @@ def _exhaustive(space: Space) -> SearchResult:
 
     pending = None
     for root in space.data.roots:
-        pending = (value_of(root), pending)
+        pending = (space.value_of(root), pending)
     pending = settle(pending)
     frames: list[list] = []  # [class, option index, the pending list after the class]
     while True:
@@ -298,7 +333,8 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     """Fuse producers into their consumers, one producer (and one placement) at a time, while it pays.
 
     The start is the cheaper of `start`'s op structure with every edge global and the same with
-    every edge fused (`_most_fused`); the moves are `_State.best_move`'s."""
+    every edge fused (`_most_fused`); the moves are `_State.best_move`'s. The descent runs twice
+    from it, coarse and fine (`_State.fine`), and the cheaper end is taken."""
     by_sig: dict[str, dict[tuple, list[ENode]]] = {}
     for cid, opts in space.options.items():
         table: dict[tuple, list[ENode]] = {}
@@ -309,22 +345,28 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     unfused = space.full_choice(values)
     fused = space.full_choice(_most_fused(space, values))
     # priced first (kernels cached by their contents), so only the start taken is built as a state
-    state = _State(space, fused if order_key(space.price(fused)[0]) < order_key(space.price(unfused)[0]) else unfused)
-    if state.kernels is not None:
-        shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
-        if len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT:
-            _steepest_descent(state, shared_inputs, by_sig)
-        else:
-            _first_improvement(state, shared_inputs, by_sig)
-    cost, schedule = space.price(state.choice)
-    return SearchResult(state.choice, schedule, cost, space.evaluated, False)
+    begin = fused if order_key(space.price(fused)[0]) < order_key(space.price(unfused)[0]) else unfused
+    best = None
+    for fine in (False, True):
+        state = _State(space, begin, fine)
+        if state.kernels is not None:
+            shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
+            if len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT:
+                _steepest_descent(state, shared_inputs, by_sig)
+            else:
+                _first_improvement(state, shared_inputs, by_sig)
+        cost, schedule = space.price(state.choice)
+        if best is None or order_key(cost) < order_key(best[1]):
+            best = (state.choice, cost, schedule)
+    choice, cost, schedule = best
+    return SearchResult(choice, schedule, cost, space.evaluated, False)
 
 
 def _steepest_descent(state: _State, shared_inputs: list[str], by_sig) -> None:
     """Take the move that saves most of all producers' best moves, until none pays."""
     while True:
-        moves = [m for p in list(reversed(state.roots)) + shared_inputs for m in [state.best_move(p, by_sig)]
-                 if m is not None]
+        producers = list(reversed(state.roots)) + shared_inputs + state.held()
+        moves = [m for p in producers for m in [state.best_move(p, by_sig)] if m is not None]
         if not moves:
             return
         state.take(min(moves, key=lambda m: m.delta))
@@ -334,9 +376,9 @@ def _first_improvement(state: _State, shared_inputs: list[str], by_sig) -> None:
     """Passes over the producers, each taking every paying move as it meets it (GREEDY_ROUNDS at most)."""
     for _ in range(GREEDY_ROUNDS):
         improved = False
-        for producer in list(reversed(state.roots)) + shared_inputs:
+        for producer in list(reversed(state.roots)) + shared_inputs + state.held():
             # an output too: fused into its consumers, it is stored by the kernel that computes it
-            if (producer in state.roots or producer in state.space.params) and state.try_fuse(producer, by_sig):
+            if state.try_fuse(producer, by_sig):
                 improved = True
         if not improved:
             return
@@ -345,9 +387,14 @@ def _first_improvement(state: _State, shared_inputs: list[str], by_sig) -> None:
 class _State:
     """One choice's per-root kernels and merged kernels, kept up to date move by move."""
 
-    def __init__(self, space: Space, choice: Choice):
+    def __init__(self, space: Space, choice: Choice, fine: bool = True):
         self.space = space
         self.choice = choice
+        # fine: a move fuses with its placement on every edge that keeps its placements apart;
+        # coarse: only where the producer's class mixes kinds of e-node, elsewhere the edge takes
+        # the narrowing's best rank (a descent over fewer, larger steps; each ends in places the
+        # other misses, so both are run)
+        self.fine = fine
         try:
             roots, outputs, _ = find_roots(space.data, choice)
         except CyclicChoice:
@@ -431,26 +478,48 @@ class _State:
             node = trial[consumer]
             op, attrs, edges = space.signature(node)
             fused = tuple((False, v) if v == producer else (g, v) for g, v in edges)
-            if fused == edges:
+            if fused == edges and not self._keeps(consumer, node, producer):
                 continue
             alt = next((n for n in by_sig[consumer].get((op, attrs, fused), ())
-                        if self._fuses(node, n, producer, placement)), None)
-            if alt is not None:
+                        if self._fuses(consumer, node, n, producer, placement)), None)
+            if alt is not None and alt is not node:
                 trial[consumer] = alt
                 changed.add(consumer)
         return (trial, changed) if changed else None
 
-    def _fuses(self, node: ENode, alt: ENode, producer: str, placement: Placement) -> bool:
-        """The alternative changes only the edges reading `producer`, to `placement` (or the best
-        placement when the narrowing kept one)."""
+    def _fuses(self, consumer: str, node: ENode, alt: ENode, producer: str, placement: Placement) -> bool:
+        """The alternative changes only the edges reading `producer`: from global memory to
+        `placement` (or to the best placement where the narrowing kept one), or, where the edges
+        keep their placements apart, from any placement to `placement`."""
+        keeps = self._keeps(consumer, node, producer)
         for a, b in zip(node.children, alt.children):
             ea, eb = self.space.edge(a), self.space.edge(b)
-            if ea[1] == producer and ea[0] == "global":
-                if eb[0] != placement.value and (self.space.keeps_placement(producer) or producer in self.space.params):
+            if ea[1] == producer and (ea[0] == "global" or keeps):
+                if eb[0] != placement.value and (keeps or producer in self.space.params):
                     return False
             elif ea != eb:
                 return False
         return True
+
+    def held(self) -> list[str]:
+        """Values fused into a consumer on an edge that keeps its placements apart: a move may
+        hold them another way (recomputed where read, forwarded, or held for the tile)."""
+        out = []
+        for producer, consumers in self.readers.items():
+            if producer in self.roots or producer in self.space.params:
+                continue
+            for consumer in dict.fromkeys(consumers):
+                node = self.choice[consumer]
+                if self._keeps(consumer, node, producer) and any(
+                        self.space.edge(c)[1] == producer and self.space.edge(c)[0] != "global" for c in node.children):
+                    out.append(producer)
+                    break
+        return out
+
+    def _keeps(self, consumer: str, node: ENode, producer: str) -> bool:
+        if self.fine:
+            return self.space.keeps_placement(consumer, node, producer)
+        return len(self.space.kinds[producer]) > 1
 
     def _evaluate(self, trial: tuple[Choice, set[str]], producer: str) -> Move | None:
         """The move to `trial` (a choice and the consumers it changed), priced only where it differs;

@@ -156,27 +156,26 @@ def test_a_layer_norm_read_through_a_reshape_holds_one_mean_per_row():
     first matmul. The row (8*p0 + p1) // 32 simplifies to p0 // 4, so the mean is held per p0 and
     computed once per row. Before, its index varied along p1: the mean was recomputed for each
     element (tiled over r0 too), and on a full model the statistics went to kernels of their own,
-    leaving the lookup a copy kernel."""
+    leaving the lookup a copy kernel. The sum h is held for the tile, read by the mean and the
+    subtraction (the rows are gathered once: 832 B moved, where recomputing h moved 1,344 B)."""
     before = """func e(ids: i64[2, 4], wte: f32[10, 8], wpe: f32[1, 4, 8]) -> f32[8, 8] {
   h = add(gather(wte, ids, axis=0), wpe)
   return reshape(sub(h, mean(h, axes=[-1], keepdims=true)), shape=[8, 8])
 }"""
     after = """\
-schedule e on accel: 1 kernel(s), global bytes 1344 (compulsory 768), estimated 1022 cycles (1.022 us)
+schedule e on accel: 1 kernel(s), global bytes 832 (compulsory 768), estimated 1014 cycles (1.014 us)
 
 kernel k0 -> out0: f32[8, 8]
-  tiles over [p0=8] by [4]: 2 tile(s), on-chip 384 B per tile
-  reads 1088 B, writes 256 B, 1022 cycles
-  in  wte: f32[10, 8]  [idx<10>(ids[(p0) // 4, (p0) % 4]), p1; idx<10>(ids[(p0) // 4, (p0) % 4]), r0]
+  tiles over [p0=8] by [4]: 2 tile(s), on-chip 192 B per tile
+  reads 576 B, writes 256 B, 1014 cycles
+  in  wte: f32[10, 8]  [idx<10>(ids[(p0) // 4, (p0) % 4]), p1]
   in  ids: i64[2, 4]  [(p0) // 4, (p0) % 4]
-  in  wpe: f32[1, 4, 8]  [0, (p0) % 4, p1; 0, (p0) % 4, r0]
+  in  wpe: f32[1, 4, 8]  [0, (p0) % 4, p1]
   %0 = gather(global wte, global ids, axis=0)       [(p0) // 4, (p0) % 4, p1]  inline
-  %1 = add(inline %0, global wpe)                   [(p0) // 4, (p0) % 4, p1]  inline
-  %2 = gather(global wte, global ids, axis=0)       [(p0) // 4, (p0) % 4, r0]  inline
-  %3 = add(inline %2, global wpe)                   [(p0) // 4, (p0) % 4, r0]  inline
-  %4 = mean(inline %3, axes=[2], keepdims=true)     [(p0) // 4, (p0) % 4, 0]  shared
-  %5 = sub(inline %1, shared %4)                    [(p0) // 4, (p0) % 4, p1]  inline
-  %6 = reshape(inline %5, shape=[8, 8])             [p0, p1]  root
+  %1 = add(inline %0, global wpe)                   [(p0) // 4, (p0) % 4, p1]  local
+  %2 = mean(shared %1, axes=[2], keepdims=true)     [(p0) // 4, (p0) % 4, 0]  shared
+  %3 = sub(local %1, shared %2)                     [(p0) // 4, (p0) % 4, p1]  inline
+  %4 = reshape(inline %3, shape=[8, 8])             [p0, p1]  root
 """
     assert schedule_of(before, ACCEL) == after
 
