@@ -334,7 +334,9 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
 
     The start is the cheaper of `start`'s op structure with every edge global and the same with
     every edge fused (`_most_fused`); the moves are `_State.best_move`'s. The descent runs twice
-    from it, coarse and fine (`_State.fine`), and the cheaper end is taken."""
+    from it, coarse and fine (`_State.fine`; coarse only above STEEPEST_LIMIT producers); from the
+    cheaper end, passes over the values fused on edges that keep their placements (`_State.held`)
+    hold them another way while it pays (one pass above STEEPEST_LIMIT)."""
     by_sig: dict[str, dict[tuple, list[ENode]]] = {}
     for cid, opts in space.options.items():
         table: dict[tuple, list[ENode]] = {}
@@ -347,37 +349,47 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     # priced first (kernels cached by their contents), so only the start taken is built as a state
     begin = fused if order_key(space.price(fused)[0]) < order_key(space.price(unfused)[0]) else unfused
     best = None
+    shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
+    small = None
     for fine in (False, True):
         state = _State(space, begin, fine)
-        if state.kernels is not None:
-            shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
-            if len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT:
-                _steepest_descent(state, shared_inputs, by_sig)
-            else:
-                _first_improvement(state, shared_inputs, by_sig)
-        cost, schedule = space.price(state.choice)
+        if state.kernels is None:
+            best = best or (state, None)
+            break
+        small = len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT
+        if small:
+            _steepest_descent(state, shared_inputs, by_sig)
+        else:
+            _first_improvement(state, lambda: list(reversed(state.roots)) + shared_inputs, by_sig, GREEDY_ROUNDS)
+        cost = space.price(state.choice)[0]
         if best is None or order_key(cost) < order_key(best[1]):
-            best = (state.choice, cost, schedule)
-    choice, cost, schedule = best
-    return SearchResult(choice, schedule, cost, space.evaluated, False)
+            best = (state, cost)
+        if not small:  # a large program: one descent (each move re-merges kernels of many ops)
+            break
+    state = best[0]
+    if state.kernels is not None:  # then hold fused values another way where it pays
+        state.fine = True
+        _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1)
+    cost, schedule = space.price(state.choice)
+    return SearchResult(state.choice, schedule, cost, space.evaluated, False)
 
 
 def _steepest_descent(state: _State, shared_inputs: list[str], by_sig) -> None:
     """Take the move that saves most of all producers' best moves, until none pays."""
     while True:
-        producers = list(reversed(state.roots)) + shared_inputs + state.held()
-        moves = [m for p in producers for m in [state.best_move(p, by_sig)] if m is not None]
+        moves = [m for p in list(reversed(state.roots)) + shared_inputs for m in [state.best_move(p, by_sig)]
+                 if m is not None]
         if not moves:
             return
         state.take(min(moves, key=lambda m: m.delta))
 
 
-def _first_improvement(state: _State, shared_inputs: list[str], by_sig) -> None:
-    """Passes over the producers, each taking every paying move as it meets it (GREEDY_ROUNDS at most)."""
-    for _ in range(GREEDY_ROUNDS):
+def _first_improvement(state: _State, producers, by_sig, rounds: int) -> None:
+    """Passes over `producers()`, each taking every paying move as it meets it (`rounds` at most)."""
+    for _ in range(rounds):
         improved = False
-        for producer in list(reversed(state.roots)) + shared_inputs + state.held():
-            # an output too: fused into its consumers, it is stored by the kernel that computes it
+        # outputs too: fused into its consumers, an output is stored by the kernel that computes it
+        for producer in producers():
             if state.try_fuse(producer, by_sig):
                 improved = True
         if not improved:
