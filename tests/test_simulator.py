@@ -348,3 +348,13 @@ def test_run_on_a_users_accel_toml_without_overlap_adds_dma_and_compute(tmp_path
     (k,) = out["kernels"]
     assert k["cycles"] == 1000 + k["dma_cycles"] + k["matrix_cycles"] + k["vector_cycles"] == out["cycles"]
     assert k["dma_cycles"] == out["global_bytes"] / 8  # every nest's bytes are a multiple of 8 here
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known mismatch (found 2026-11-23 by a random seed, already on main before "
+                   "that day's changes): a 1 x 1 x 4 product feeding a chain reshaped to [4, 1, 1] runs "
+                   "the matrix unit twice as often as the cost model counts (64 vs 32 cycles)")
+def test_a_product_under_a_reshaped_chain_is_priced_as_simulated():
+    graph = next(iter(check_program(parse_program("""func f(x0: f32[1], x1: f32[1, 4], x2: f32[]) -> f32[4, 1, 1] {
+  return neg(reshape(neg(neg(add(matmul(x0, x1), x2))), shape=[4, 1, 1]))
+}""")).values()))
+    assert_simulated_cycles_match_the_estimate(graph)
