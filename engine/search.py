@@ -158,11 +158,16 @@ class Space:
         on its choice), or it is injective arithmetic whose value is needed more than once per
         element (an output, read by several classes, or re-read by this one: a matmul's operand, a
         broadcast one), where holding it once may beat recomputing it per read."""
-        if len(self.kinds[value]) > 1:
+        if self.mixes_kinds(value):
             return True
         if not self.computes[value]:
             return False
         return value in self.outputs or len(self.consumers.get(value, ())) > 1 or self._rereads(cid, node, value)
+
+    def mixes_kinds(self, value: str) -> bool:
+        """The class holds injective and other e-nodes: the best placement of its edges depends on
+        which is chosen."""
+        return len(self.kinds[value]) > 1
 
     def _rereads(self, cid: str, node: ENode, value: str) -> bool:
         if node.op == "matmul":
@@ -348,27 +353,21 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     fused = space.full_choice(_most_fused(space, values))
     # priced first (kernels cached by their contents), so only the start taken is built as a state
     begin = fused if order_key(space.price(fused)[0]) < order_key(space.price(unfused)[0]) else unfused
-    best = None
-    shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
-    small = None
-    for fine in (False, True):
-        state = _State(space, begin, fine)
-        if state.kernels is None:
-            best = best or (state, None)
-            break
+    state = _State(space, begin, fine=False)
+    if state.kernels is not None:
+        shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
         small = len(state.roots) + len(shared_inputs) <= STEEPEST_LIMIT
-        if small:
-            _steepest_descent(state, shared_inputs, by_sig)
-        else:
-            _first_improvement(state, lambda: list(reversed(state.roots)) + shared_inputs, by_sig, GREEDY_ROUNDS)
-        cost = space.price(state.choice)[0]
-        if best is None or order_key(cost) < order_key(best[1]):
-            best = (state, cost)
-        if not small:  # a large program: one descent (each move re-merges kernels of many ops)
-            break
-    state = best[0]
-    if state.kernels is not None:  # then hold fused values another way where it pays
-        state.fine = True
+        ends = []
+        # a large program: one descent (each move re-merges kernels of many ops)
+        for fine in (False, True) if small else (False,):
+            end = state if not fine else _State(space, begin, fine=True)
+            if small:
+                _steepest_descent(end, shared_inputs, by_sig)
+            else:
+                _first_improvement(end, lambda: list(reversed(end.roots)) + shared_inputs, by_sig, GREEDY_ROUNDS)
+            ends.append(end)
+        state = min(ends, key=lambda end: order_key(space.price(end.choice)[0]))  # the first of equals
+        state.fine = True  # then hold fused values another way where it pays
         _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1)
     cost, schedule = space.price(state.choice)
     return SearchResult(state.choice, schedule, cost, space.evaluated, False)
@@ -531,7 +530,7 @@ class _State:
     def _keeps(self, consumer: str, node: ENode, producer: str) -> bool:
         if self.fine:
             return self.space.keeps_placement(consumer, node, producer)
-        return len(self.space.kinds[producer]) > 1
+        return self.space.mixes_kinds(producer)
 
     def _evaluate(self, trial: tuple[Choice, set[str]], producer: str) -> Move | None:
         """The move to `trial` (a choice and the consumers it changed), priced only where it differs;

@@ -85,14 +85,18 @@ int run_tiles(st_runner run, int64_t n, int64_t grain, size_t bytes, int paralle
 """
 
 
+def build_harness(cc: str, directory: Path) -> Path:
+    """HARNESS compiled into `directory`: the shared library's path."""
+    src, lib = directory / "harness.c", directory / "harness.so"
+    src.write_text(HARNESS)
+    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", str(src), "-o", str(lib)], check=True)
+    return lib
+
+
 @pytest.fixture
 def harness(cache, tmp_path):
     cc = cpu.compiler()
-    src = tmp_path / "harness.c"
-    src.write_text(HARNESS)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", str(src), "-o", str(tmp_path / "harness.so")],
-                   check=True)
-    lib = ctypes.CDLL(str(tmp_path / "harness.so"))
+    lib = ctypes.CDLL(str(build_harness(cc, tmp_path)))
     rt = runtime._load(cc, cache)
     run = ctypes.cast(rt.stitch_rt_run, ctypes.c_void_p)
 
@@ -138,14 +142,11 @@ def test_the_first_job_of_a_process_wakes_the_workers_it_starts(tmp_path):
     already seen and sleep through it: every process's first parallel kernel ran on its caller
     alone (here the caller's tiles wait for a worker, so that call took minutes). Run in a fresh
     process: the pool is one per process."""
-    cc = cpu.compiler()
-    (tmp_path / "harness.c").write_text(HARNESS)
-    subprocess.run([cc, "-O2", "-shared", "-fPIC", "-pthread", str(tmp_path / "harness.c"), "-o",
-                    str(tmp_path / "harness.so")], check=True)
+    lib = build_harness(cpu.compiler(), tmp_path)
     root = str(Path(stitch.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     for _ in range(3):
-        out = subprocess.run([sys.executable, "-c", FIRST_JOB, str(tmp_path), str(tmp_path / "harness.so")],
+        out = subprocess.run([sys.executable, "-c", FIRST_JOB, str(tmp_path), str(lib)],
                              capture_output=True, text=True, timeout=120, env=env)
         assert out.returncode == 0, out.stderr
         every_tile_once, distinct = out.stdout.split()

@@ -10,10 +10,10 @@ import pytest
 
 from stitch.engine.check import check_program
 from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.parse import parse_file
 from stitch.engine.pipeline import compile_graph
 from stitch.engine.rules import builtin_rule_files
-from stitch.engine.testing import compile_text, loops_of
+from stitch.engine.testing import compile_text, executes_like_the_reference, loops_of
 from stitch.engine.tolerance import differences
 from stitch.lowering.execute import execute
 from stitch.lowering.lower import lower
@@ -111,8 +111,5 @@ def test_a_kernel_sharing_an_input_read_through_a_concat_piece_and_by_a_product(
     text = """func f(x0: f32[4, 2], x1: f32[2], x5: f32[4, 1]) -> (f32[3], f32[4]) {
   return sum(concat(x5, x0, axis=1), axes=[0]), neg(matmul(x0, x1))
 }"""
-    graph = next(iter(check_program(parse_program(text)).values()))
-    program = lower(compile_graph(graph, builtin_rule_files(), load_target("cpu")))
-    inputs = random_inputs(graph, 0)
-    outs, _ = execute(program, inputs)
-    assert differences(outs, evaluate(graph, inputs), graph) == []
+    c = compile_text(text, load_target("cpu"))
+    executes_like_the_reference(lower(c), c.graph, 0)
