@@ -39,7 +39,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from .egraph_data import EGraphData, ENode
-from .index import FloorDiv, Indirect, Ix, Mod
+from .index import FloorDiv, Indirect, Ix, Mod, bounds
 from .ir import TensorType
 from .maps import GatherRef, Guard, operand_maps
 from .ops import ACCUMULATING, is_injective
@@ -568,12 +568,31 @@ def _unify(a: Kernel, b: Kernel) -> dict[str, Ix] | None:
     pairs += [(a_reads[r.cid], r.index, False) for r in b.reads if r.shared and r.cid in a_reads]
     for mine, theirs, _ in pairs:
         mapping = _solve(mine, theirs)
-        if mapping is None:
+        if mapping is None or not _covers(mapping, a, b):
             continue
         full = _complete(mapping, a, b)
         if all(_full_index(tuple(ix.substitute(full) for ix in b.instances[key].index)) for key in b.stores):
             return full
     return None
+
+
+def _covers(mapping: dict[str, Ix], a: Kernel, b: Kernel) -> bool:
+    """Every axis of b that `mapping` binds still runs over exactly its own range under a's axes,
+    and a reduced axis of b becomes one of a's axes of its own: b's work is neither cut short nor
+    shifted (a concat piece's offset read, x[p0 - 1]) nor, for a reduction, repeated."""
+    extent = {ax.name: ax.extent for ax in a.axes}.__getitem__
+    targets = set()
+    for ax in b.axes:
+        new = mapping.get(ax.name)
+        if new is None:
+            continue
+        if bounds(new, extent) != (0, ax.extent - 1):
+            return False
+        if ax.kind is AxisKind.REDUCE:
+            if new.label is None or new.label in targets:
+                return False
+            targets.add(new.label)
+    return True
 
 
 def _full_index(index: tuple[Ix, ...]) -> bool:
