@@ -542,6 +542,16 @@ def rereads(axes, parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> 
     return n
 
 
+def matrix_dims(inst: Instance) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The axes of a product's rows and of its columns, as the matrix unit runs it: those of its
+    output's last two dimensions (the others are its batch). Lowering records them on the
+    product's nest, whose accumulator may be laid out otherwise (over the kernel's axes, after a
+    reshape), and the simulator counts tiles by them."""
+    rows = tuple(dict.fromkeys(inst.index[-2].axes())) if len(inst.index) >= 2 else ()
+    cols = tuple(dict.fromkeys(inst.index[-1].axes())) if inst.index else ()
+    return rows, cols
+
+
 def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, types) -> tuple[float, float]:
     """(vector element-cycles, matrix-unit cycles) of one tile."""
     vector = 0.0
@@ -554,8 +564,7 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, t
             vector += out * k / target.fma_per_lane
             continue
         m = target.matrix
-        rows = slice_elems(inst.index[-2].axes(), kernel, tile) if len(inst.index) >= 2 else 1
-        cols = slice_elems(inst.index[-1].axes(), kernel, tile) if inst.index else 1
+        rows, cols = (slice_elems(axes, kernel, tile) for axes in matrix_dims(inst))
         batch = out // max(rows * cols, 1)
         matrix += batch * -(-rows // m.tile_m) * -(-cols // m.tile_n) * -(-k // m.tile_k) * m.cycles_per_tile
     return vector, matrix

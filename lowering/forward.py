@@ -79,7 +79,7 @@ def _rewrite(s, name: str, tile_vars: set[str]):
     index = _local(s.index, tile_vars) if s.buffer == name else s.index
     if isinstance(s, Store):
         return Store(s.buffer, index, value)
-    return Accumulate(s.buffer, index, s.op, value, s.unit)
+    return replace(s, index=index, value=value)
 
 
 def _rewrite_expr(e, name: str, tile_vars: set[str]):

@@ -100,6 +100,9 @@ class Accumulate:
     # "matrix": a matmul's multiply-accumulate, which an accelerator runs on its matrix unit
     # (targets/simulator.py times it by matrix tiles); everything else is vector work
     unit: str = "vector"
+    # for the matrix unit: the loop variables of the product's rows and of its columns
+    # (engine.cost.matrix_dims); the others its accumulator is indexed by are its batch
+    matrix: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
 
 @dataclass

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..engine.cost import KernelCost, ScheduleCost, Staged, reduced_axes, region
+from ..engine.cost import KernelCost, ScheduleCost, Staged, matrix_dims, reduced_axes, region
 from ..engine.graph import Graph
 from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify
 from ..engine.ir import TensorType
@@ -317,7 +317,7 @@ class _KernelLowering:
             n_axes = tuple(inst.index[-1].axes()) if inst.index else ()
             outer = tuple(a for a in own if a not in n_axes)
             stmts.append(self.nest(outer + k + n_axes, Accumulate(name, index, "sum", Op("mul", (a, b), dtype),
-                                                                  unit="matrix")))
+                                                                  unit="matrix", matrix=matrix_dims(inst))))
         else:
             acc = "sum" if op == "mean" else op
             loop = tuple(a for ix in inst.operand_index[0] for a in ix.axes())

@@ -688,7 +688,7 @@ def _replace(leaf, sel: Select, by):
 
     if isinstance(leaf, Store):
         return Store(leaf.buffer, leaf.index, sub(leaf.value))
-    return Accumulate(leaf.buffer, leaf.index, leaf.op, sub(leaf.value), leaf.unit)
+    return dataclasses.replace(leaf, value=sub(leaf.value))
 
 
 def _is_tile_loop(stmt) -> bool:

@@ -183,14 +183,15 @@ def matrix_cycles(target: Target, loops: list[For], leaf: Accumulate) -> float:
 
     k is what the accumulator sums over: the loops its index does not use. Not the loops marked
     `reduce`: a matmul output axis that the kernel reduces later is a `reduce` loop too, and
-    counting it in k multiplied the tiles by its extent."""
+    counting it in k multiplied the tiles by its extent. Rows and columns are the loops lowering
+    names (`Accumulate.matrix`), not the accumulator's last two dimensions: after a reshape it may
+    be laid out [4, 1, 1] for a product of one row and four columns."""
     extents = {loop.var: loop.extent for loop in loops}
-    indexed = {var for ix in leaf.index for var, _ in ix.terms}
+    indexed = {var for ix in leaf.index for var in ix.axes()}
     k = math.prod(loop.extent for loop in loops if loop.var not in indexed)
-    out = [math.prod(extents.get(var, 1) for var, _ in ix.terms) for ix in leaf.index]
-    n = out[-1] if out else 1
-    m = out[-2] if len(out) >= 2 else 1
-    batch = math.prod(out[:-2])
+    out = math.prod(extents[var] for var in indexed if var in extents)
+    m, n = (math.prod(extents.get(var, 1) for var in axes) for axes in leaf.matrix)
+    batch = out // max(m * n, 1)
     unit = target.matrix
     tiles = batch * -(-m // unit.tile_m) * -(-n // unit.tile_n) * -(-k // unit.tile_k)
     return tiles * unit.cycles_per_tile
