@@ -44,13 +44,23 @@ def missing_packages() -> list[str]:
     return [m for m in ("torch", "transformers", "onnxscript", "onnxruntime", "onnx") if not importable(m)]
 
 
+SETTLE_SECONDS = 0.05
+
+
 def interleaved_medians(engines: dict, runs: int) -> dict[str, float]:
-    """Median seconds of each engine's call, one call of each per round (so load drifts hit all alike)."""
+    """Median seconds of each engine's call, one timed call of each per round (so load drifts hit
+    all alike). Each engine's turn starts after a pause and an untimed call: a thread pool keeps
+    spinning for a while after its call (onnxruntime's does), and on a 2-core machine that took
+    the cores from whatever ran next (GPT-2 block, 2 threads: stitch 22 ms alone, 36 ms right
+    after onnxruntime; eager torch 26 and 47 ms). Timed back to back with its own previous call,
+    each engine is measured in its steady state, as a loop serving requests runs it."""
     for fn in engines.values():  # warm
         fn()
     times: dict[str, list[float]] = {name: [] for name in engines}
     for _ in range(runs):
         for name, fn in engines.items():
+            time.sleep(SETTLE_SECONDS)
+            fn()
             t = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t)
@@ -154,7 +164,8 @@ def main() -> int:
     names = args.only.split(",") if args.only else list(em.MODELS)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, onnxruntime "
           f"{onnxruntime.__version__}; hidden 768, 12 heads, sequence 128, batch 1; median of {args.runs}, engines "
-          "interleaved, each warm; stitch with outputs reused; ratios are stitch's time over each peer's\n")
+          "interleaved (each timed call after a pause and an untimed call of its own), each warm; stitch with outputs reused; "
+          "ratios are stitch's time over each peer's\n")
     print("| model | exporter | kernels | global/compulsory | import s | compile s | threads | stitch ms | "
           "onnxruntime ms | eager ms | torch.compile ms | stitch/ort | stitch/eager | stitch/compile |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
