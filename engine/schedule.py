@@ -640,9 +640,20 @@ def _gathered(ix: Ix) -> Indirect | None:
 
 
 def _complete(mapping: dict[str, Ix], a: Kernel, b: Kernel) -> dict[str, Ix]:
-    """b's unmapped axes renamed apart from a's."""
+    """b's unmapped axes renamed: a parallel one to a parallel axis of a of its extent that nothing
+    of b maps to (siblings then share a tile loop: the attention block's k and v projections,
+    joined on x, tile their columns together), the others apart from a's."""
     taken = {ax.name for ax in a.axes}
     full = dict(mapping)
+    bound = {ix.label for ix in mapping.values()}
+    free = [ax for ax in a.axes if ax.kind is AxisKind.PARALLEL and ax.name not in bound]
+    for ax in b.axes:
+        if ax.name in full or ax.kind is not AxisKind.PARALLEL:
+            continue
+        twin = next((other for other in free if other.extent == ax.extent), None)
+        if twin is not None:
+            free.remove(twin)
+            full[ax.name] = Ix.var(twin.name)
     for ax in b.axes:
         if ax.name in full:
             continue

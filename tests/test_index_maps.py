@@ -264,8 +264,7 @@ def test_model_pieces_have_no_copy_kernel(name, target):
     """Every kernel computes something: none is only layout and movement ops. RoPE, embedding +
     layer norm, logsumexp with a reshaped max and matmul + transpose + bias + relu are one kernel
     each; the attention block with its heads split and merged moves at most 2x its compulsory bytes
-    on the cpu (on accel its matmuls are bound by the matrix unit, and the cheapest schedule
-    re-reads x rather than stage it: 2.2x)."""
+    on both targets (on accel its q, k and v projections share one kernel, reading x once: 1.8x)."""
     from pathlib import Path
 
     from stitch.engine.ops import OPS, OpGroup
@@ -281,7 +280,7 @@ def test_model_pieces_have_no_copy_kernel(name, target):
         assert len(c.schedule.kernels) == 1
         if name != "embedding_layernorm":  # a gather reads only its rows of the table
             assert c.cost.global_bytes == c.cost.compulsory_bytes
-    if name == "attention_block" and target.kind == "cpu":
+    if name == "attention_block":
         assert c.cost.global_bytes <= 2 * c.cost.compulsory_bytes
 
 

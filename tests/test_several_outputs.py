@@ -113,3 +113,18 @@ def test_a_kernel_sharing_an_input_read_through_a_concat_piece_and_by_a_product(
 }}"""
     c = compile_text(text, load_target("cpu"))
     executes_like_the_reference(lower(c), c.graph, 0)
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "accel"])
+def test_sibling_products_of_one_input_share_a_kernel_and_its_column_tiles(target):
+    """Two products of x: joined on x, their column axes (free after the join, of one extent)
+    become one tile loop, so the kernel tiles both by columns and fits on accel (its two weights
+    whole did not: 527,360 bytes), reading x once."""
+    text = """func f(x: f32[128, 256], wk: f32[256, 256], wv: f32[256, 256]) -> (f32[128, 256], f32[128, 256]) {
+  return matmul(x, wk), matmul(x, wv)
+}"""
+    c = compile_text(text, target)
+    (kernel,) = c.schedule.kernels
+    assert len(kernel.roots) == 2 and len(c.cost.kernels[0].tile) >= 2
+    assert c.cost.global_bytes == c.cost.compulsory_bytes
+    executes_like_the_reference(lower(c), c.graph, 0)
