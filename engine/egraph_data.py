@@ -12,12 +12,14 @@ import json
 from dataclasses import dataclass, field
 
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS
+from .frozen import cached_hash
 from .graph import lookup
 from .ir import TensorType
 
 PLACEMENT_OF = {ctor: name for name, ctor in PLACEMENT_CTORS.items()}
 
 
+@cached_hash
 @dataclass(frozen=True)
 class ENode:
     ctor: str  # the egglog constructor: Un, Bin, Red, Global, ...

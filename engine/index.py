@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
+from .frozen import cached_hash
+
 Term = Union[str, "FloorDiv", "Mod", "Indirect"]
 
 
@@ -40,6 +42,7 @@ def _order(tc: tuple) -> tuple:
     return (0, -abs(coef), term) if isinstance(term, str) else (1, -abs(coef), repr(term))
 
 
+@cached_hash
 @dataclass(frozen=True)
 class Ix:
     """sum(coef * term) + const, terms in a canonical order (so equal expressions compare equal)."""
@@ -127,6 +130,7 @@ def _term_text(t: Term) -> str:
     return t if isinstance(t, str) else str(t)
 
 
+@cached_hash
 @dataclass(frozen=True)
 class _ByConstant:
     """An expression's floor quotient or remainder by a positive constant (`symbol` says which)."""
@@ -153,6 +157,7 @@ class Mod(_ByConstant):
     symbol = "%"
 
 
+@cached_hash
 @dataclass(frozen=True)
 class Indirect:
     """An index read from a tensor: `value` (an expression of the level that holds it: a kernel

@@ -39,6 +39,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from .egraph_data import EGraphData, ENode
+from .frozen import cached_hash
 from .index import FloorDiv, Indirect, Ix, Mod, bounds
 from .ir import TensorType
 from .maps import GatherRef, Guard, operand_maps
@@ -68,6 +69,11 @@ class AxisKind(StrEnum):
     REDUCE = "reduce"  # an axis a reduction or matmul sums over inside the kernel
 
 
+# by name, for the kernel walk (a dict lookup, not an enum call per edge)
+_PLACEMENTS = {p.value: p for p in Placement}
+_HOLDS = {h.value: h for h in Hold}
+
+
 # An operand reference: ("global", cid) | ("const", value) | (hold, instance key)
 Operand = tuple[str, object]
 
@@ -90,6 +96,7 @@ def indirect_atoms(index: tuple[Ix, ...]) -> Iterator[Indirect]:
                 yield from indirect_atoms((t.x,))
 
 
+@cached_hash
 @dataclass(frozen=True)
 class Instance:
     cid: str  # the value's e-class
@@ -142,6 +149,7 @@ def packed_operand(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
     return tuple(a for a in axes if a not in columns) + tuple(a for a in axes if a in columns)
 
 
+@cached_hash
 @dataclass(frozen=True)
 class Read:
     """A global value read inside a kernel: at `index`, under `guards`, in the nest of `owner`."""
@@ -165,6 +173,7 @@ class Axis:
     kind: AxisKind
 
 
+@cached_hash
 @dataclass(frozen=True)
 class Kernel:
     roots: tuple[str, ...]  # the values it writes to global memory (the first sets the axes)
@@ -287,7 +296,7 @@ def operand_edges(choice: dict[str, ENode], node: ENode) -> list[tuple[Placement
     for child in node.children:
         pnode = choice[child]
         if pnode.is_placement:
-            edges.append((Placement(pnode.op), pnode.children[0]))
+            edges.append((_PLACEMENTS[pnode.op], pnode.children[0]))
         else:
             edges.append((Placement.GLOBAL, child))
     return edges
@@ -367,8 +376,11 @@ def _with_owners(k: Kernel) -> Kernel:
     # a gather's indices are read wherever its index is evaluated: in the nests that read through
     # it, and in the nest of a value held at a gathered index
     evaluates: dict[Indirect, set[int]] = {}
+    read_at: dict[int, list[tuple[Ix, ...]]] = {}
+    for r in k.reads:
+        read_at.setdefault(r.site[0], []).append(r.index)
     for inst in k.instances:
-        reads_at = (r.index for r in k.reads if r.site[0] == inst.key)
+        reads_at = read_at.get(inst.key, ())
         for atom in set(indirect_atoms(inst.index)).union(*(indirect_atoms(index) for index in reads_at)):
             evaluates.setdefault(atom, set()).update(nests.get(inst.key, ()))
     reads = []
@@ -432,7 +444,7 @@ class _Builder:
                 operands.append(("global", value))
             else:
                 self.check_edge(node, edge, vnode, m.index, index)
-                operands.append((edge.value, self.visit(value, m.index, Hold(edge.value), owner, under)))
+                operands.append((edge.value, self.visit(value, m.index, _HOLDS[edge.value], owner, under)))
         self.instances[key] = Instance(cid, node, index, hold, key, tuple(operands),
                                        tuple(m.index for m in maps), owner, guards)
         if hold in (Hold.SHARED, Hold.LOCAL):
