@@ -113,6 +113,11 @@ class Instance:
     def held(self) -> bool:
         return self.hold is not Hold.INLINE
 
+    def renumbered(self, key: int, owner: int, operands: tuple[Operand, ...]) -> "Instance":
+        """This instance under another key, owner and operand references (as `Read.moved`)."""
+        return Instance(self.cid, self.node, self.index, self.hold, key, operands, self.operand_index, owner,
+                        self.guards)
+
     @cached_property
     def axes(self) -> tuple[str, ...]:
         """The kernel axes its value varies along, in first-use order."""
@@ -164,6 +169,11 @@ class Read:
     @cached_property
     def axes(self) -> tuple[str, ...]:
         return index_axes(self.index)
+
+    def moved(self, owner: int, site: tuple[int, int] | None = None) -> "Read":
+        """This read in another nest (and at another site): `dataclasses.replace` without its
+        introspection, which kernel merging calls millions of times on a large program."""
+        return Read(self.cid, self.index, owner, self.site if site is None else site, self.guards, self.shared)
 
 
 @dataclass(frozen=True)
@@ -384,11 +394,11 @@ def _with_owners(k: Kernel) -> Kernel:
         for atom in set(indirect_atoms(inst.index)).union(*(indirect_atoms(index) for index in reads_at)):
             evaluates.setdefault(atom, set()).update(nests.get(inst.key, ()))
     reads = []
-    for r in dict.fromkeys(replace(r, owner=-1) for r in k.reads):
+    for r in dict.fromkeys(r.moved(-1) for r in k.reads):
         owners = set(nests.get(r.site[0], ()))
         if r.site[1] == 1 and k.instances[r.site[0]].node.op == "gather":
             owners |= evaluates.get(k.instances[r.site[0]].gathered, set())
-        reads.extend(replace(r, owner=owner) for owner in sorted(owners))
+        reads.extend(r.moved(owner) for owner in sorted(owners))
     return replace(k, reads=tuple(reads))
 
 
@@ -475,21 +485,42 @@ def merge_kernels(kernels: list[Kernel], outputs: set[str]) -> list[Kernel]:
     group = list(range(len(kernels)))
     merged: dict[int, Kernel] = dict(enumerate(kernels))
     writer = {cid: i for i, k in enumerate(kernels) for cid in k.roots}
-    deps = [{writer[r.cid] for r in k.reads if r.cid in writer} for k in kernels]
+    # group -> the groups whose values it reads from global memory (acyclic, kept so as merges go)
+    reads_from = {i: {writer[r.cid] for r in k.reads if r.cid in writer} for i, k in enumerate(kernels)}
     for i, j in _joins(kernels):
         gi, gj = group[i], group[j]
-        if gi == gj:
+        if gi == gj or gi in reads_from[gi] or gj in reads_from[gj]:
             continue
-        trial = [gi if g == gj else g for g in group]
-        if not _acyclic(trial, deps):
+        # joined, they would read from global memory what they write (a path from one to the
+        # other), or two kernels would each wait for the other (a longer cycle): both need a path
+        if _reaches(reads_from, gi, gj) or _reaches(reads_from, gj, gi):
             continue
         joined = _merge(merged[gi], merged[gj])
         if joined is None:
             continue
-        group = trial
+        group = [gi if g == gj else g for g in group]
         merged[gi] = joined
         del merged[gj]
+        reads_from[gi] |= reads_from.pop(gj)
+        for ds in reads_from.values():
+            if gj in ds:
+                ds.discard(gj)
+                ds.add(gi)
     return _order(list(merged.values()), outputs)
+
+
+def _reaches(edges: dict[int, set[int]], start: int, goal: int) -> bool:
+    """Whether `goal` is reachable from `start` along `edges`."""
+    seen = {start}
+    stack = [start]
+    while stack:
+        for nxt in edges.get(stack.pop(), ()):
+            if nxt == goal:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
 
 
 def _joins(kernels: list[Kernel]) -> list[tuple[int, int]]:
@@ -506,34 +537,6 @@ def _joins(kernels: list[Kernel]) -> list[tuple[int, int]]:
             if j != i:
                 joins.append((j, i))
     return list(dict.fromkeys(joins))
-
-
-def _acyclic(group: list[int], deps: list[set[int]]) -> bool:
-    """No group reads what it writes, directly or through other groups."""
-    edges: dict[int, set[int]] = {}
-    for i, ds in enumerate(deps):
-        for d in ds:
-            if group[d] == group[i]:
-                return False  # one kernel would read, from global memory, a value it writes itself
-            edges.setdefault(group[i], set()).add(group[d])
-    state: dict[int, int] = {}
-    for start in edges:
-        if state.get(start):
-            continue
-        stack = [(start, iter(edges.get(start, ())))]
-        state[start] = 1
-        while stack:
-            node, it = stack[-1]
-            nxt = next(it, None)
-            if nxt is None:
-                state[node] = 2
-                stack.pop()
-            elif state.get(nxt) == 1:
-                return False
-            elif not state.get(nxt):
-                state[nxt] = 1
-                stack.append((nxt, iter(edges.get(nxt, ()))))
-    return True
 
 
 def _full(inst: Instance) -> bool:
@@ -747,7 +750,7 @@ def _redirect(instances: list[Instance], same: dict[int, int]) -> list[Instance]
     for inst in instances:
         operands = tuple((kind, same.get(ref, ref) if kind not in ("global", "const") else ref)
                          for kind, ref in inst.operands)
-        out.append(replace(inst, operands=operands, owner=same.get(inst.owner, inst.owner)))
+        out.append(inst.renumbered(inst.key, same.get(inst.owner, inst.owner), operands))
     for dup, kept in same.items():
         if out[dup].hold in (Hold.SHARED, Hold.LOCAL) and out[kept].hold is Hold.ROOT:
             out[kept] = replace(out[kept], hold=out[dup].hold)
@@ -774,8 +777,8 @@ def _compact(k: Kernel) -> Kernel:
     for old in keep:
         inst = k.instances[old]
         operands = tuple((kind, new[ref] if kind not in ("global", "const") else ref) for kind, ref in inst.operands)
-        instances.append(replace(inst, key=new[old], owner=new.get(inst.owner, -1), operands=operands))
-    reads = tuple(replace(r, owner=new.get(r.owner, -1), site=(new[r.site[0]], r.site[1]))
+        instances.append(inst.renumbered(new[old], new.get(inst.owner, -1), operands))
+    reads = tuple(r.moved(new.get(r.owner, -1), (new[r.site[0]], r.site[1]))
                   for r in k.reads if r.site[0] in new)
     used = {a for inst in instances for t in (inst.index, *inst.operand_index) for i in t for a in i.axes()}
     axes = tuple(a for a in k.axes if a.name in used)
