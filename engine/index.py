@@ -103,14 +103,23 @@ class Ix:
                 yield from t.axes()
 
     def substitute(self, mapping: dict[str, "Ix"]) -> "Ix":
-        """Each axis `a` replaced by `mapping[a]` (axes not in it stay)."""
-        out = Ix.constant(self.const)
+        """Each axis `a` replaced by `mapping[a]` (axes not in it stay); `self` itself when that
+        changes nothing (kernel merging renames mostly to the same names)."""
+        if all(a not in mapping or mapping[a].label == a for a in self.axes()):
+            return self
+        merged: dict = {}
+        const = self.const
         for t, c in self.terms:
-            if isinstance(t, str):
-                out = out + (mapping[t] * c if t in mapping else Ix.var(t, c))
-            else:
-                out = out + Ix.var(t.substitute(mapping), c)
-        return out
+            if not isinstance(t, str):
+                t = t.substitute(mapping)
+            elif t in mapping:
+                m = mapping[t]
+                const += m.const * c
+                for t2, c2 in m.terms:
+                    merged[t2] = merged.get(t2, 0) + c2 * c
+                continue
+            merged[t] = merged.get(t, 0) + c
+        return Ix.of(merged, const)
 
     def map_atoms(self, fn: Callable[[Term], "Ix"]) -> "Ix":
         """Each atom replaced by fn(atom) (axes stay)."""
