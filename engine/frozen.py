@@ -24,5 +24,12 @@ def cached_hash(cls):
             object.__setattr__(self, "_hash", h)
             return h
 
+    def __getstate__(self) -> dict:
+        """Pickled without the remembered hash: a string's hash differs from process to process."""
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
     cls.__hash__ = __hash__
+    cls.__getstate__ = __getstate__
     return cls

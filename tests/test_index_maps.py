@@ -370,3 +370,16 @@ def test_an_index_out_of_range_in_a_fused_lookup_is_the_same_error(target, tmp_p
     err = capsys.readouterr().err
     assert "gather at " in err and "e.ir:2:11: index 10 is out of range for axis 0 of size 10" in err, err
     assert "Traceback" not in err
+
+
+def test_index_expressions_remember_their_hash_but_do_not_pickle_it():
+    """engine/frozen.py: the hash is computed once; a pickled copy (another process, whose string
+    hashes differ) computes its own."""
+    import pickle
+
+    ix = Ix.of({"p0": 4, FloorDiv(Ix.var("r0"), 8): 1}, 3)
+    assert hash(ix) == hash(ix) and "_hash" in ix.__dict__
+    copy = pickle.loads(pickle.dumps(ix))
+    assert "_hash" not in copy.__dict__ and copy == ix and hash(copy) == hash(ix)
+    assert ix.substitute({"p0": Ix.var("p0")}) is ix  # a renaming that changes nothing
+    assert ix.substitute({"p0": Ix.var("q0", 2, 1)}) == Ix.of({"q0": 8, FloorDiv(Ix.var("r0"), 8): 1}, 7)
