@@ -153,6 +153,57 @@ def test_the_first_job_of_a_process_wakes_the_workers_it_starts(tmp_path):
         assert every_tile_once == "True" and int(distinct) >= 2
 
 
+PINNED = """
+import ctypes, os, sys
+from pathlib import Path
+from stitch.targets import cpu, runtime
+home, threads, allowed = Path(sys.argv[1]), int(sys.argv[3]), {int(c) for c in sys.argv[4].split(",")}
+os.sched_setaffinity(0, allowed)
+lib = ctypes.CDLL(sys.argv[2])
+rt = runtime._load(cpu.compiler(), home / "cache")
+runtime.set_threads(threads)
+runs, distinct = (ctypes.c_int * 16)(), ctypes.c_int64()
+def call():
+    lib.run_tiles(ctypes.cast(rt.stitch_rt_run, ctypes.c_void_p), ctypes.c_int64(16), ctypes.c_int64(1),
+                  ctypes.c_size_t(256), 1, 0, runs, ctypes.byref(distinct))
+call()
+me = os.gettid() if hasattr(os, "gettid") else os.getpid()
+workers = [int(t) for t in os.listdir("/proc/self/task") if int(t) != me]
+masks = [sorted(os.sched_getaffinity(t)) for t in workers]
+pinned = [m[0] for m in masks if len(m) == 1]
+# the caller put on a worker's CPU: the call moves it off, and leaves its own mask as it was
+for cpu_ in pinned:
+    os.sched_setaffinity(0, {cpu_}); os.sched_setaffinity(0, allowed)
+    call()
+print(sorted(os.sched_getaffinity(0)) == sorted(allowed), len(pinned), len(set(pinned)), len(workers))
+"""
+
+
+@needs_cc
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs")
+def test_workers_are_pinned_to_cpus_of_their_own_and_the_caller_keeps_its_mask(tmp_path):
+    """Unpinned, Linux woke a sleeping worker onto its caller's CPU after an idle pause, and the
+    two shared one core (a 2-thread call took the 1-thread time). With a CPU per thread, each worker
+    is pinned to a CPU of its own; the caller's own affinity is left as it was. With fewer CPUs
+    than threads nothing is pinned."""
+    lib = build_harness(cpu.compiler(), tmp_path)
+    root = str(Path(stitch.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def run(threads: int, allowed: list[int]) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", PINNED, str(tmp_path), str(lib), str(threads),
+                              ",".join(map(str, allowed))], capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.split()
+
+    mask_kept, pinned, distinct, _ = run(2, cpus[:2])  # (numpy may have threads of its own, unpinned)
+    assert mask_kept == "True" and (pinned, distinct) == ("1", "1")
+    mask_kept, pinned, _, _ = run(3, cpus[:2])  # more threads than CPUs: none pinned
+    assert mask_kept == "True" and pinned == "0"
+
+
 @needs_cc
 def test_a_pool_shrunk_after_growing_still_wakes_a_worker_that_takes_part(harness, threads):
     """Workers beyond the pool's size ignore jobs: waking only those would leave the caller alone."""
