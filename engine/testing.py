@@ -512,6 +512,23 @@ def schedule_of(text: str, target) -> str:
     return print_schedule(c.graph.name, target.name, c.schedule, c.cost, target.clock_ghz)
 
 
+def target_text(builtin: str = "cpu", **keys) -> str:
+    """A built-in target description's text with top-level `keys` set to the TOML values given
+    (`onchip_bytes=32768`, `name='"small"'`). Setting `onchip_bytes` drops `onchip_cache`, so the
+    size given is the size used, on any machine."""
+    import re
+
+    from ..targets.target import TARGET_DIR
+
+    text = (TARGET_DIR / f"{builtin}.toml").read_text()
+    if "onchip_bytes" in keys:
+        text = re.sub(r"(?m)^onchip_cache = .*\n", "", text)
+    for key, value in keys.items():
+        text, n = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+        assert n == 1, f"{builtin}.toml has no line '{key} = ...'"
+    return text
+
+
 def loops_of(text: str, target) -> str:
     """The loop nests `stitch compile --emit loops` prints for `.ir` text on `target`."""
     from ..lowering.loops import print_loops

@@ -7,6 +7,7 @@ naming the file, line and key.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import tomllib
@@ -79,8 +80,10 @@ _FIELDS = {
     "name": str, "kind": str, "clock_ghz": float, "cores": int, "onchip_bytes": int,
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
     "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
-    "matrix": dict, "op_cycles": dict,
+    "matrix": dict, "op_cycles": dict, "onchip_cache": str,
 }
+CACHE_LEVELS = {"l1": 1, "l2": 2, "l3": 3}
+SYSFS_CPU = Path("/sys/devices/system/cpu")
 _REQUIRED = ("name", "kind", "clock_ghz", "cores", "onchip_bytes", "global_bandwidth", "launch_cycles",
              "vector_lanes")
 _MATRIX = ("tile_m", "tile_n", "tile_k", "cycles_per_tile")
@@ -123,6 +126,12 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
     for key, rule in _NUMBERS.items():
         if key in data and (problem := _number_problem(data[key], rule)):
             raise error(key, f"'{key}' must be {problem}, got {data[key]!r}")
+    if "onchip_cache" in data:
+        level = data.pop("onchip_cache")
+        if level not in CACHE_LEVELS:
+            raise error("onchip_cache", f"'onchip_cache' must be one of {', '.join(map(repr, CACHE_LEVELS))}, "
+                                        f"got {level!r}")
+        data["onchip_bytes"] = machine_cache_bytes(CACHE_LEVELS[level]) or data["onchip_bytes"]
     if "alignment" in data and data["alignment"] & (data["alignment"] - 1):
         raise error("alignment", f"'alignment' must be a power of two, got {data['alignment']}")
     matrix = None
@@ -156,6 +165,27 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
         if key in fields and want is float:
             fields[key] = float(fields[key])
     return Target(**fields, matrix=matrix, op_cycles=op_cycles)
+
+
+@functools.cache
+def machine_cache_bytes(level: int, root: Path = SYSFS_CPU) -> int | None:
+    """The data (or unified) cache of this level one core has, from Linux sysfs: its size over
+    the CPUs sharing it. None where the machine does not say (not Linux, no such level)."""
+    try:
+        for index in sorted((root / "cpu0" / "cache").glob("index*")):
+            if int((index / "level").read_text()) != level or (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip()
+            scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1:], 1)
+            nbytes = int(size.rstrip("KMG")) * scale
+            sharing = 0
+            for part in (index / "shared_cpu_list").read_text().strip().split(","):
+                lo, _, hi = part.partition("-")
+                sharing += int(hi or lo) - int(lo) + 1
+            return nbytes // max(sharing, 1) or None
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 # What each number of a target description may be: a "count" is a positive integer (at most

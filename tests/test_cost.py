@@ -20,7 +20,7 @@ from stitch.engine.parse import parse_file, parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
 from stitch.engine.rules import builtin_rule_files
 from stitch.engine.schedule import CyclicChoice, build_schedule
-from stitch.engine.testing import graphs, schedule_of
+from stitch.engine.testing import graphs, schedule_of, target_text
 from stitch.targets.target import load_target, parse_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -129,8 +129,7 @@ kernel k0 -> out0: f32[16, 32], out1: f32[16]
 
 
 def tiny_target(onchip: int) -> object:
-    text = (EXAMPLES.parent / "targets" / "cpu.toml").read_text()
-    return parse_target(text.replace("onchip_bytes = 524288", f"onchip_bytes = {onchip}"), "tiny.toml")
+    return parse_target(target_text(onchip_bytes=onchip), "tiny.toml")
 
 
 def test_small_capacity_falls_back_to_more_kernels_and_says_why():

@@ -381,11 +381,10 @@ def test_f16_matmul_rounds_once_per_element_as_numpy_does(target, cache):
 def test_a_matmul_walked_in_chunks_equals_the_reference(t, cache, tmp_path):
     """A 32 KB target forces K = 1024 into chunks; the epilogue (bias, residual, relu) runs once
     after the last chunk, the accumulator is set once before the first."""
-    from stitch.engine.testing import loops_of
+    from stitch.engine.testing import loops_of, target_text
 
     target = tmp_path / "small.toml"
-    target.write_text((EXAMPLES.parent / "targets" / "cpu.toml").read_text()
-                      .replace("onchip_bytes = 524288", "onchip_bytes = 32768").replace('name = "cpu"', 'name = "small"'))
+    target.write_text(target_text(onchip_bytes=32768, name='"small"'))
     text = (f"func f(a: {t}[24, 1024], b: {t}[1024, 48], bias: {t}[48], r: {t}[24, 48]) -> {t}[24, 48] {{ "
             "return relu(add(add(matmul(a, b), bias), r)) }")
     f = stitch.compile(text, target=str(target), cache_dir=cache)

@@ -87,13 +87,13 @@ def test_capacity_policies_are_what_tiling_reads():
     from stitch.engine.parse import parse_program
     from stitch.engine.pipeline import compile_graph
     from stitch.engine.rules import builtin_rule_files
+    from stitch.engine.testing import target_text
 
     def priced(text: str, **keys):
-        """The cpu target's cost of the program's one kernel, and its cost with `keys` changed."""
+        """The cost of the program's one kernel on a 512 KiB cpu, and its cost with `keys` changed."""
         graph = check_func(parse_program(text).funcs[0])
-        c = compile_graph(graph, builtin_rule_files(), parse_target(BUILTIN["cpu"], "cpu.toml"))
-        changed = "\n".join(f"{k} = {keys[k]}" if (k := line.partition(" =")[0]) in keys else line
-                            for line in BUILTIN["cpu"].splitlines())
+        c = compile_graph(graph, builtin_rule_files(), parse_target(target_text(onchip_bytes=524288), "cpu.toml"))
+        changed = target_text(onchip_bytes=524288, **keys)
         (kernel,) = c.schedule.kernels
         return c.cost.kernels[0], kernel_cost(kernel, c.data.types, parse_target(changed, "t.toml"))
 
@@ -102,6 +102,36 @@ def test_capacity_policies_are_what_tiling_reads():
     assert len(default.resident) == 1 and not small.resident  # g
     default, many = priced((EXAMPLES / "softmax.ir").read_text(), tiles_per_core=128)
     assert (default.tiles, many.tiles) == (128, 256)
+
+
+def fake_caches(root: Path, caches: list[tuple[int, str, str, str]]) -> Path:
+    """A sysfs cpu tree whose cpu0 has these (level, type, size, shared_cpu_list) caches."""
+    for i, (level, kind, size, shared) in enumerate(caches):
+        d = root / "cpu0" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+            (d / name).write_text(f"{value}\n")
+    return root
+
+
+def test_onchip_cache_reads_the_machines_cache_per_core(tmp_path):
+    """The built-in cpu's on-chip size is the L2 per core the machine reports (a shared cache
+    divided among the CPUs sharing it); onchip_bytes where it reports none."""
+    from stitch.targets.target import machine_cache_bytes
+
+    root = fake_caches(tmp_path / "a", [(1, "Data", "48K", "0"), (1, "Instruction", "32K", "0"),
+                                        (2, "Unified", "1024K", "0"), (3, "Unified", "32768K", "0-1,4-5")])
+    assert machine_cache_bytes.__wrapped__(1, root) == 48 * 1024  # the data cache, not the instruction one
+    assert machine_cache_bytes.__wrapped__(2, root) == 1024 * 1024
+    assert machine_cache_bytes.__wrapped__(3, root) == 32 * 1024 * 1024 // 4
+    assert machine_cache_bytes.__wrapped__(2, tmp_path / "none") is None
+    assert machine_cache_bytes.__wrapped__(4, root) is None
+    reported = machine_cache_bytes(2)
+    cpu = parse_target(BUILTIN["cpu"], "cpu.toml")
+    assert cpu.onchip_bytes == (reported or 524288)
+    assert parse_target(BUILTIN["cpu"].replace('onchip_cache = "l2"\n', ""), "t.toml").onchip_bytes == 524288
+    with pytest.raises(StitchError, match=r"t.toml:\d+:1: .*'onchip_cache' must be one of 'l1', 'l2', 'l3', got 'l9'"):
+        parse_target(BUILTIN["cpu"].replace('onchip_cache = "l2"', 'onchip_cache = "l9"'), "t.toml")
 
 
 # -- mutated target files ----------------------------------------------------------
