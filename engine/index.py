@@ -196,7 +196,11 @@ class Indirect:
 
 def bounds(ix: Ix, extent: Callable[[str], int]) -> tuple[int, int]:
     """Inclusive (lo, hi) of `ix` when every axis `a` ranges over [0, extent(a))."""
-    return interval(ix, lambda a: (0, extent(a) - 1))
+    return interval(ix, _from_zero(extent))
+
+
+def _from_zero(extent: Callable[[str], int]) -> Callable[[str], tuple[int, int]]:
+    return lambda a: (0, extent(a) - 1)
 
 
 def interval(ix: Ix, span: Callable[[str], tuple[int, int]]) -> tuple[int, int]:
@@ -225,12 +229,19 @@ def _term_interval(t: Term, span) -> tuple[int, int]:
 
 def simplify(ix: Ix, extent: Callable[[str], int]) -> Ix:
     """`ix` with the div/mod atoms that ranges decide taken out (see the module docstring)."""
+    return simplify_in(ix, _from_zero(extent))
+
+
+def simplify_in(ix: Ix, span: Callable[[str], tuple[int, int]]) -> Ix:
+    """`simplify` where each axis ranges over the inclusive span(a), not only from 0: a concat's
+    side, read only where the concat's index is below (or from) its split, knows that much more
+    (Llama's rotate_half: `(r + 736) // 768` is 1 where r >= 32)."""
     out = Ix.constant(ix.const)
     for t, c in ix.terms:
         if isinstance(t, FloorDiv):
-            out = out + floordiv(simplify(t.x, extent), t.d, extent) * c
+            out = out + _floordiv(simplify_in(t.x, span), t.d, span) * c
         elif isinstance(t, Mod):
-            out = out + mod(simplify(t.x, extent), t.d, extent) * c
+            out = out + _mod(simplify_in(t.x, span), t.d, span) * c
         else:
             out = out + Ix.var(t, c)
     return _recombine(out)
@@ -240,45 +251,53 @@ def floordiv(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
     """floor(x / d), exact: terms whose coefficient d divides come out; the rest stays an atom
     unless its range lies within one multiple of d, or a factor of d can be taken out first
     (`_factor`: `(64*a + b) // 1024 = a // 16` when `0 <= b < 64`)."""
+    return _floordiv(x, d, _from_zero(extent))
+
+
+def _floordiv(x: Ix, d: int, span) -> Ix:
     if d == 1:
         return x
     whole = {t: c // d for t, c in x.terms if c % d == 0}
     q, r = divmod(x.const, d)
     rest = Ix.of({t: c for t, c in x.terms if c % d}, r)
-    lo, hi = bounds(rest, extent)
+    lo, hi = interval(rest, span)
     if lo // d == hi // d:
         return Ix.of(whole, q + lo // d)
-    factored = _factor(rest, d, extent)
+    factored = _factor(rest, d, span)
     if factored is not None:
         m, outer, _ = factored
-        return Ix.of(whole, q) + floordiv(outer, d // m, extent)
+        return Ix.of(whole, q) + _floordiv(outer, d // m, span)
     return Ix.of(whole, q) + Ix.var(FloorDiv(rest, d))
 
 
 def mod(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
     """x mod d (non-negative), exact: coefficients and the constant reduced mod d; the atom goes
     when the rest's range lies within one period, or a factor of d comes out as in `floordiv`."""
+    return _mod(x, d, _from_zero(extent))
+
+
+def _mod(x: Ix, d: int, span) -> Ix:
     if d == 1:
         return Ix.constant(0)
     rest = Ix.of({t: c % d for t, c in x.terms if c % d}, x.const % d)
-    lo, hi = bounds(rest, extent)
+    lo, hi = interval(rest, span)
     if lo // d == hi // d:
         return rest - (lo // d) * d
-    factored = _factor(rest, d, extent)
+    factored = _factor(rest, d, span)
     if factored is not None:
         m, outer, inner = factored
-        return mod(outer, d // m, extent) * m + inner
+        return _mod(outer, d // m, span) * m + inner
     return Ix.var(Mod(rest, d))
 
 
-def _factor(x: Ix, d: int, extent: Callable[[str], int]) -> tuple[int, Ix, Ix] | None:
+def _factor(x: Ix, d: int, span) -> tuple[int, Ix, Ix] | None:
     """(m, outer, inner) with x = m*outer + inner, m a proper factor of d above 1 and inner's range
     within [0, m): then x // d = outer // (d/m) and x % d = m*(outer % (d/m)) + inner. The factor
     tried is each coefficient's common factor with d, largest first."""
     for m in sorted({math.gcd(c, d) for _, c in x.terms} - {1, d}, reverse=True):
         big = {t: c // m for t, c in x.terms if c % m == 0}
         small = Ix.of({t: c for t, c in x.terms if c % m}, x.const % m)
-        lo, hi = bounds(small, extent)
+        lo, hi = interval(small, span)
         if lo // m == hi // m:
             shift = lo // m
             return m, Ix.of(big, x.const // m + shift), small - shift * m

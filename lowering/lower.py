@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from ..engine.cost import KernelCost, ScheduleCost, Staged, matrix_dims, reduced_axes, region
 from ..engine.graph import Graph
-from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify
+from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify, simplify_in
 from ..engine.ir import TensorType
 from ..engine.maps import GatherRef
 from ..engine.ops import REDUCE as REDUCTIONS
@@ -156,7 +156,10 @@ class _KernelLowering:
         self.position = {a: (Ix.var(a + "o", t) + Ix.var(a)) if t < kernel.extents[a] else Ix.var(a)
                          for a, t in self.tile.items()}
         self.after_tiles = False  # lowering the epilogue: every axis whole, no tile loops around
-        self.exprs: dict[tuple[int, bool], Expr] = {}
+        self.exprs: dict[tuple, Expr] = {}
+        # loop variables a concat's side narrows (it is read only where the concat's index is below,
+        # or from, its split): inclusive (lo, hi), which indices inside that side simplify with
+        self.narrowed: dict[str, tuple[int, int]] = {}
         # a chunked reduction (KernelCost.chunked): its accumulator is set before the chunk loop,
         # and what follows the product runs after it
         self.before_chunk: list[Stmt] = []
@@ -177,6 +180,8 @@ class _KernelLowering:
         resolved gather's index value is already a loop-level expression, which substitution leaves)."""
         resolved = self._resolve(ix)
         moved = resolved if self.after_tiles else resolved.substitute(self.position)
+        if self.narrowed:
+            return simplify_in(moved, lambda v: self.narrowed.get(v) or (0, self.extent(v) - 1))
         return simplify(moved, self.extent)
 
     def _resolve(self, ix: Ix) -> Ix:
@@ -434,7 +439,7 @@ class _KernelLowering:
         """The value of an elementwise or injective instance as an expression: built once per
         instance and shared by every use (an inline value read twice is one node; the C printer
         computes it once)."""
-        key = (inst.key, self.after_tiles)
+        key = (inst.key, self.after_tiles, tuple(sorted(self.narrowed.items())))
         if key not in self.exprs:
             self.exprs[key] = self._expr(inst)
         return self.exprs[key]
@@ -455,9 +460,35 @@ class _KernelLowering:
         if op == "concat":
             axis = inst.node.attr("axis")
             split = self.types[inst.node.children[0]].shape[axis]
-            return Select(self.at(inst.index[axis]), split, self.operand(inst, 0), self.operand(inst, 1), dtype)
+            at = self.at(inst.index[axis])
+            low, high = (self.narrow(at, split, side, lambda i=i: self.operand(inst, i)) for i, side in enumerate("<>"))
+            return Select(at, split, low, high, dtype)
         args = tuple(self.operand(inst, i) for i in range(len(inst.operands)))
         return Op(op, args, dtype)
+
+    def narrow(self, at: Ix, split: int, side: str, build):
+        """`build()` (a concat's side) with the loop variable of its index `at` narrowed to where
+        that side is read: `at < split` ('<') or `at >= split` ('>'). Only an index of one variable
+        with a positive step narrows; any other builds as it is."""
+        if len(at.terms) != 1 or not isinstance(at.terms[0][0], str) or at.terms[0][1] <= 0:
+            return build()
+        (v, c), = at.terms
+        lo, hi = self.narrowed.get(v) or (0, self.extent(v) - 1)
+        if side == "<":  # c*v + const <= split - 1
+            hi = min(hi, (split - 1 - at.const) // c)
+        else:  # c*v + const >= split
+            lo = max(lo, -(-(split - at.const) // c))
+        if lo > hi:
+            return build()  # this side is never read here: nothing to narrow to
+        before = self.narrowed.get(v)
+        self.narrowed[v] = (lo, hi)
+        try:
+            return build()
+        finally:
+            if before is None:
+                del self.narrowed[v]
+            else:
+                self.narrowed[v] = before
 
 
 def _checks(e: Expr, site: int) -> bool:

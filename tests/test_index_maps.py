@@ -18,9 +18,11 @@ from stitch.engine.check import check_program
 from stitch.engine.cli import main
 from stitch.engine.errors import StitchError
 from stitch.engine.index import FloorDiv, Ix, Mod, simplify
+from stitch.engine.interp import evaluate, random_inputs
 from stitch.engine.pipeline import compile_graph
 from stitch.engine.rules import builtin_rule_files
 from stitch.engine.testing import executes_like_the_reference, graphs, loops_of, schedule_of
+from stitch.engine.tolerance import compare
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import lower
 from stitch.targets.target import load_target
@@ -83,6 +85,42 @@ def test_simplified_div_and_mod_are_exact(coefs, extents, const, d):
         at = dict(zip(names, point))
         assert (_value(q, at), _value(r, at)) == (_value(x, at) // d, _value(x, at) % d), (x, d, q, r, at)
 
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from([-4, -1, 1, 2, 3, 16, 64]), min_size=2, max_size=2),
+       st.lists(st.tuples(st.integers(-3, 6), st.integers(0, 9)), min_size=2, max_size=2), st.integers(-5, 70),
+       st.sampled_from([2, 3, 8, 24, 64]), st.sampled_from([2, 5, 7]))
+def test_div_and_mod_simplified_over_spans_are_exact(coefs, spans, const, d, outer):
+    """simplify_in, where axes start anywhere (a concat's side): equal on every point of the spans."""
+    import itertools
+
+    from stitch.engine.index import simplify_in
+
+    span = {n: (lo, lo + w) for n, (lo, w) in zip("ab", spans)}
+    x = Ix.of(dict(zip("ab", coefs)), const)
+    ix = Ix.var(FloorDiv(x, d), outer) + Ix.var(Mod(x, d))
+    got = simplify_in(ix, span.__getitem__)
+    for point in itertools.product(*(range(lo, hi + 1) for lo, hi in span.values())):
+        at = dict(zip("ab", point))
+        assert _value(got, at) == _value(ix, at), (ix, span, got, at)
+
+
+def test_a_concat_side_simplifies_with_the_range_it_is_read_in():
+    """Llama's rotate_half on heads split from a flat row: the side read where p3 >= 32 reads
+    x[.., 64*h + p3 - 32]; without the narrowed range its index kept a div and a mod (the row
+    moved by (64*h + p3 + 736) // 768), computed per element in the attention kernel."""
+    before = """func f(x: f32[1, 16, 768], sin: f32[16, 64]) -> f32[1, 12, 16, 64] {
+  h = transpose(reshape(x, shape=[1, 16, 12, 64]), perm=[0, 2, 1, 3])
+  rot = concat(neg(slice(h, axes=[3], starts=[32], ends=[64])), slice(h, axes=[3], starts=[0], ends=[32]), axis=3)
+  return mul(rot, sin)
+}"""
+    loops = loops_of(before, ACCEL)
+    assert "//" not in loops and "%" not in loops, loops
+    assert "(p3 < 32 ? neg(x[0, p2, 384*p1o + 64*p1 + p3 + 32]) : x[0, p2, 384*p1o + 64*p1 + p3 - 32])" in loops
+    for target in ("cpu", "accel"):
+        f = stitch.compile(before, target=target)
+        inputs = random_inputs(f.graph, 3)
+        assert compare(f(**inputs)[0], evaluate(f.graph, inputs)[0]) == ""
 
 
 def test_a_factor_above_the_rest_of_the_sum_divides_out():
