@@ -21,8 +21,10 @@
    starting caller is on (when the set has a CPU per thread). Unpinned, Linux woke a sleeping
    worker onto the caller's own CPU (wake-affine placement) after any idle pause: both then shared
    one core while the other idled, and a 2-thread call took the 1-thread time (the BERT layer,
-   called after a 50 ms pause: 10-11 ms against 6.2 warm). The caller stays unpinned; the
-   scheduler moves it off a pinned worker's CPU. */
+   called after a 50 ms pause: 10-11 ms against 6.2 warm). The caller stays unpinned, but a
+   parallel job it submits from a worker's CPU first moves it off (`step_off_workers`: its
+   affinity narrowed to the other CPUs and at once restored), since the scheduler takes
+   milliseconds to move it there itself. */
 
 #define _GNU_SOURCE
 #include <limits.h>
@@ -227,7 +229,7 @@ static void step_off_workers(void) {
   cpu_set_t mine, away;
   if (sched_getaffinity(0, sizeof mine, &mine)) return;
   CPU_XOR(&away, &mine, &pool.worker_cpus);
-  CPU_AND(&away, &away, &mine);
+  CPU_AND(&away, &away, &mine);  /* mine without the workers' CPUs */
   if (CPU_COUNT(&away) == 0 || sched_setaffinity(0, sizeof away, &away)) return;
   sched_setaffinity(0, sizeof mine, &mine);
 }
