@@ -61,6 +61,14 @@ static inline int64_t st_index(int64_t v, int64_t n, int site) {
   if (__builtin_expect((uint64_t)w >= (uint64_t)n, 0)) { st_fail(site, v); return 0; }
   return w;
 }
+/* a * b + c inside the math helpers below, fused where the machine has a fast FMA (as libm's own
+   polynomials are): they approximate a function, so their results are not defined op by op (the
+   program's own arithmetic is never fused: -ffp-contract=off) */
+#if defined(__FP_FAST_FMAF) && !defined(ST_NO_MADD)
+#define ST_MADD(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define ST_MADD(a, b, c) ((a) * (b) + (c))
+#endif
 #define ST_CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
 /* expf without branches, so a loop of it vectorizes whatever its inputs (libmvec's vector expf
    leaves for a scalar path when any lane underflows, as a softmax's do): exp(x) = 2^n exp(r),
@@ -69,16 +77,16 @@ static inline int64_t st_index(int64_t v, int64_t n, int site) {
    Within 1 ulp of exp over every float (checked exhaustively at a stride, tests/test_c_math.py). */
 static inline float st_expf(float x) {
   float c = x > -104.0f ? (x < 89.0f ? x : 89.0f) : -104.0f;
-  float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = c - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
+  float n = ST_MADD(c, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
+  float r = ST_MADD(n, -0.693359375f, c);
+  r = ST_MADD(n, 2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  p = ST_MADD(p, r, 1.3981999507e-3f);
+  p = ST_MADD(p, r, 8.3334519073e-3f);
+  p = ST_MADD(p, r, 4.1665795894e-2f);
+  p = ST_MADD(p, r, 1.6666665459e-1f);
+  p = ST_MADD(p, r, 5.0000001201e-1f);
+  p = ST_MADD(p, r * r, r) + 1.0f;
   int32_t k = (int32_t)n, k1 = k >> 1, k2 = k - k1;
   int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
   float s1, s2;
@@ -94,25 +102,25 @@ static inline float st_expf(float x) {
 static inline float st_erff(float x) {
   float a = fabsf(x), z = x * x;
   float p = 7.8472591257e-05f;
-  p = p * z - 8.0081893228e-04f;
-  p = p * z + 5.1880988894e-03f;
-  p = p * z - 2.6853691100e-02f;
-  p = p * z + 1.1283582248e-01f;
-  p = p * z - 3.7612625567e-01f;
-  p = p * z + 1.2837916570e-01f;
-  float small = x + x * p;
+  p = ST_MADD(p, z, -8.0081893228e-04f);
+  p = ST_MADD(p, z, 5.1880988894e-03f);
+  p = ST_MADD(p, z, -2.6853691100e-02f);
+  p = ST_MADD(p, z, 1.1283582248e-01f);
+  p = ST_MADD(p, z, -3.7612625567e-01f);
+  p = ST_MADD(p, z, 1.2837916570e-01f);
+  float small = ST_MADD(x, p, x);
   float b = a < 4.0f ? (a > 1.0f ? a : 1.0f) : 4.0f, u = 1.0f / b;
   float q = -3.9970248572e-02f;
-  q = q * u + 2.7477699135e-01f;
-  q = q * u - 8.3620737144e-01f;
-  q = q * u + 1.4613759589e+00f;
-  q = q * u - 1.5588216984e+00f;
-  q = q * u + 9.2098747738e-01f;
-  q = q * u - 7.8203016151e-02f;
-  q = q * u - 2.8272799365e-01f;
-  q = q * u + 2.5876790658e-03f;
-  q = q * u + 5.6376164740e-01f;
-  q = q * u + 2.4145731560e-05f;
+  q = ST_MADD(q, u, 2.7477699135e-01f);
+  q = ST_MADD(q, u, -8.3620737144e-01f);
+  q = ST_MADD(q, u, 1.4613759589e+00f);
+  q = ST_MADD(q, u, -1.5588216984e+00f);
+  q = ST_MADD(q, u, 9.2098747738e-01f);
+  q = ST_MADD(q, u, -7.8203016151e-02f);
+  q = ST_MADD(q, u, -2.8272799365e-01f);
+  q = ST_MADD(q, u, 2.5876790658e-03f);
+  q = ST_MADD(q, u, 5.6376164740e-01f);
+  q = ST_MADD(q, u, 2.4145731560e-05f);
   float large = a >= 4.0f ? 1.0f : 1.0f - st_expf(-(b * b)) * q;
   large = x < 0 ? -large : large;
   return a <= 1.0f || x != x ? small : large;

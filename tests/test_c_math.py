@@ -20,15 +20,18 @@ pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on
 CALLS = {"exp": "st_expf", "erf": "st_erff"}
 
 
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
+@pytest.fixture(scope="module", params=["fused", "unfused"])
+def library(request, tmp_path_factory):
+    """The helpers as the machine compiles them (a * b + c fused where it has FMA) and with
+    ST_NO_MADD (what a machine without FMA runs): both must hold the bounds."""
     tmp = tmp_path_factory.mktemp("cmath")
     src = tmp / "cmath.c"
     body = "".join(f"void call_{op}(const float *x, float *y, long n) {{\n  #pragma omp simd\n"
                    f"  for (long i = 0; i < n; ++i) y[i] = {fn}(x[i]);\n}}\n" for op, fn in CALLS.items())
     src.write_text(PRELUDE + body)
     lib = tmp / "cmath.so"
-    subprocess.run([cpu.compiler(), *cpu.compiler_flags(), str(src), "-o", str(lib), "-lm"], check=True)
+    extra = ["-DST_NO_MADD"] if request.param == "unfused" else []
+    subprocess.run([cpu.compiler(), *cpu.compiler_flags(), *extra, str(src), "-o", str(lib), "-lm"], check=True)
     return ctypes.CDLL(str(lib))
 
 
