@@ -180,9 +180,12 @@ class _KernelLowering:
         resolved gather's index value is already a loop-level expression, which substitution leaves)."""
         resolved = self._resolve(ix)
         moved = resolved if self.after_tiles else resolved.substitute(self.position)
-        if self.narrowed:
-            return simplify_in(moved, lambda v: self.narrowed.get(v) or (0, self.extent(v) - 1))
-        return simplify(moved, self.extent)
+        return simplify_in(moved, self.span)
+
+    def span(self, var: str) -> tuple[int, int]:
+        """The inclusive range a loop variable takes here: all of its extent, or where a concat's
+        side being built narrowed it to."""
+        return self.narrowed.get(var) or (0, self.extent(var) - 1)
 
     def _resolve(self, ix: Ix) -> Ix:
         def atom(t):
@@ -473,7 +476,7 @@ class _KernelLowering:
         if len(at.terms) != 1 or not isinstance(at.terms[0][0], str) or at.terms[0][1] <= 0:
             return build()
         (v, c), = at.terms
-        lo, hi = self.narrowed.get(v) or (0, self.extent(v) - 1)
+        lo, hi = self.span(v)
         if side == "<":  # c*v + const <= split - 1
             hi = min(hi, (split - 1 - at.const) // c)
         else:  # c*v + const >= split
