@@ -83,9 +83,10 @@ def stitch_runner(imported, feeds):
         if reason:
             return None, None, reason
     start = time.perf_counter()
-    program = stitch.compile(imported.text, target="cpu")
+    # the initializers bound as weights, as onnxruntime holds them (and prepacks its products' operands)
+    program = stitch.compile(imported.text, target="cpu", weights=imported.weights)
     seconds = time.perf_counter() - start
-    inputs = {imported.inputs[k]: v for k, v in feeds.items()} | imported.weights
+    inputs = {imported.inputs[k]: v for k, v in feeds.items()}
     out = [np.empty(t.shape, np_dtype(t.dtype)) for t in program.graph.output_types]
     return (lambda: program(out=out, **inputs)), program, seconds
 

@@ -24,9 +24,13 @@ if TYPE_CHECKING:
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
             entry: str | None = None, cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
             limits: Limits | None = None, without_rules: tuple[str, ...] = (),
-            unsafe_fp: bool = False) -> CompiledProgram:
+            unsafe_fp: bool = False, weights: dict | None = None) -> CompiledProgram:
     """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path).
 
+    `weights` ({parameter name: array}) binds those parameters at compile time, as a model's
+    weights: calls then take only the other parameters, and what the kernels derive from the
+    weights alone (tiles laid out for the products) is made once, here (lowering/bind.py).
+    The program keeps its own copies: changing the arrays afterwards changes nothing.
     `cflags` (a string or a list of flags) replaces the optimisation flags (`-O3 -march=native`); the
     flags the generated C needs are always added (`targets/cpu.py`, REQUIRED_FLAGS).
     `without_rules` drops built-in rule files (`forwarding`) or built-in rules by name pattern (`stitch-*`);
@@ -39,7 +43,7 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     if not isinstance(unsafe_fp, bool):
         _wrong("unsafe_fp", "True or False", unsafe_fp)
     return compile_source(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules,
-                          unsafe_fp)
+                          unsafe_fp, weights)
 
 
 def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules) -> None:

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from .errors import StitchError, StitchWarning
-from .files import load_inputs, save_npz, write_text
+from .files import load_inputs, load_weights, save_npz, write_text
 from .memory import GIB
 from .recursion import deep_recursion
 
@@ -176,6 +176,7 @@ def add_compile_arguments(p) -> None:
 
     p.add_argument("file")
     p.add_argument("--entry", help="the func to compile (default: the first)")
+    add_weights_argument(p)
     add_rule_arguments(p)
     p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"], default="schedule",
                    help="what to print (default: schedule)")
@@ -214,7 +215,25 @@ def add_run_arguments(p) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by parameter name")
     src.add_argument("--seed", type=_non_negative_int, default=0, help="seed for random inputs (default 0)")
+    add_weights_argument(p)
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
+
+
+def add_weights_argument(p) -> None:
+    p.add_argument("--weights", metavar="W.npz",
+                   help="parameters bound at compile time, keyed by name (what `stitch import --weights` "
+                        "writes): the other parameters come from --inputs or --seed")
+
+
+def read_inputs(args, graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(the call's inputs, the weights) of `eval` and `run`: --weights bound, the rest from --inputs or --seed."""
+    from .interp import random_inputs
+
+    weights = load_weights(args.weights, graph) if args.weights else {}
+    if args.inputs:
+        return load_inputs(args.inputs, graph, tuple(weights)), weights
+    drawn = random_inputs(graph, args.seed)
+    return {k: v for k, v in drawn.items() if k not in weights}, weights
 
 
 def _non_negative_int(text: str) -> int:
@@ -250,13 +269,13 @@ def cmd_fmt(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .interp import evaluate, random_inputs
+    from .interp import evaluate
     from .pipeline import check_entry, read_file
 
     graph = check_entry(read_file(args.file), args.entry, args.file)
-    inputs = load_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
+    inputs, weights = read_inputs(args, graph)
     try:
-        outputs = evaluate(graph, inputs)
+        outputs = evaluate(graph, inputs | weights)
     except StitchError as err:  # e.g. gather's index out of range: show the call's line
         if err.pos.line and err.pos.file == args.file and not err.source:
             from .parse import read_source
@@ -301,7 +320,8 @@ def cmd_compile(args) -> int:
     if args.emit == "ir":
         return 0
     if args.json or args.emit in ("loops", "c"):
-        loops = lower_program(compiled, limits)
+        bound = tuple(load_weights(args.weights, graph)) if args.weights else ()
+        loops = lower_program(compiled, limits, bound)
     if args.json:
         print(json.dumps(compile_json(compiled, loops), indent=2))
     elif args.emit == "loops":
@@ -404,8 +424,8 @@ def cmd_rules_check(args) -> int:
 def cmd_run(args) -> int:
     import time
 
-    from .interp import evaluate, random_inputs
-    from .pipeline import compile_source
+    from .interp import evaluate
+    from .pipeline import check_entry, compile_source, read_file
     from .tolerance import differences
 
     cflags = args.cflags
@@ -413,21 +433,19 @@ def cmd_run(args) -> int:
         from ..targets import runtime
 
         runtime.set_threads(args.threads)
+    inputs, weights = read_inputs(args, check_entry(read_file(args.file), args.entry, args.file))
     program = compile_source(args.file, target=args.target, rules=args.rules,
                               builtin_rules=not args.no_builtin_rules, entry=args.entry,
                               cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules),
-                              unsafe_fp=args.unsafe_fp)
+                              unsafe_fp=args.unsafe_fp, weights=weights)
     graph = program.graph
-    inputs = load_inputs(args.inputs, graph) if args.inputs else random_inputs(graph, args.seed)
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
-    problems = differences(outputs, evaluate(graph, inputs), graph) if args.check else []
+    problems = differences(outputs, evaluate(graph, inputs | weights), graph) if args.check else []
     timings = None
     if args.profile:
-        from ..targets.profile import profile
-
-        timings = profile(program, inputs, args.runs)
+        timings = program.profile(args.runs, **inputs)
     if args.output:
         save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
     if args.json:

@@ -7,7 +7,7 @@ accel target.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,10 +30,19 @@ class CompiledProgram:
     native: object | None  # targets.cpu.Native, when the target runs compiled C
     executor: str  # "c" | "numpy" | "simulator"
     report: object | None = None  # the last run's targets.simulator.SimReport, on an accel target
+    weights: tuple[str, ...] = ()  # the parameters bound at compile time: a call does not take them
+    # what the kernels read besides a call's inputs: the blocks made from the weights, and the
+    # program's own copies of the weights a kernel reads as they are
+    bound: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def inputs(self, inputs: dict) -> dict[str, np.ndarray]:
+        """A call's arrays checked against the parameters not bound at compile time, with what the
+        kernels read of the bound ones."""
+        return bind_inputs(self.graph, inputs, self.weights) | self.bound
 
     @allows_deep_recursion
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
-        args = bind_inputs(self.graph, inputs)
+        args = self.inputs(inputs)
         if out is not None:
             check_outputs(self.graph, out, args)
         if self.executor == "c":
@@ -58,7 +67,7 @@ class CompiledProgram:
         (targets/profile.py's KernelTime rows; compiled C only)."""
         from ..targets.profile import profile
 
-        return profile(self, bind_inputs(self.graph, inputs), runs)
+        return profile(self, self.inputs(inputs), runs)
 
 
 def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:

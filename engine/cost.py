@@ -688,6 +688,12 @@ def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, ta
     partial = frozenset(key for key, axes in f.partial_axes.items()
                         if any(a in tile and tile[a] < kernel.extents[a] and a not in kernel.instances[key].axes
                                for a in axes))
+    for key in partial:  # a split reduction's combined value is held on chip unless stored as it is combined
+        inst = kernel.instances[key]
+        if not (key in kernel.stores and inst.hold is Hold.ROOT):
+            fp += align(slice_elems(inst.axes, kernel, {}) * dtype_bytes(types[inst.cid].dtype), target.alignment)
+    if not problem and fp > target.onchip_bytes:
+        problem = f"its smallest tile needs {fp} bytes on chip but {target.name} has {target.onchip_bytes}"
     written = sum(types[cid].nbytes for cid in kernel.roots)
     sync = 0.0
     for key in partial:  # each tile writes its partial; one thread combines them in tile order

@@ -15,13 +15,25 @@ from .ir import Pos
 NPZ_HINT = "write inputs with np.savez(path, name=array, ...): one array per parameter, keyed by its name"
 
 
-def load_inputs(path: str, graph) -> dict[str, np.ndarray]:
-    """The arrays of an .npz file, checked against the graph's parameters; every error names the file."""
+def load_inputs(path: str, graph, bound: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file, checked against the graph's parameters (those not `bound` by
+    --weights); every error names the file."""
     from .interp import bind_inputs
 
+    return _checked_npz(path, graph, lambda arrays: bind_inputs(graph, arrays, bound))
+
+
+def load_weights(path: str, graph) -> dict[str, np.ndarray]:
+    """The arrays of an .npz file of weights (--weights), each checked against the parameter it names."""
+    from .interp import bind_weights
+
+    return _checked_npz(path, graph, lambda arrays: bind_weights(graph, arrays))
+
+
+def _checked_npz(path: str, graph, check) -> dict[str, np.ndarray]:
     arrays = read_npz(path)
     try:
-        bind_inputs(graph, arrays)
+        check(arrays)
     except StitchError as err:
         held = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in arrays.items()) or "no arrays"
         raise StitchError(err.message, Pos(path, 0, 0),

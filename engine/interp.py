@@ -150,25 +150,43 @@ def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(env[o], order="C") for o in graph.outputs]
 
 
-def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Check the caller's arrays against the parameters: names, shapes, dtypes."""
-    names = graph.param_names
+def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray], bound: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Check the caller's arrays against the parameters: names, shapes, dtypes. `bound` names the
+    parameters whose values were given at compile time (weights=): a call does not take them."""
+    names = [n for n in graph.param_names if n not in bound]
     missing = [n for n in names if n not in inputs]
-    extra = [k for k in inputs if k not in names]
+    again = [k for k in inputs if k in bound]
+    extra = [k for k in inputs if k not in names and k not in bound]
     if missing:
         raise StitchError(f"missing input for parameter(s) {', '.join(missing)} of '{graph.name}'")
+    if again:
+        raise StitchError(f"parameter(s) {', '.join(again)} of '{graph.name}' were bound at compile time (weights=): "
+                          "a call does not take them", hint="compile again to bind other values")
     if extra:
         raise StitchError(f"'{graph.name}' has no parameter(s) named {', '.join(extra)}")
-    out = {}
-    for name, pid in zip(names, graph.params):
-        want = graph.nodes[pid].type
-        arr = np.asarray(inputs[name])
-        if arr.shape != want.shape:
-            raise StitchError(f"input '{name}' has shape {list(arr.shape)} but the parameter is {want}")
-        if arr.dtype != np_dtype(want.dtype):
-            raise StitchError(f"input '{name}' has dtype {arr.dtype} but the parameter is {want}")
-        out[name] = arr
-    return out
+    return {name: _checked("input", name, inputs[name], t)
+            for name, t in zip(graph.param_names, graph.param_types) if name not in bound}
+
+
+def bind_weights(graph: Graph, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Check the arrays bound at compile time (weights=) against the parameters they name."""
+    if not isinstance(weights, dict) or not all(isinstance(k, str) for k in weights):
+        raise TypeError(f"weights must be a dict of parameter names to arrays, not {type(weights).__name__}")
+    types = dict(zip(graph.param_names, graph.param_types))
+    extra = [k for k in weights if k not in types]
+    if extra:
+        raise StitchError(f"weights: '{graph.name}' has no parameter(s) named {', '.join(extra)}",
+                          hint=f"its parameters are {', '.join(graph.param_names)}")
+    return {name: _checked("weight", name, arr, types[name]) for name, arr in weights.items()}
+
+
+def _checked(kind: str, name: str, value, want) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.shape != want.shape:
+        raise StitchError(f"{kind} '{name}' has shape {list(arr.shape)} but the parameter is {want}")
+    if arr.dtype != np_dtype(want.dtype):
+        raise StitchError(f"{kind} '{name}' has dtype {arr.dtype} but the parameter is {want}")
+    return arr
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:

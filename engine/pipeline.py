@@ -33,6 +33,7 @@ from .egraph_data import EGraphData
 from .errors import StitchError, StitchWarning
 from .extract import MOST_FUSED, extract_schedule, extract_tree
 from .graph import Graph
+from .interp import bind_weights
 from .ir import Pos, Program
 from .memory import check_memory, checkpoint, memory_budget
 from .parse import parse_file, parse_program
@@ -223,17 +224,21 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limi
 # -- lower and build ----------------------------------------------------------------------------
 
 
-def lower_program(compiled: Compiled, limits: Limits) -> LoopProgram:
-    """`lower` (lowering/lower.py: loop nests, then its passes, then the verifier), then the memory check."""
-    loops = lower(compiled)
+def lower_program(compiled: Compiled, limits: Limits, bound: tuple[str, ...] = ()) -> LoopProgram:
+    """`lower` (lowering/lower.py: loop nests, then its passes, then the verifier), then the memory check.
+    `bound` names the parameters whose values are given at build time (weights)."""
+    loops = lower(compiled, bound)
     check_memory(limits.memory, "lowering")
     return loops
 
 
 def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None = None,
-          cflags: str | list[str] | None = None) -> CompiledProgram:
+          cflags: str | list[str] | None = None, weights: dict | None = None) -> CompiledProgram:
     """What runs `loops` on the compiled target: C built and loaded on a cpu target (the numpy executor
-    where no C compiler exists), the simulator on an accel target. Build time counts as compile time."""
+    where no C compiler exists), the simulator on an accel target, with the weights bound (the
+    program's prologue run on them once). Build time counts as compile time."""
+    from ..lowering.bind import bind
+
     target = compiled.target
     native = None
     if target.kind == "cpu":
@@ -247,19 +252,24 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
         executor = "simulator"
     else:  # the numpy executor only where no C compiler could build the library
         executor = "c" if native is not None and native.library is not None else "numpy"
-    return CompiledProgram(compiled.graph, compiled, loops, native, executor)
+    start = time.perf_counter()
+    bound = bind(loops, weights or {})
+    compiled.seconds += time.perf_counter() - start
+    return CompiledProgram(compiled.graph, compiled, loops, native, executor, weights=tuple(weights or {}), bound=bound)
 
 
 @allows_deep_recursion
 def compile_source(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
                    entry: str | None = None, cache_dir: str | Path | None = None,
                    cflags: str | list[str] | None = None, limits: Limits | None = None,
-                   without_rules: tuple[str, ...] = (), unsafe_fp: bool = False) -> CompiledProgram:
+                   without_rules: tuple[str, ...] = (), unsafe_fp: bool = False,
+                   weights: dict | None = None) -> CompiledProgram:
     """Every stage in order, for `.ir` text or a file: `stitch.compile` after checking its arguments."""
     graph = check_entry(read_program(source), entry)
+    weights = bind_weights(graph, weights) if weights is not None else {}
     tgt = load_target(target)
     rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp)
     limits = limits or Limits()
     compiled = compile_graph(graph, rule_files, tgt, limits)
-    loops = lower_program(compiled, limits)
-    return build(compiled, loops, cache_dir, cflags)
+    loops = lower_program(compiled, limits, tuple(weights))
+    return build(compiled, loops, cache_dir, cflags, weights)

@@ -31,8 +31,9 @@ class Traffic:
 
 
 def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None,
-            runner=None) -> tuple[list[np.ndarray], Traffic]:
-    """Outputs in return order, and the global traffic of the run.
+            runner=None, count: bool = True) -> tuple[list[np.ndarray], Traffic]:
+    """Outputs in return order, and the global traffic of the run (none counted unless `count`:
+    counting distinct cells costs more than the run).
 
     `runner(kernel, memory, global_names)` makes the object that runs one kernel's body (default
     `TileRun`): the accelerator simulator passes a subclass that also keeps time."""
@@ -51,6 +52,7 @@ def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None,
             for b in k.allocs:
                 memory[b.name] = np.zeros(b.shape, np_dtype(b.dtype))
             run = runner(k, memory, global_names) if runner else TileRun(memory, global_names)
+            run.counting = count
             run.checks = program.checks
             run.block(k.body, {})
             traffic.per_kernel[k.name] = (run.read, run.written)
@@ -70,6 +72,7 @@ class TileRun:
         self.read = 0
         self.written = 0
         self.checks: list[str] = []  # what each gather site says of an index out of range
+        self.counting = True  # count the global traffic (read, written)
 
     def block(self, stmts, env: dict) -> None:
         for s in stmts:
@@ -105,6 +108,8 @@ class TileRun:
             target[index] = value
         else:
             self.accumulate(leaf, loops, target, index, value, widened)
+        if not self.counting:
+            return
         for name, accesses in touched.items():
             self.read += _count(accesses) * self.memory[name].itemsize
         if leaf.buffer in self.global_names:

@@ -141,6 +141,11 @@ class LoopProgram:
     output_buffers: list[Buffer] = field(default_factory=list)  # global buffers the outputs are written to
     # what each gather site (Indirect.site) reports when an index is out of range
     checks: list[str] = field(default_factory=list)
+    # parameters bound at compile time (weights): their values are given once, when the program is
+    # built, not on each call; `prologue` (lowering/bind.py) then makes, from them alone, the blocks
+    # the kernels read (params too, so the kernels take them as they take any input)
+    bound: tuple[str, ...] = ()
+    prologue: LoopProgram | None = None
 
     def buffer(self, name: str) -> Buffer:
         for b in self.params + self.intermediates + self.output_buffers:
@@ -245,8 +250,13 @@ def print_loops(program: LoopProgram) -> str:
     lines = [f"program {program.name}("
              + ", ".join(f"{b.name}: {_type(b)}" for b in program.params) + ") -> "
              + ", ".join(program.outputs)]
+    if program.bound:
+        lines.append(f"  bound {', '.join(program.bound)}")
     for b in program.output_buffers + program.intermediates:
         lines.append(f"  alloc global {b.name}: {_type(b)}")
+    if program.prologue is not None:
+        lines.append("")
+        lines.extend("  " + line if line else line for line in print_loops(program.prologue).splitlines())
     for k in program.kernels:
         lines.append("")
         lines.extend(print_kernel(k))

@@ -70,6 +70,12 @@ def _forward(program: LoopProgram, target: Target) -> LoopProgram:
     return forward_buffers(program)
 
 
+def _hoist(program: LoopProgram, target: Target) -> LoopProgram:
+    from .bind import hoist_bound
+
+    return hoist_bound(program, in_place=target.kind == "cpu")  # a cpu's on-chip memory is its cache
+
+
 def _merge(program: LoopProgram, target: Target) -> LoopProgram:
     from .alloc import merge_allocations
 
@@ -77,19 +83,24 @@ def _merge(program: LoopProgram, target: Target) -> LoopProgram:
 
 
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _merge]
+PASSES = [_widen, _forward, _hoist, _merge]
 
 
 @allows_deep_recursion
-def lower(compiled: Compiled) -> LoopProgram:
-    """The lowering pipeline: loop nests, then merged shared allocations, then the verifier."""
+def lower(compiled: Compiled, bound: tuple[str, ...] = ()) -> LoopProgram:
+    """The lowering pipeline: loop nests, then its passes, then the verifier. `bound` names the
+    parameters whose values are given at build time (weights): what derives from them alone moves
+    to the program's prologue (lowering/bind.py)."""
     from .verify import verify
 
     target = compiled.target
     program = lower_schedule(compiled.graph.name, compiled.schedule, compiled.cost, target, compiled.graph)
+    program.bound = tuple(b.name for b in program.params if b.name in bound)
     for lowering_pass in PASSES:
         program = lowering_pass(program, target)
     verify(program, capacity=target.onchip_bytes)
+    if program.prologue is not None:
+        verify(program.prologue)
     return program
 
 

@@ -1,0 +1,173 @@
+"""Bound weights: what a kernel derives from them alone is made once, when they are bound.
+
+A parameter bound at compile time (`stitch.compile(..., weights=...)`, `stitch
+run --weights W.npz`) holds the same values on every call, as an ONNX model's
+initializers do. A kernel stages a tile of a weight on chip before its product
+(`w_s1[r0, p1] = w[r0, 144*p1o + p1]`), and may pack a transposed one
+(`pack[r0, p1] = w_s1[p1, r0]`): every call would copy the same bytes again,
+reading short rows of the weight far apart. This pass finds each nest that
+stores an on-chip buffer from bound values only and moves it into the
+program's *prologue*, which runs once, when the weights are bound, over every
+tile at once: a *block* buffer (`w_s1_k2`) holds each tile's copy after the
+other, indexed first by the tile loops the copy read (`w_s1_k2[p1o, r0, p1]`),
+so that one tile's block is contiguous.
+
+Where on-chip memory is a cache (a `cpu` target) the kernel then reads the
+block in place: the copy and its allocation are gone, and the product streams
+one contiguous block per tile (as ONNX Runtime's prepacked weights do). Where
+it is a scratchpad (`accel`) the copy stays, of one contiguous block. A copy of
+a whole weight in its own layout is, on a cpu, a read of the weight itself.
+
+No value changes: the prologue stores what the moved nest stored, for every
+tile the kernel runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .loops import (Buffer, Checked, For, Indirect, Ix, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
+                    index_vars, leaves, loads, perfect_nest)
+
+# a block may repeat a weight's elements (tiles whose copies overlap): at most this many times its sources' bytes
+MAX_GROWTH = 2
+
+
+def hoist_bound(program: LoopProgram, in_place: bool) -> LoopProgram:
+    """A new program whose nests of bound values run in its prologue (`program.prologue`, a
+    LoopProgram of its own: the bound parameters in, the blocks the kernels read out)."""
+    if not program.bound:
+        return program
+    params = {b.name: b for b in program.params}
+    hoist = _Hoist({name: params[name] for name in program.bound}, in_place)
+    kernels = [hoist.kernel(k) for k in program.kernels]
+    read = {ld.buffer for k in kernels for leaf in leaves(k.body) for ld in loads(leaf.value)} | set(program.outputs)
+    if not hoist.kernels:
+        return replace(program, kernels=kernels)
+    blocks = [b for b in hoist.made if b.name in read]
+    prologue = LoopProgram(f"{program.name}_bind", [params[name] for name in program.bound],
+                           [b.name for b in blocks], [b for b in hoist.made if b.name not in read],
+                           hoist.kernels, blocks)
+    # a bound parameter read only through blocks (or not at all) is no longer passed to the kernels
+    kept = [b for b in program.params if b.name not in program.bound or b.name in read]
+    return replace(program, params=kept + blocks, kernels=kernels, prologue=prologue)
+
+
+class _Hoist:
+    def __init__(self, bound: dict[str, Buffer], in_place: bool):
+        self.bound = dict(bound)  # bound parameters, and the blocks made from them
+        self.in_place = in_place
+        self.made: list[Buffer] = []
+        self.kernels: list[LoopKernel] = []
+
+    def kernel(self, k: LoopKernel) -> LoopKernel:
+        self.name = k.name
+        self.allocs = {b.name: b for b in k.allocs}
+        writes: dict[str, int] = {}
+        for leaf in leaves(k.body):
+            writes[leaf.buffer] = writes.get(leaf.buffer, 0) + 1
+        self.single = {name for name, n in writes.items() if n == 1}
+        self.moved: dict[str, tuple[str, tuple[Ix, ...]]] = {}  # on-chip buffer -> (block, its tile index)
+        body = self.stmts(k.body, [])
+        return replace(k, allocs=[b for b in k.allocs if b.name not in self.moved], body=body)
+
+    def stmts(self, stmts: list[Stmt], around: list[For]) -> list[Stmt]:
+        out = []
+        for s in stmts:
+            if not isinstance(s, For):
+                out.append(replace(s, index=tuple(self.ix(ix) for ix in s.index), value=self.expr(s.value)))
+                continue
+            moved = self.hoisted(s, around)
+            out.extend(moved if moved is not None else [For(s.var, s.extent, s.kind, self.stmts(s.body, around + [s]))])
+        return out
+
+    def hoisted(self, loop: For, around: list[For]) -> list[Stmt] | None:
+        """What replaces `loop` when it is a nest storing an on-chip buffer from bound values only,
+        moved to the prologue: nothing (its readers read the block in place) or, on a scratchpad, a
+        copy of the block; None when it is not such a nest."""
+        nest = perfect_nest(loop)
+        if nest is None:
+            return None
+        loops, leaf = nest
+        buffer = self.allocs.get(leaf.buffer)
+        own = [lp.var for lp in loops]
+        if (not isinstance(leaf, Store) or buffer is None or leaf.buffer not in self.single
+                or list(leaf.index) != [Ix.var(v) for v in own]):
+            return None
+        value = self.expr(leaf.value)
+        sources = {ld.buffer for ld in loads(value)}
+        if not sources or not sources <= self.bound.keys():
+            return None
+        used = set().union(*(index_vars(ix) for ld in loads(value) for ix in ld.index)) - set(own)
+        outer = [lp for lp in around if lp.var in used]
+        if len(outer) != len(used):
+            return None
+        whole = self.whole(value, leaf.index, buffer)
+        if whole:  # a copy of a weight in its own layout: on a cache, the weight is that block already
+            if not self.in_place:
+                return None
+            self.moved[leaf.buffer] = (whole, ())
+            return []
+        block = Buffer(f"{leaf.buffer}_{self.name}", "global", buffer.dtype,
+                       tuple(lp.extent for lp in outer) + buffer.shape)
+        if block.nbytes > MAX_GROWTH * sum(self.bound[name].nbytes for name in sources):
+            return None
+        lead = tuple(Ix.var(lp.var) for lp in outer)
+        self.kernels.append(LoopKernel(f"bind_{block.name}", [], [_nest(outer + loops, Store(
+            block.name, lead + leaf.index, value))]))
+        self.made.append(block)
+        self.bound[block.name] = block
+        if self.in_place:
+            self.moved[leaf.buffer] = (block.name, lead)
+            return []
+        return [_nest(loops, Store(leaf.buffer, leaf.index, Load(block.name, lead + leaf.index)))]
+
+    def whole(self, value, index: tuple[Ix, ...], buffer: Buffer) -> str | None:
+        """The bound buffer the nest copies whole, in its own layout; else None."""
+        if isinstance(value, Load) and value.index == index and self.bound[value.buffer].shape == buffer.shape:
+            return value.buffer
+        return None
+
+    def expr(self, e):
+        if isinstance(e, Load):
+            index = tuple(self.ix(ix) for ix in e.index)
+            if e.buffer in self.moved:
+                block, lead = self.moved[e.buffer]
+                return Load(block, lead + index)
+            return Load(e.buffer, index)
+        if isinstance(e, Op):
+            return Op(e.op, tuple(self.expr(a) for a in e.args), e.dtype)
+        if isinstance(e, Select):
+            return Select(self.ix(e.ix), e.split, self.expr(e.low), self.expr(e.high), e.dtype)
+        if isinstance(e, Checked):
+            return Checked(self.ix(e.check), self.expr(e.value))
+        return e
+
+    def ix(self, ix: Ix) -> Ix:
+        if not any(isinstance(t, Indirect) for t, _ in ix.terms):
+            return ix
+        return ix.map_atoms(lambda t: Ix.var(Indirect(self.expr(t.value), t.extent, t.site))
+                            if isinstance(t, Indirect) else Ix.var(t))
+
+
+def _nest(loops: list[For], leaf: Stmt) -> Stmt:
+    """`leaf` inside serial loops like `loops` (outermost first)."""
+    for lp in reversed(loops):
+        leaf = For(lp.var, lp.extent, "serial", [leaf])
+    return leaf
+
+
+def bind(program: LoopProgram, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The arrays a bound program's kernels read besides the call's inputs: its prologue's blocks,
+    made once from `weights` (by the numpy executor), and its own copy of each bound parameter a
+    kernel still reads (a later change to the caller's array changes nothing)."""
+    from .execute import execute
+
+    params = {b.name for b in program.params}
+    out = {name: np.array(weights[name], copy=True) for name in program.bound if name in params}
+    if program.prologue is not None:
+        arrays, _ = execute(program.prologue, {name: weights[name] for name in program.bound}, count=False)
+        out.update(zip(program.prologue.outputs, arrays))
+    return out
