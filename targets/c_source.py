@@ -582,13 +582,21 @@ class _Kernel:
         return f"{target} = st_{s.op}_{dtype}({target}, {value});"
 
     def access(self, name: str, index: tuple[Ix, ...]) -> str:
-        shape = self.buffers[name].shape
+        return f"{_ident(name)}[{self.ix(self.flat_index(name, index))}]"
+
+    def flat_index(self, name: str, index: tuple[Ix, ...]) -> Ix:
+        """The element of buffer `name` at `index`, counted from its start (row-major)."""
         flat = Ix()
         stride = 1
-        for ix, extent in reversed(list(zip(index, shape))):
+        for ix, extent in reversed(list(zip(index, self.buffers[name].shape))):
             flat = flat + ix * stride
             stride *= extent
-        return f"{_ident(name)}[{self.ix(flat)}]"
+        return flat
+
+    @staticmethod
+    def buffer_name(name: str) -> str:
+        """The C variable holding buffer `name`."""
+        return _ident(name)
 
     def ix(self, ix: Ix) -> str:
         """An index: div/mod of non-negative values (wherever one is evaluated it is in range), a

@@ -377,6 +377,25 @@ def test_f16_matmul_rounds_once_per_element_as_numpy_does(target, cache):
 
 
 @needs_cc
+@pytest.mark.parametrize("k, j, bound", [(1024, 256, True), (1024, 256, False)])
+def test_a_product_prefetches_the_next_block_of_a_weight_laid_out_at_bind(k, j, bound, cache, tmp_path):
+    """Read from a block bind.py laid out (tiles, or chunks of K, one after the other), each register
+    block prefetches its share of the region after its own; read from a staged copy, nothing."""
+    from stitch.engine.testing import target_text
+
+    target = tmp_path / "small.toml"
+    target.write_text(target_text(onchip_bytes=65536, name='"small"'))  # 4 tiles of 64 columns, 8 chunks of K
+    text = f"func f(a: f32[24, {k}], b: f32[{k}, {j}], r: f32[24, {j}]) -> f32[24, {j}] {{ return add(matmul(a, b), r) }}"
+    inputs = random_inputs(stitch.compile(text, target=str(target), cache_dir=cache).graph, 5)
+    weights = {"b": inputs.pop("b")} if bound else {}
+    f = stitch.compile(text, target=str(target), cache_dir=cache, weights=weights)
+    source = f.native.source_path.read_text()
+    assert ("__builtin_prefetch(st_ahead" in source) == bound
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs | weights)):
+        assert compare(got, want) == ""
+
+
+@needs_cc
 @pytest.mark.parametrize("t", ["f32", "f64"])
 def test_a_matmul_walked_in_chunks_equals_the_reference(t, cache, tmp_path):
     """A 32 KB target forces K = 1024 into chunks; the epilogue (bias, residual, relu) runs once
