@@ -1,12 +1,19 @@
 /* stitch's CPU runtime: one pool of worker threads per process, shared by every compiled program.
 
    A parallel kernel hands its tiles to `stitch_rt_run`. The calling thread publishes the job and
-   takes tiles itself, a few at a time, from an atomic counter; any worker that is running takes
+   takes tiles itself, a few at a time, from atomic counters; any worker that is running takes
    them too. The call returns when every tile is done, not when every thread has checked in: a
    worker that wakes late (its core busy with another process) finds no tile left and goes back
    to sleep, where an OpenMP barrier would wait a whole scheduler tick for it. Tiles write disjoint
    outputs, so which thread ran a tile never changes a result; what a kernel does after its tile
    loop runs on the caller once all tiles are done.
+
+   The tiles are dealt in one contiguous block per thread (the caller's first), each with its own
+   counter: a thread takes its own block's tiles in order, then those left in the others' blocks.
+   So a thread's next tile is, as long as nobody has to help it, the one after the tile it runs,
+   and a tile can prefetch what its successor reads (a product's next block of weights, c_matmul):
+   with one counter for all, the other thread took the successor one time in two. A thread that
+   wakes late still finds its block taken by the others.
 
    Each thread's scratch (a tile's merged on-chip buffer) is a heap block owned by that thread,
    grown when a kernel needs more and reused across tiles and calls: however large a target's
@@ -50,7 +57,7 @@ static struct {
   _Atomic(void *) args;
   _Atomic int64_t tiles, grain;
   _Atomic size_t scratch_bytes;
-  _Atomic uint64_t claim;      /* epoch << 32 | next unclaimed tile: claims of an old job fail */
+  _Atomic int blocks;          /* the tiles are dealt in this many contiguous blocks, one per thread */
   _Atomic uint32_t epoch;      /* bumped per job; workers sleep on it */
   _Atomic uint32_t done;       /* tiles finished; the submitter sleeps on it */
   _Atomic int submitter_asleep;
@@ -61,6 +68,10 @@ static struct {
   cpu_set_t worker_cpus;       /* the CPUs workers are pinned to (grown under `lock`) */
   pthread_mutex_t lock;
 } pool = {.threads = 1, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* per block of tiles: epoch << 32 | its next unclaimed tile (claims of an old job fail), one cache
+   line each (threads claim in their own blocks at once) */
+static struct { _Atomic uint64_t next; char pad[56]; } claim[MAX_THREADS] __attribute__((aligned(64)));
 
 /* per worker, the epoch when it was started (only its submitter, owning the pool, starts workers) */
 static uint32_t start_epoch[MAX_THREADS];
@@ -119,29 +130,40 @@ static unsigned char *scratch(size_t bytes) {
 
 /* ---- taking tiles ---- */
 
-/* Take and run tiles of job `epoch` until none is left (or the job is no longer current). */
-static void take_tiles(uint32_t epoch) {
+/* The first tile of block `b` of `blocks` over `tiles` (block `blocks` is the end). */
+static int64_t block_start(int64_t tiles, int b, int blocks) { return tiles * b / blocks; }
+
+/* Take and run tiles of job `epoch` until none is left (or the job is no longer current): those of
+   block `own` first, in order, then what is left of the others'. */
+static void take_tiles(uint32_t epoch, int own) {
   st_tiles fn = atomic_load_explicit(&pool.fn, memory_order_relaxed);
   void *args = atomic_load_explicit(&pool.args, memory_order_relaxed);
   int64_t tiles = atomic_load_explicit(&pool.tiles, memory_order_relaxed);
   int64_t grain = atomic_load_explicit(&pool.grain, memory_order_relaxed);
   size_t bytes = atomic_load_explicit(&pool.scratch_bytes, memory_order_relaxed);
-  /* the fields above may belong to a newer job being set up; its submitter marked the claim
+  int blocks = atomic_load_explicit(&pool.blocks, memory_order_relaxed);
+  /* the fields above may belong to a newer job being set up; its submitter marked every claim
      counter first, so the epoch check of every claim below rejects them */
   atomic_thread_fence(memory_order_acquire);
+  if (blocks < 1 || blocks > MAX_THREADS) return;
   unsigned char *mine = NULL;
-  for (;;) {
-    uint64_t c = atomic_load_explicit(&pool.claim, memory_order_acquire);
-    int64_t next = (int64_t)(c & 0xffffffffu);
-    if ((uint32_t)(c >> 32) != epoch || next >= tiles) return;
-    if (!mine && !(mine = scratch(bytes))) return;  /* out of memory: leave the tiles to others */
-    int64_t n = tiles - next < grain ? tiles - next : grain;
-    if (!atomic_compare_exchange_weak_explicit(&pool.claim, &c, c + (uint64_t)n, memory_order_acq_rel,
-                                               memory_order_relaxed))
-      continue;
-    fn(args, next, next + n, mine);
-    uint32_t done = atomic_fetch_add(&pool.done, (uint32_t)n) + (uint32_t)n;
-    if (done == (uint32_t)tiles && atomic_load(&pool.submitter_asleep)) futex(&pool.done, FUTEX_WAKE, 1);
+  for (int k = 0; k < blocks; ++k) {
+    int b = (own + k) % blocks;
+    int64_t end = block_start(tiles, b + 1, blocks);
+    for (;;) {
+      uint64_t c = atomic_load_explicit(&claim[b].next, memory_order_acquire);
+      int64_t next = (int64_t)(c & 0xffffffffu);
+      if ((uint32_t)(c >> 32) != epoch) return;  /* a newer job: this one is done */
+      if (next >= end) break;
+      if (!mine && !(mine = scratch(bytes))) return;  /* out of memory: leave the tiles to others */
+      int64_t n = end - next < grain ? end - next : grain;
+      if (!atomic_compare_exchange_weak_explicit(&claim[b].next, &c, c + (uint64_t)n, memory_order_acq_rel,
+                                                 memory_order_relaxed))
+        continue;
+      fn(args, next, next + n, mine);
+      uint32_t done = atomic_fetch_add(&pool.done, (uint32_t)n) + (uint32_t)n;
+      if (done == (uint32_t)tiles && atomic_load(&pool.submitter_asleep)) futex(&pool.done, FUTEX_WAKE, 1);
+    }
   }
 }
 
@@ -165,7 +187,7 @@ static void *worker(void *arg) {
       }
     }
     seen = epoch;
-    if (id < atomic_load_explicit(&pool.threads, memory_order_relaxed)) take_tiles(epoch);
+    if (id < atomic_load_explicit(&pool.threads, memory_order_relaxed)) take_tiles(epoch, id);
   }
   return NULL;
 }
@@ -257,15 +279,22 @@ int stitch_rt_run(st_tiles fn, void *args, int64_t tiles, int64_t grain, size_t 
   }
   step_off_workers();
   uint32_t epoch = atomic_load(&pool.epoch) + 1;
-  atomic_store_explicit(&pool.claim, (uint64_t)epoch << 32 | NOTHING_LEFT, memory_order_relaxed);
+  /* every counter an earlier job used too: a late worker may still read that job's block count */
+  static int used;
+  if (used < threads) used = threads;
+  for (int b = 0; b < used; ++b)
+    atomic_store_explicit(&claim[b].next, (uint64_t)epoch << 32 | NOTHING_LEFT, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&pool.fn, fn, memory_order_relaxed);
   atomic_store_explicit(&pool.args, args, memory_order_relaxed);
   atomic_store_explicit(&pool.tiles, tiles, memory_order_relaxed);
   atomic_store_explicit(&pool.grain, grain, memory_order_relaxed);
   atomic_store_explicit(&pool.scratch_bytes, scratch_bytes, memory_order_relaxed);
+  atomic_store_explicit(&pool.blocks, threads, memory_order_relaxed);
   atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
-  atomic_store_explicit(&pool.claim, (uint64_t)epoch << 32, memory_order_release);
+  for (int b = 0; b < threads; ++b)
+    atomic_store_explicit(&claim[b].next, (uint64_t)epoch << 32 | (uint64_t)block_start(tiles, b, threads),
+                          memory_order_release);
   atomic_store(&pool.epoch, epoch);
   int asleep = atomic_load(&pool.sleepers);
   if (asleep > 0) {
@@ -275,7 +304,7 @@ int stitch_rt_run(st_tiles fn, void *args, int64_t tiles, int64_t grain, size_t 
     int64_t wake = (tiles + grain - 1) / grain - 1 + (spare > 0 ? spare : 0);
     futex(&pool.epoch, FUTEX_WAKE, (uint32_t)(wake < asleep ? wake : asleep));
   }
-  take_tiles(epoch);
+  take_tiles(epoch, 0);
   /* every tile is claimed; wait for the ones other threads hold */
   int64_t until = now_ns() + SPIN_NS;
   for (int i = 1;; ++i) {

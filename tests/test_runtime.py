@@ -85,6 +85,29 @@ int run_tiles(st_runner run, int64_t n, int64_t grain, size_t bytes, int paralle
   *distinct_threads = distinct;
   return j.bad_scratch;
 }
+/* Which thread ran each tile (the caller or not), and in what order; the caller's tiles wait (up to
+   5 s) until a worker has run one. */
+struct ordered { pthread_t caller; _Atomic int64_t seq; int64_t *order; int *by_caller; _Atomic int worker_ran; };
+static void ordered_tiles(void *args, int64_t lo, int64_t hi, unsigned char *scratch) {
+  struct ordered *j = args;
+  (void)scratch;
+  for (int64_t t = lo; t < hi; ++t) {
+    int mine = pthread_equal(pthread_self(), j->caller);
+    if (!mine) atomic_store(&j->worker_ran, 1);
+    for (int i = 0; mine && !atomic_load(&j->worker_ran) && i < 50000; ++i) {
+      struct timespec pause = {0, 100000};
+      nanosleep(&pause, NULL);
+    }
+    j->order[t] = atomic_fetch_add(&j->seq, 1);
+    j->by_caller[t] = mine;
+    struct timespec pause = {0, 20000};
+    nanosleep(&pause, NULL);
+  }
+}
+int run_ordered(st_runner run, int64_t n, int64_t *order, int *by_caller) {
+  struct ordered j = {pthread_self(), 0, order, by_caller, 0};
+  return run(ordered_tiles, &j, n, 1, 64, 1);
+}
 """
 
 
@@ -205,6 +228,29 @@ def test_workers_are_pinned_to_cpus_of_their_own_and_the_caller_keeps_its_mask(t
     assert mask_kept == "True" and (pinned, distinct) == ("1", "1")
     mask_kept, pinned, _, _ = run(3, cpus[:2])  # more threads than CPUs: none pinned
     assert mask_kept == "True" and pinned == "0"
+
+
+@needs_cc
+def test_each_thread_takes_its_own_block_of_tiles_in_order_first(cache, tmp_path, threads):
+    """The tiles are dealt in a contiguous block per thread, the caller's first: the worker begins
+    at the first tile of its own block, and each thread runs the tiles it takes of one block in
+    order (so a tile may prefetch what the tile after it reads); every tile runs once."""
+    cc = cpu.compiler()
+    lib = ctypes.CDLL(str(build_harness(cc, tmp_path)))
+    run = ctypes.cast(runtime._load(cc, cache).stitch_rt_run, ctypes.c_void_p)
+    threads(2)
+    n = 64
+    for _ in range(3):
+        order, by_caller = (ctypes.c_int64 * n)(), (ctypes.c_int * n)()
+        assert lib.run_ordered(run, ctypes.c_int64(n), order, by_caller) == 0
+        assert sorted(order) == list(range(n))  # every tile once
+        for caller in (1, 0):
+            ran = sorted((t for t in range(n) if by_caller[t] == caller), key=lambda t: order[t])
+            for block in (range(0, n // 2), range(n // 2, n)):
+                mine = [t for t in ran if t in block]
+                assert mine == sorted(mine)
+        worker = min((t for t in range(n) if not by_caller[t]), key=lambda t: order[t])
+        assert worker == n // 2
 
 
 @needs_cc
