@@ -28,6 +28,8 @@ elements reads at most one element of each operand).
 
 from __future__ import annotations
 
+import math
+
 from .graph import Graph, Node
 from .ir import DTypeName
 from .ops import BINARY, COMPARE, OPS, REDUCE, UNARY
@@ -286,9 +288,18 @@ def ivec(values) -> str:
 
 def f64(value) -> str:
     text = repr(float(value))
-    if text in ("inf", "-inf", "nan"):
-        raise ValueError(f"constant {text} cannot enter the e-graph")
+    if text in ("inf", "-inf", "nan", "-0.0"):  # egglog's f64 equates -0.0 with 0.0: see const_term
+        raise ValueError(f"constant {text} cannot enter the e-graph as an f64")
     return text
+
+
+def const_term(value, dtype: str) -> str:
+    """The term of a literal of `dtype` (egglog text). egglog's f64 holds -0.0 and 0.0 as one value
+    (they compare equal), so -0.0 enters as neg(0.0): the sign stays, and a pattern's 0.0 does not
+    match it (x / -0.0 is -inf where x / 0.0 is inf)."""
+    if value == 0 and math.copysign(1.0, float(value)) < 0:
+        return f'(Un "neg" (Global (Const 0.0 {dtype})))'
+    return f"(Const {f64(value)} {dtype})"
 
 
 def literal(value) -> str:
@@ -313,7 +324,7 @@ def node_term(node: Node, operand: dict[int, str]) -> str:
     if op == "param":
         return f"(Input {quote(node.attr('name'))})"
     if op == "const":
-        return f"(Const {f64(node.attr('value'))} {quote(node.type.dtype)})"
+        return const_term(node.attr("value"), quote(node.type.dtype))
     fam = family_of(op)
     if fam in ("Un", "Bin"):
         return f"({fam} {quote(op)} {' '.join(args)})"

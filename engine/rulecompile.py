@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, f64, family_arity, family_of, literal, quote
+from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, const_term, f64, family_arity, family_of, literal, quote
 from .errors import StitchError
 from .ir import DTypeName
 from .rules import PCall, PLit, PVar, Rule, RuleFile
@@ -177,11 +177,11 @@ class _Ctx:
 
     def _literal(self, p: PLit, side: str, dtype_from) -> str:
         if side == "lhs":
-            return f"(Const {f64(p.value)} {self.new('d')})"
+            return const_term(p.value, self.new("d"))
         dt = self._dtype_of(dtype_from) if dtype_from is not None else None
         if dt is None:
             dt = self._dtype_expr_var("?__root")
-        return f"(Const {f64(p.value)} {dt})"
+        return const_term(p.value, dt)
 
     def _lookup(self, function: str, term_var: str) -> str:
         """A query variable bound to `(function term_var)`, bound once per rule."""

@@ -106,6 +106,40 @@ def test_scalar_cast_is_not_folded_away(cache):
         assert program(x=np.array(v, np.float32))[0] == np.float32(-(2.0**63))
 
 
+# -- literals ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16"])
+def test_a_negative_zero_literal_keeps_its_sign(dtype, cache):
+    """egglog's f64 holds -0.0 and 0.0 as one value: the literal -0.0 enters the e-graph as neg(0.0)
+    (it was read back as 0.0, and x / -0.0 came out inf where numpy gives -inf)."""
+    text = (f"func f(x: {dtype}[3]) -> ({dtype}[3], {dtype}[3], {dtype}[3]) {{\n"
+            "  return div(x, -0.0), mul(x, -0.0), sub(mul(x, 0.0), -0.0)\n}\n")
+    x = np.array([2.0, -0.5, 0.0], dtype=np.dtype(dtype.replace("f", "float")))
+    want, got = run_everywhere(text, {"x": x}, cache)
+    assert np.isneginf(want[0][0]) and np.signbit(want[1][0]) and not np.signbit(want[2][0])
+    for target, outs in got.items():
+        assert all(same_bits(g, w) for g, w in zip(outs, want)), target
+
+
+def test_a_rules_zero_does_not_match_a_negative_zero(tmp_path):
+    """A rule's 0.0 (here in an unsound rule) matches 0.0 and not -0.0, and -0.0 on a rule's right
+    side enters as -0.0."""
+    from stitch.engine.pipeline import check_entry, load_rule_files, read_program, saturate_program
+    from stitch.engine.rulecompile import compile_rule_file
+
+    rules = tmp_path / "zero.rules"
+    rules.write_text("rule times-zero: mul(?x, 0.0) => add(?x, 1.0)\nrule sub-zero: sub(?x, 0.0) => add(?x, -0.0)\n")
+    files = load_rule_files([str(rules)], builtin=False)
+
+    def matches(zero: str) -> int:
+        graph = check_entry(read_program(f"func f(x: f32[4]) -> f32[4] {{\n  return mul(x, {zero})\n}}\n"))
+        return saturate_program(graph, files)[1].matches.get("times-zero", 0)
+
+    assert matches("0.0") >= 1 and matches("-0.0") == 0
+    assert '(Un "neg" (Global (Const 0.0' in compile_rule_file(files[0])
+
+
 # -- no fused multiply-add ----------------------------------------------------------
 
 
