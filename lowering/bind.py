@@ -28,8 +28,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .loops import (Buffer, Checked, For, Indirect, Ix, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
-                    index_vars, leaves, loads, perfect_nest)
+from .loops import (Buffer, For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, index_vars, leaves, loads,
+                    map_leaf_loads, map_loads, perfect_nest)
 
 # a block may repeat a weight's elements (tiles whose copies overlap): at most this many times its sources' bytes
 MAX_GROWTH = 2
@@ -77,7 +77,7 @@ class _Hoist:
         out = []
         for s in stmts:
             if not isinstance(s, For):
-                out.append(replace(s, index=tuple(self.ix(ix) for ix in s.index), value=self.expr(s.value)))
+                out.append(map_leaf_loads(s, self.load))
                 continue
             moved = self.hoisted(s, around)
             out.extend(moved if moved is not None else [For(s.var, s.extent, s.kind, self.stmts(s.body, around + [s]))])
@@ -96,7 +96,7 @@ class _Hoist:
         if (not isinstance(leaf, Store) or buffer is None or leaf.buffer not in self.single
                 or list(leaf.index) != [Ix.var(v) for v in own]):
             return None
-        value = self.expr(leaf.value)
+        value = map_loads(leaf.value, self.load)
         sources = {ld.buffer for ld in loads(value)}
         if not sources or not sources <= self.bound.keys():
             return None
@@ -130,26 +130,12 @@ class _Hoist:
             return value.buffer
         return None
 
-    def expr(self, e):
-        if isinstance(e, Load):
-            index = tuple(self.ix(ix) for ix in e.index)
-            if e.buffer in self.moved:
-                block, lead = self.moved[e.buffer]
-                return Load(block, lead + index)
-            return Load(e.buffer, index)
-        if isinstance(e, Op):
-            return Op(e.op, tuple(self.expr(a) for a in e.args), e.dtype)
-        if isinstance(e, Select):
-            return Select(self.ix(e.ix), e.split, self.expr(e.low), self.expr(e.high), e.dtype)
-        if isinstance(e, Checked):
-            return Checked(self.ix(e.check), self.expr(e.value))
-        return e
-
-    def ix(self, ix: Ix) -> Ix:
-        if not any(isinstance(t, Indirect) for t, _ in ix.terms):
-            return ix
-        return ix.map_atoms(lambda t: Ix.var(Indirect(self.expr(t.value), t.extent, t.site))
-                            if isinstance(t, Indirect) else Ix.var(t))
+    def load(self, ld: Load) -> Load:
+        """A read of a moved copy, as a read of its block."""
+        if ld.buffer not in self.moved:
+            return ld
+        block, lead = self.moved[ld.buffer]
+        return Load(block, lead + ld.index)
 
 
 def _nest(loops: list[For], leaf: Stmt) -> Stmt:

@@ -19,7 +19,7 @@ ops and a concat's `Select`. Everything prints as text (`print_loops`), the form
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 from ..engine.index import FloorDiv, Indirect, Ix, Mod  # noqa: F401  (re-exported: the index type of loops)
@@ -178,6 +178,40 @@ def loads(expr: Expr) -> Iterator[Load]:
     elif isinstance(expr, Checked):
         yield from index_loads(expr.check)
         yield from loads(expr.value)
+
+
+def map_loads(e: Expr, fn) -> Expr:
+    """`e` with every Load replaced by `fn(load)`, the loads inside gathered indices too (their own
+    index rebuilt first)."""
+    if isinstance(e, Load):
+        return fn(Load(e.buffer, tuple(map_index_loads(ix, fn) for ix in e.index)))
+    if isinstance(e, Op):
+        return Op(e.op, tuple(map_loads(a, fn) for a in e.args), e.dtype)
+    if isinstance(e, Select):
+        return Select(map_index_loads(e.ix, fn), e.split, map_loads(e.low, fn), map_loads(e.high, fn), e.dtype)
+    if isinstance(e, Checked):
+        return Checked(map_index_loads(e.check, fn), map_loads(e.value, fn))
+    return e
+
+
+def map_index_loads(ix: Ix, fn) -> Ix:
+    """`ix` with the loads of its gathered index values replaced by `fn(load)` (`map_loads`)."""
+    if all(isinstance(t, str) for t, _ in ix.terms):
+        return ix
+
+    def atom(t):
+        if isinstance(t, Indirect):
+            return Ix.var(Indirect(map_loads(t.value, fn), t.extent, t.site))
+        if isinstance(t, (FloorDiv, Mod)):
+            return Ix.var(type(t)(map_index_loads(t.x, fn), t.d))
+        return Ix.var(t)
+
+    return ix.map_atoms(atom)
+
+
+def map_leaf_loads(s, fn):
+    """A Store or Accumulate with `map_loads` applied to its value and its index."""
+    return replace(s, index=tuple(map_index_loads(ix, fn) for ix in s.index), value=map_loads(s.value, fn))
 
 
 def index_loads(ix: Ix) -> Iterator[Load]:

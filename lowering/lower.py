@@ -76,6 +76,12 @@ def _hoist(program: LoopProgram, target: Target) -> LoopProgram:
     return hoist_bound(program, in_place=target.kind == "cpu")  # a cpu's on-chip memory is its cache
 
 
+def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
+    from .inplace import read_in_place
+
+    return read_in_place(program, target.inplace_run_bytes)
+
+
 def _merge(program: LoopProgram, target: Target) -> LoopProgram:
     from .alloc import merge_allocations
 
@@ -83,7 +89,7 @@ def _merge(program: LoopProgram, target: Target) -> LoopProgram:
 
 
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _hoist, _merge]
+PASSES = [_widen, _forward, _hoist, _in_place, _merge]
 
 
 @allows_deep_recursion

@@ -54,6 +54,10 @@ class Target:
     # every core has tiles to take when another's run long).
     resident_share: float = 0.125
     tiles_per_core: int = 2
+    # Where on-chip memory is a cache: a staged copy whose rows are at least this many bytes is
+    # dropped and its readers read the source in place (lowering/inplace.py); shorter rows far
+    # apart are still gathered into one contiguous buffer. 0 (a scratchpad): every copy stays.
+    inplace_run_bytes: int = 0
 
     @property
     def sync_cycles(self) -> float:
@@ -80,6 +84,7 @@ _FIELDS = {
     "name": str, "kind": str, "clock_ghz": float, "cores": int, "onchip_bytes": int,
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
     "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
+    "inplace_run_bytes": int,
     "matrix": dict, "op_cycles": dict, "onchip_cache": str,
 }
 CACHE_LEVELS = {"l1": 1, "l2": 2, "l3": 3}
@@ -195,7 +200,7 @@ def machine_cache_bytes(level: int, root: Path = SYSFS_CPU) -> int | None:
 _NUMBERS = {
     "clock_ghz": "positive", "cores": "count", "onchip_bytes": "count", "global_bandwidth": "positive",
     "launch_cycles": "nonnegative", "vector_lanes": "count", "alignment": "count", "fma_per_lane": "positive",
-    "sync": "nonnegative", "resident_share": "share", "tiles_per_core": "count",
+    "sync": "nonnegative", "resident_share": "share", "tiles_per_core": "count", "inplace_run_bytes": "nonnegative",
 }
 MAX_COUNT = 2**40
 
