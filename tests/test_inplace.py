@@ -1,0 +1,36 @@
+"""Reading in place (lowering/inplace.py): on a cache target a staged copy of long rows is dropped,
+its readers read the source at the copy's index; short rows stay staged; a scratchpad keeps every copy."""
+
+from __future__ import annotations
+
+from stitch.engine.testing import compile_text, executes_like_the_reference, target_text
+from stitch.lowering.loops import print_loops
+from stitch.lowering.lower import lower
+from stitch.targets.target import parse_target
+
+PRODUCT = "func f(a: f32[32, 512], b: f32[512, 64]) -> f32[32, 64] { return matmul(a, b) }"
+
+
+def loops(**keys):
+    c = compile_text(PRODUCT, parse_target(target_text("cpu", onchip_bytes=262144, **keys)))
+    return c, lower(c)
+
+
+def test_long_rows_are_read_where_they_are_and_short_ones_stay_staged():
+    _, kept = loops(inplace_run_bytes=0)
+    before = print_loops(kept)
+    assert "a_s0[p0, r0] = a[p0, r0]" in before and "mul(a_s0[p0, r0], b_s1[r0, p1])" in before
+    c, program = loops()  # cpu.toml's 1024 bytes: a's rows hold 2048, b's tile rows 64
+    after = print_loops(program)
+    assert "a_s0" not in after
+    assert "k0_v0[p0, p1] += mul(a[p0, r0], b_s1[r0, p1])" in after
+    assert "b_s1[r0, p1] = b[r0, 16*p1o + p1]" in after
+    assert c.cost.kernels[0].footprint == compile_text(PRODUCT, parse_target(target_text(
+        "cpu", onchip_bytes=262144, inplace_run_bytes=0))).cost.kernels[0].footprint  # the plan is the model's
+    executes_like_the_reference(program, c.graph, 1)
+
+
+def test_a_scratchpad_keeps_every_copy():
+    c = compile_text(PRODUCT, parse_target(target_text("accel")))
+    assert c.target.inplace_run_bytes == 0
+    assert "a_s" in print_loops(lower(c))
