@@ -17,6 +17,11 @@ block in place: the copy and its allocation are gone, and the product streams
 one contiguous block per tile (as ONNX Runtime's prepacked weights do). Where
 it is a scratchpad (`accel`) the copy stays, of one contiguous block. A copy of
 a whole weight in its own layout is, on a cpu, a read of the weight itself.
+A weight a kernel reads where it is, without a copy (a head's products read 64
+of each 768-wide row), is read on a cpu from a block laid out in the order of
+the loops around the read, unless that is the weight's own order: BERT's
+attention kernel, whose Q, K and V products so read their weights, 5.15 ->
+4.70 ms at one thread.
 
 No value changes: the prologue stores what the moved nest stored, for every
 tile the kernel runs.
@@ -25,6 +30,8 @@ tile the kernel runs.
 from __future__ import annotations
 
 from dataclasses import replace
+
+from ..engine.index import affine
 
 import numpy as np
 
@@ -58,9 +65,11 @@ def hoist_bound(program: LoopProgram, in_place: bool) -> LoopProgram:
 class _Hoist:
     def __init__(self, bound: dict[str, Buffer], in_place: bool):
         self.bound = dict(bound)  # bound parameters, and the blocks made from them
+        self.params = set(bound)  # the bound parameters themselves
         self.in_place = in_place
         self.made: list[Buffer] = []
         self.kernels: list[LoopKernel] = []
+        self.layouts: dict[tuple, str] = {}  # (weight, index, loops) -> the block laid out for such reads
 
     def kernel(self, k: LoopKernel) -> LoopKernel:
         self.name = k.name
@@ -77,7 +86,7 @@ class _Hoist:
         out = []
         for s in stmts:
             if not isinstance(s, For):
-                out.append(map_leaf_loads(s, self.load))
+                out.append(map_leaf_loads(s, lambda ld: self.laid_out(self.load(ld), around)))
                 continue
             moved = self.hoisted(s, around)
             out.extend(moved if moved is not None else [For(s.var, s.extent, s.kind, self.stmts(s.body, around + [s]))])
@@ -124,6 +133,33 @@ class _Hoist:
             return []
         return [_nest(loops, Store(leaf.buffer, leaf.index, Load(block.name, lead + leaf.index)))]
 
+    def laid_out(self, ld: Load, around: list[For]) -> Load:
+        """A weight read where it is (a product's columns of a tile, 64 of each 768-wide row): read
+        from a block holding what the loops around read, in their order, so that one tile's part is
+        contiguous and its innermost loop walks consecutive elements. Not where that order is
+        already the weight's own; only on a cache (a scratchpad copies a tile on chip anyway)."""
+        if not self.in_place or ld.buffer not in self.params or not all(affine(ix) for ix in ld.index):
+            return ld
+        used = set().union(*(index_vars(ix) for ix in ld.index))
+        loops = [lp for lp in around if lp.var in used]
+        if len(loops) != len(used):
+            return ld
+        source = self.bound[ld.buffer]
+        block_shape = tuple(lp.extent for lp in loops)
+        if _flat(ld.index, source.shape) == _flat(tuple(Ix.var(lp.var) for lp in loops), block_shape):
+            return ld  # the loops read the weight in its own order
+        key = (ld.buffer, ld.index, tuple((lp.var, lp.extent) for lp in loops))
+        if key not in self.layouts:
+            block = Buffer(f"{ld.buffer}_{self.name}_{len(self.layouts)}", "global", source.dtype, block_shape)
+            if block.nbytes > MAX_GROWTH * source.nbytes:
+                return ld
+            self.kernels.append(LoopKernel(f"bind_{block.name}", [], [_nest(loops, Store(
+                block.name, tuple(Ix.var(lp.var) for lp in loops), Load(ld.buffer, ld.index)))]))
+            self.made.append(block)
+            self.bound[block.name] = block
+            self.layouts[key] = block.name
+        return Load(self.layouts[key], tuple(Ix.var(lp.var) for lp in loops))
+
     def whole(self, value, index: tuple[Ix, ...], buffer: Buffer) -> str | None:
         """The bound buffer the nest copies whole, in its own layout; else None."""
         if isinstance(value, Load) and value.index == index and self.bound[value.buffer].shape == buffer.shape:
@@ -136,6 +172,15 @@ class _Hoist:
             return ld
         block, lead = self.moved[ld.buffer]
         return Load(block, lead + ld.index)
+
+
+def _flat(index: tuple[Ix, ...], shape: tuple[int, ...]) -> Ix:
+    """The element `index` reads, counted from the buffer's start (row-major)."""
+    flat, stride = Ix(), 1
+    for ix, extent in reversed(list(zip(index, shape))):
+        flat = flat + ix * stride
+        stride *= extent
+    return flat
 
 
 def _nest(loops: list[For], leaf: Stmt) -> Stmt:

@@ -64,6 +64,37 @@ def test_a_weights_tiles_are_laid_out_once_and_read_in_place_on_a_cpu():
     assert "alloc shared w_s1" not in after and "= w[" not in after.split("kernel k0")[1]
 
 
+HEADS = """
+func heads(x: f32[32, 64], w: f32[64, 64], v: f32[64, 64], g: f32[64]) -> f32[4, 32, 32] {
+  q = transpose(reshape(matmul(mul(x, g), w), shape=[32, 4, 16]), perm=[1, 0, 2])
+  k = transpose(reshape(matmul(x, v), shape=[32, 4, 16]), perm=[1, 2, 0])
+  return matmul(q, k)
+}
+"""
+
+
+def test_a_weight_read_where_it_is_is_read_from_a_block_in_the_loops_order():
+    """A head's products read 16 of each 64-wide row of w and v where they are (not staged): each
+    gets a block holding every head's columns one head after the other, in the loops' order; g,
+    read in its own order, is read as it is."""
+    target = parse_target(target_text("cpu", onchip_bytes=65536))
+    before = print_loops(lower(compile_text(HEADS, target)))
+    assert "mul(mul(x_s[p1, r1], g_s[r1]), w[r1, 16*p0 + 16*p0o + r0])" in before
+    loops = lower(compile_text(HEADS, target), ("w", "v", "g"))
+    after = print_loops(loops)
+    assert "w_k0_0[p0o, r1, p0, r0] = w[r1, 16*p0 + 16*p0o + r0]" in after
+    assert "mul(mul(x_s[p1, r1], g[r1]), w_k0_0[p0o, r1, p0, r0])" in after
+    rng = np.random.default_rng(3)
+    weights = {"w": rng.random((64, 64), dtype=np.float32), "v": rng.random((64, 64), dtype=np.float32),
+               "g": rng.random(64, dtype=np.float32)}
+    x = rng.random((32, 64), dtype=np.float32)
+    from stitch.lowering.execute import execute
+
+    graph = compile_text(HEADS, target).graph
+    (got,), _ = execute(loops, {"x": x} | bind(loops, weights))
+    assert compare(got, evaluate(graph, {"x": x} | weights)[0]) == ""
+
+
 def test_on_a_scratchpad_the_block_is_copied_on_chip():
     after = print_loops(lower(compile_text(PROJ, small("accel")), ("w",)))
     assert "w_s1[r0, p1] = w_s1_k0[p1o, r0, p1]" in after  # one contiguous block per tile
