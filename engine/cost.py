@@ -39,8 +39,12 @@ reductions finish across tiles) and prices it:
   tiles is combined in its global buffer: set, then read and written again).
   Lowering reads and writes exactly these bytes, in that order (gathers read
   at most this many: repeated indices read a row once).
-- Work: each instance computes its slice per tile; inline values are
-  recomputed in each nest that reads them, so recomputation is priced; index
+- Work: each held instance computes its slice per tile; inline values are
+  recomputed in each nest that reads them, once per iteration of that nest
+  (a value broadcast into a larger nest, the rsqrt of an axis-0 layer norm's
+  variance, is recomputed for every element it is broadcast to), so
+  recomputation is priced (a product's operands excepted: computed per row
+  and k, or per k and column, over their own axes); index
   maps (transpose, reshape, broadcast, slice) cost nothing, a concat's select
   and a gather's index one op per element.
 """
@@ -176,9 +180,10 @@ def facts(kernel: Kernel, types) -> _Facts:
             axes = packed_operand(kernel, inst)
             if axes:
                 packs[inst.key] = (axes, dtype_bytes(types[inst.node.children[1]].dtype))
-        elif op not in FREE_OPS:
-            loop = inst.axes + (reduced_axes(inst) if accumulates else ())
-            work.append((loop, op, 1.0))
+        elif op not in FREE_OPS and inst.held:
+            work.append((_nest_loop(inst), op, 1.0))
+        if inst.held and op != "param":
+            work.extend(_inline_work(kernel, inst))
         if inst.hold in (Hold.SHARED, Hold.LOCAL) or (inst.hold is Hold.ROOT and accumulates):
             buffers.append((inst.axes, dtype_bytes(types[inst.cid].dtype)))
         for (kind, ref), index in zip(inst.operands, inst.operand_index):
@@ -190,6 +195,25 @@ def facts(kernel: Kernel, types) -> _Facts:
     candidates = [a for a in order if kernel.extents.get(a, 1) > 1
                   and (kernel.kinds[a] is AxisKind.PARALLEL or any(a in s for s in partial_axes.values()))]
     return _Facts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs)
+
+
+def _nest_loop(inst: Instance) -> tuple[str, ...]:
+    """The axes of the loop nest computing a held instance (a reduction's reduced axes inside)."""
+    return inst.axes + (reduced_axes(inst) if inst.node.op in ACCUMULATING else ())
+
+
+def _inline_work(kernel: Kernel, held: Instance) -> list[tuple[tuple[str, ...], str, float]]:
+    """The work of the values a held instance's nest computes inline: each once per iteration of
+    that nest (a value read through a broadcast, rsqrt(var) under a [512, 64, 256] layer norm, is
+    recomputed for every element it is broadcast to), except a product's operands, computed once
+    per row and k (the left) or per k and column (the right) over their own axes."""
+    out = []
+    for key in kernel.inlined(held.key)[1:]:
+        inst = kernel.instances[key]
+        if inst.node.op in FREE_OPS or inst.node.op in ("param", "const"):
+            continue
+        out.append((inst.axes if held.node.op == "matmul" else _nest_loop(held), inst.node.op, 1.0))
+    return out
 
 
 def _tails(kernel: Kernel) -> dict[int, frozenset]:

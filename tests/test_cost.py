@@ -52,6 +52,23 @@ def test_norms_and_softmax_are_one_kernel(name, target):
 
 
 @pytest.mark.parametrize("target", [CPU, ACCEL], ids=["cpu", "accel"])
+def test_a_value_broadcast_into_a_larger_nest_is_priced_per_element_of_that_nest(target):
+    """rsqrt of a layer norm's variance over axis 0 ([64, 256]) is read by a [512, 64, 256] nest:
+    inline, it is recomputed 512 times per element, which the model prices, so it is held once per
+    tile (inline it was priced once, and recomputed 512 times in the C)."""
+    from stitch.engine.cost import facts
+
+    c = compiled("layernorm_large", target)
+    (kernel,) = c.schedule.kernels
+    (rsqrt,) = [inst for inst in kernel.instances if inst.node.op == "rsqrt"]
+    assert rsqrt.held
+    inline = next(inst for inst in kernel.instances if inst.node.op == "mul" and not inst.held
+                  and len(inst.axes) == 3)  # d * r, inline in the output's nest
+    work = [(loop, op) for loop, op, _ in facts(kernel, c.schedule.types).work]
+    assert (kernel.root_instance.axes, "mul") in work and inline.axes == kernel.root_instance.axes
+
+
+@pytest.mark.parametrize("target", [CPU, ACCEL], ids=["cpu", "accel"])
 def test_seed_mlp_keeps_the_matmul_tile_out_of_global(target):
     c = compiled("mlp", target)
     (kernel,) = c.schedule.kernels
