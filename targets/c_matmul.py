@@ -31,24 +31,42 @@ MAX_ROWS = 8  # rows of C in one register block
 
 def vector_typedefs(vector_bytes: int) -> str:
     """Unaligned, aliasing vector types: loads and stores go straight to any element address; and
-    st_fma_* (scalar a, vector b, vector c: a * b + c), fused where the machine has FMA.
+    st_fma_* (scalar a, vector b, vector c: a * b + c), fused where the machine has FMA. The full
+    width, and each half of it down to 16 bytes (a product whose tile has fewer columns than a full
+    vector: see `render_matmul`).
 
     Code is compiled with -ffp-contract=off (no fused multiply-add outside matmul: README,
     "Floating-point semantics"), so the micro-kernel asks for FMA explicitly, as BLAS does."""
     out = []
-    for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")):
-        out.append(f"typedef {c} {name} __attribute__((vector_size({vector_bytes}), aligned({dtype_bytes(t)}), "
+    width = vector_bytes
+    while width >= 16 or width == vector_bytes:
+        out.append(_typedefs(width, vector_bytes))
+        width //= 2
+    return "".join(out)
+
+
+def vector_names(dtype: str, width: int, full: int) -> tuple[str, str]:
+    """The C vector type of `width` bytes and its multiply-add (the full width: st_vf32, st_fma_f32)."""
+    suffix = "" if width == full else f"_{width}"
+    return VECTOR_TYPES[dtype] + suffix, f"st_fma_{dtype}{suffix}"
+
+
+def _typedefs(width: int, full: int) -> str:
+    out = []
+    kinds = [(t, c, *vector_names(t, width, full)) for t, c in (("f32", "float"), ("f64", "double"))]
+    for t, c, name, _ in kinds:
+        out.append(f"typedef {c} {name} __attribute__((vector_size({width}), aligned({dtype_bytes(t)}), "
                    f"may_alias));\n")
-    intrinsic, guard = _FMA_INTRINSICS.get(vector_bytes, (None, None))
+    intrinsic, guard = _FMA_INTRINSICS.get(width, (None, None))
     if intrinsic:
         out.append(f"#if {guard}\n#include <immintrin.h>\n")
-        for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")):
+        for t, c, name, fma in kinds:
             suffix = "ps" if t == "f32" else "pd"
-            out.append(f"static inline {name} st_fma_{t}({c} a, {name} b, {name} c) "
+            out.append(f"static inline {name} {fma}({c} a, {name} b, {name} c) "
                        f"{{ return {intrinsic}_fmadd_{suffix}({intrinsic}_set1_{suffix}(a), b, c); }}\n")
         out.append("#else\n")
-    for t, name, c in (("f32", "st_vf32", "float"), ("f64", "st_vf64", "double")):
-        out.append(f"static inline {name} st_fma_{t}({c} a, {name} b, {name} c) {{ return a * b + c; }}\n")
+    for t, c, name, fma in kinds:
+        out.append(f"static inline {name} {fma}({c} a, {name} b, {name} c) {{ return a * b + c; }}\n")
     if intrinsic:
         out.append("#endif\n")
     return "".join(out)
@@ -113,8 +131,16 @@ def _through_units(s, units: list[str]):
 
 
 def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: int) -> list[str]:
-    """C for the nest: MR x NV register blocks over rows and vector columns, then the leftovers."""
-    lanes = vector_bytes // dtype_bytes(dtype)
+    """C for the nest: MR x NV register blocks over rows and vector columns, then the leftovers.
+
+    Vectors are the machine's widest unless the nest has fewer columns than one holds: then the
+    widest that fits (16 bytes at least), so a tile of 8 columns is one 8-lane vector, not 8 scalar
+    columns (a head's projection tiled 8 columns wide ran at a tenth of the speed)."""
+    width = vector_bytes
+    while width > 16 and nest.j.extent < width // dtype_bytes(dtype):
+        width //= 2
+    vec = _Vec(*vector_names(dtype, width, vector_bytes), width // dtype_bytes(dtype))
+    lanes = vec.lanes
     registers = 32 if vector_bytes >= 64 else 16
     nv = max(1, min(registers // 8, nest.j.extent // lanes))
     mr = max(1, min(MAX_ROWS, nest.i.extent, (registers - nv - 2) // nv))
@@ -125,15 +151,24 @@ def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: 
     if full_rows:
         lines += ahead.start(pad)
         lines.append(f"{pad}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
-        lines += _row_block(nest, kernel, pad + "  ", mr, nv, lanes, dtype, ahead)
+        lines += _row_block(nest, kernel, pad + "  ", mr, nv, vec, dtype, ahead)
         lines.append(f"{pad}}}")
     if n_i % mr:
         lines.append(f"{pad}{{ const int64_t {i} = {full_rows};")
-        lines += _row_block(nest, kernel, pad + "  ", n_i % mr, nv, lanes, dtype)
+        lines += _row_block(nest, kernel, pad + "  ", n_i % mr, nv, vec, dtype)
         lines.append(f"{pad}}}")
     if nest.units:
         lines.append(f"{pad}}}")
     return lines
+
+
+@dataclass(frozen=True)
+class _Vec:
+    """The vectors of one micro-kernel: their C type, their multiply-add, their lanes."""
+
+    type: str
+    fma: str
+    lanes: int
 
 
 @dataclass(frozen=True)
@@ -199,23 +234,24 @@ def _ahead(nest: MatmulNest, kernel, row_blocks: int, across: int) -> _Ahead:
     return _Ahead(step, start_at, kernel.buffer_name(nest.b.buffer), region, span, total, across)
 
 
-def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str,
+def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
                ahead: _Ahead = _Ahead()) -> list[str]:
     """Rows i .. i+rows-1: vector blocks across j, then the columns left over one by one; the full
     blocks prefetch `ahead`'s share of the next region of B."""
     j, n_j = nest.j.var, nest.j.extent
+    lanes = vec.lanes
     width = nv * lanes
     full = n_j - n_j % width
     lines = _precompute_a(nest, kernel, pad, rows, dtype)
     a = "a_pre" if lines else None
     if full:
         lines.append(f"{pad}for (int64_t {j} = 0; {j} < {full}; {j} += {width}) {{")
-        lines += _tile(nest, kernel, pad + "  ", rows, nv, lanes, dtype, a, ahead)
+        lines += _tile(nest, kernel, pad + "  ", rows, nv, vec, dtype, a, ahead)
         lines.append(f"{pad}}}")
     left_vectors = (n_j - full) // lanes
     if left_vectors:
         lines.append(f"{pad}{{ const int64_t {j} = {full};")
-        lines += _tile(nest, kernel, pad + "  ", rows, left_vectors, lanes, dtype, a)
+        lines += _tile(nest, kernel, pad + "  ", rows, left_vectors, vec, dtype, a)
         lines.append(f"{pad}}}")
     start = full + left_vectors * lanes
     if start < n_j:
@@ -269,10 +305,10 @@ def _at_row(i: str, r: int, text: str) -> str:
     return f"{enter} {text} {leave}" if enter else text
 
 
-def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dtype: str,
+def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
           a_pre: str | None, ahead: _Ahead = _Ahead()) -> list[str]:
     """One rows x nv-vector block of C in registers across the whole k loop."""
-    vt = VECTOR_TYPES[dtype]
+    vt, lanes = vec.type, vec.lanes
     ct = C_FLOAT[dtype]
     i, j, k = nest.i.var, nest.j.var, nest.k
     c = {(r, v): f"c{r}_{v}" for r in range(rows) for v in range(nv)}
@@ -290,7 +326,7 @@ def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, lanes: int, dt
     for r in range(rows):
         a = f"{a_pre}[{r}][{k.var}]" if a_pre else kernel.expr(_shift(nest.a, {i: r}))  # an affine load
         lines.append(f"{pad}  {ct} a{r} = {a};")
-        lines.append(f"{pad}  " + " ".join(f"{c[r, v]} = st_fma_{dtype}(a{r}, b{v}, {c[r, v]});" for v in range(nv)))
+        lines.append(f"{pad}  " + " ".join(f"{c[r, v]} = {vec.fma}(a{r}, b{v}, {c[r, v]});" for v in range(nv)))
     lines.append(f"{pad}}}")
     lines += [f"{pad}*({vt} *){c_addr(r, v)} = {name};" for (r, v), name in c.items()]
     return lines

@@ -249,6 +249,19 @@ def test_register_blocked_matmul_equals_the_reference(template, t, i, k, j, vect
 
 
 @needs_cc
+@pytest.mark.parametrize("j, vector", [(8, "st_vf32_32 c0_0"), (4, "st_vf32_16 c0_0"), (12, "st_vf32_32 c0_0")])
+def test_a_product_narrower_than_a_vector_runs_in_narrower_vectors(j, vector, cache, monkeypatch):
+    """Fewer columns than a 64-byte vector holds: the widest vectors that fit (not every column
+    one by one, at a tenth of the speed); 12 columns are one 8-lane vector and 4 scalar columns."""
+    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: 64)
+    f = stitch.compile(MATMULS[0].format(t="f32", i=13, k=40, j=j), cache_dir=cache)
+    assert vector in f.native.source_path.read_text()
+    inputs = random_inputs(f.graph, 3)
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""
+
+
+@needs_cc
 @pytest.mark.parametrize("t", ["f32", "f64", "i32", "i64"])
 @pytest.mark.parametrize("op", ["max", "min"])
 def test_vectorized_extrema_propagate_nan_like_numpy(t, op, cache):
