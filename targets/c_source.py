@@ -24,7 +24,7 @@ from ..engine.index import FloorDiv, Mod, affine
 from ..engine.ir import dtype_bytes
 from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Select,
                               Store, accumulates_in_float, index_vars, leaves, loads, perfect_nest)
-from .c_matmul import contiguous_in, match_matmul, render_matmul, shift_ix, vector_typedefs
+from .c_matmul import contiguous_in, flat_coef, match_matmul, render_matmul, shift_ix, vector_typedefs
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
@@ -464,8 +464,8 @@ class _Kernel:
             if b.scope != "global" or not all(affine(ix) for ix in index) or not contiguous_in(index, inner.var):
                 continue
             run = inner.extent * dtype_bytes(b.dtype)
-            outer = next((u for u in reversed(loops) if u.extent > 1 and _flat_coef(index, u.var, b.shape)), None)
-            if outer is None or run > PREFETCH_RUN or _flat_coef(index, outer.var, b.shape) <= inner.extent:
+            outer = next((u for u in reversed(loops) if u.extent > 1 and flat_coef(index, u.var, b.shape)), None)
+            if outer is None or run > PREFETCH_RUN or flat_coef(index, outer.var, b.shape) <= inner.extent:
                 continue
             ahead = min(outer.extent // 2, max(4, PREFETCH_AHEAD // run))
             if ahead < 1:
@@ -478,7 +478,7 @@ class _Kernel:
 
     def matmul(self, s, pad: str) -> bool:
         """A matmul nest: the register-blocked micro-kernel of c_matmul."""
-        nest = match_matmul(s, lambda name: self.buffers[name].dtype)
+        nest = match_matmul(s, lambda name: self.buffers[name].dtype, lambda name: self.buffers[name].shape)
         if nest is None:
             return False
         self.lines += render_matmul(nest, self, pad, self.buffers[nest.acc.buffer].dtype, self.vector_bytes)
@@ -727,15 +727,6 @@ def _work(stmt) -> int:
 
 PREFETCH_RUN = 2048  # contiguous bytes per row up to which rows are prefetched
 PREFETCH_AHEAD = 8192  # bytes of rows to prefetch ahead
-
-
-def _flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
-    """Elements the flat address moves per step of `var`."""
-    coef, stride = 0, 1
-    for ix, extent in reversed(list(zip(index, shape))):
-        coef += dict(ix.terms).get(var, 0) * stride
-        stride *= extent
-    return coef
 
 
 def _literal(value, dtype: str) -> str:
