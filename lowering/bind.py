@@ -103,8 +103,8 @@ class _Hoist:
         buffer = self.allocs.get(leaf.buffer)
         own = [lp.var for lp in loops]
         if (not isinstance(leaf, Store) or buffer is None or leaf.buffer not in self.single
-                or list(leaf.index) != [Ix.var(v) for v in own]):
-            return None
+                or set(leaf.index) != {Ix.var(v) for v in own} or len(own) != len(leaf.index)):
+            return None  # (the loops may run in another order than the buffer's: a pack's do)
         value = map_loads(leaf.value, self.load)
         sources = {ld.buffer for ld in loads(value)}
         if not sources or not sources <= self.bound.keys():

@@ -377,7 +377,7 @@ class _KernelLowering:
         self.temporaries.append(Buffer(name, "global", dtype, tuple(self.k.extents[a] for a in axes)))
         self.forwardable[name] = "local"
         at = tuple(self.at(Ix.var(a)) for a in axes)
-        stmts.append(self.nest(axes, Store(name, at, b)))
+        stmts.append(self.nest(_reading_order(axes, b), Store(name, at, b)))
         return Load(name, at)
 
     def split_across_tiles(self, inst: Instance, acc: str) -> tuple[list[Stmt], list[Stmt]]:
@@ -509,6 +509,19 @@ class _KernelLowering:
                 del self.narrowed[v]
             else:
                 self.narrowed[v] = before
+
+
+def _reading_order(axes: tuple[str, ...], value: Expr) -> tuple[str, ...]:
+    """`axes` with the one most of `value`'s loads read contiguously innermost: a packed transposed
+    operand (attention's keys, rotated) then reads rows and writes a column of its on-chip buffer,
+    and its loop vectorizes (reading columns, Llama's key pack ran one element at a time)."""
+    def contiguous(a: str) -> int:
+        return sum(1 for ld in loads(value) if ld.index and ld.index[-1].coef(a) == 1)
+
+    best = max(axes, key=contiguous, default=None)
+    if best is None or contiguous(best) <= contiguous(axes[-1]):
+        return axes
+    return tuple(a for a in axes if a != best) + (best,)
 
 
 def _checks(e: Expr, site: int) -> bool:

@@ -104,6 +104,21 @@ def test_seed_mlp_keeps_its_matmul_tile_on_chip():
     assert text.count("out0[") == 1  # the only global store is the final result
 
 
+def test_a_transposed_operand_is_packed_reading_its_rows():
+    """Packing k's transpose (a buffer of columns k x rows) loops over k's rows outside and its
+    elements inside: the reads are contiguous and the loop vectorizes (it read a column per loop)."""
+    from stitch.engine.testing import compile_text, target_text
+    from stitch.targets.target import parse_target
+
+    text = "func f(q: f32[64, 32], k: f32[64, 32]) -> f32[64, 64] {\n  return matmul(q, transpose(mul(k, 0.5), perm=[1, 0]))\n}\n"
+    c = compile_text(text, parse_target(target_text("cpu", onchip_bytes=65536)))
+    program = lower(c)
+    assert ("    for p1 in 0..64 serial {\n      for r0 in 0..32 serial {\n"
+            "        k0_pack0[r0, p1] = mul(k_s[p1, r0], 0.5:f32)") in print_loops(program)
+    outs, _ = execute(program, inputs := random_inputs(c.graph, 2))
+    assert_close(outs, evaluate(c.graph, inputs))
+
+
 @settings(max_examples=15)
 @given(graphs(dtypes=("f32",), max_ops=8, max_rank=3, max_dim=6), st.sampled_from(TARGETS))
 def test_lowering_pipeline_verifies_and_merging_never_grows(graph, target):
