@@ -90,8 +90,9 @@ def target_files(draw) -> str:
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in BASE[draw(st.sampled_from(["cpu", "accel"]))].items()}
     for _ in range(draw(st.integers(1, 3))):
         table = data
-        if draw(st.booleans()):
-            table = data[draw(st.sampled_from(sorted(k for k, v in data.items() if isinstance(v, dict))))]
+        tables = sorted(k for k, v in data.items() if isinstance(v, dict))
+        if tables and draw(st.booleans()):  # (an earlier step may have deleted the only table)
+            table = data[draw(st.sampled_from(tables))]
         keys = sorted(table)
         action = draw(st.integers(0, 9))
         if action == 0 and keys:
