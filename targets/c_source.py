@@ -814,11 +814,13 @@ def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:
         if is_float:
             return f"(({ct})fabs{suffix}({a}))"
         return f"st_abs_{t}({a})"
+    # each step rounds to the dtype, as the reference's numpy ops do (an f16 rsqrt is its f16 sqrt's
+    # reciprocal: computed in float and rounded once it differed where a quotient neared a midpoint)
     if op == "rsqrt":
-        return f"(({ct})(1 / sqrt{suffix}({a})))"
+        return f"(({ct})(1 / ({ct})sqrt{suffix}({a})))"
     exp = "st_expf" if suffix == "f" else "exp"
     if op == "sigmoid":
-        return f"(({ct})(1 / (1 + {exp}(-({a})))))"
+        return f"(({ct})(1 / ({ct})(1 + ({ct}){exp}(-({a})))))"
     if op == "exp":
         return f"(({ct}){exp}({a}))"
     if op == "erf" and suffix == "f":
