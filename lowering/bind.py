@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.index import affine
+from ..engine.index import affine, interval
 
 import numpy as np
 
@@ -145,6 +145,10 @@ class _Hoist:
         if len(loops) != len(used):
             return ld
         source = self.bound[ld.buffer]
+        extents = {lp.var: (0, lp.extent - 1) for lp in loops}
+        if any(not 0 <= lo <= hi < d for (lo, hi), d in zip((interval(ix, extents.__getitem__) for ix in ld.index),
+                                                             source.shape)):
+            return ld  # read only where a concat's side is (a select guards it): not over the loops whole
         block_shape = tuple(lp.extent for lp in loops)
         if _flat(ld.index, source.shape) == _flat(tuple(Ix.var(lp.var) for lp in loops), block_shape):
             return ld  # the loops read the weight in its own order

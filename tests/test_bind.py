@@ -95,6 +95,18 @@ def test_a_weight_read_where_it_is_is_read_from_a_block_in_the_loops_order():
     assert compare(got, evaluate(graph, {"x": x} | weights)[0]) == ""
 
 
+def test_a_weight_read_on_one_side_of_a_concat_is_read_as_it_is():
+    """Each side of concat(w, w) reads w only where the concat's select takes that side: a block
+    over the loops whole would read past w's end (the prologue failed with an IndexError)."""
+    text = ("func f(x: f32[1, 4, 1], w: f32[1, 2, 1]) -> f32[] {\n"
+            "  return sum(mul(x, neg(add(1.0, concat(w, w, axis=1)))), axes=[0, 1, 2])\n}\n")
+    rng = np.random.default_rng(5)
+    w, x = rng.random((1, 2, 1), dtype=np.float32), rng.random((1, 4, 1), dtype=np.float32)
+    for target in ("cpu", "accel"):
+        compiled = stitch.compile(text, target=target, weights={"w": w})
+        assert compare(compiled(x=x)[0], evaluate(compiled.graph, {"x": x, "w": w})[0]) == ""
+
+
 def test_on_a_scratchpad_the_block_is_copied_on_chip():
     after = print_loops(lower(compile_text(PROJ, small("accel")), ("w",)))
     assert "w_s1[r0, p1] = w_s1_k0[p1o, r0, p1]" in after  # one contiguous block per tile
