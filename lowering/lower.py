@@ -82,6 +82,12 @@ def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
     return read_in_place(program, target.inplace_run_bytes)
 
 
+def _fuse(program: LoopProgram, target: Target) -> LoopProgram:
+    from .fuse import fuse_rows
+
+    return fuse_rows(program) if target.kind == "cpu" else program  # rows of a tile through the cache
+
+
 def _merge(program: LoopProgram, target: Target) -> LoopProgram:
     from .alloc import merge_allocations
 
@@ -89,7 +95,7 @@ def _merge(program: LoopProgram, target: Target) -> LoopProgram:
 
 
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _hoist, _in_place, _merge]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _merge]
 
 
 @allows_deep_recursion

@@ -1,0 +1,123 @@
+"""Row fusion: a tile's nests over the same rows become one loop over its rows.
+
+Lowering writes a kernel's values one nest after the other, each over the
+whole tile: a softmax tile of 64 rows takes its maximum (`for p0 .. { max
+over r0 }`), then its exponentials (`for p0 .. { for p1 .. }`), their sum,
+and the quotients, each a pass over the tile's 64 x 1024 values (256 KiB,
+out of the first-level cache). Where every one of those nests runs over the
+same row loop, and each row reads only what the same row of an earlier nest
+wrote, their bodies run one row at a time instead: `for p0 { max;
+exponentials; sum; quotients }`. A value then lives for one row, so a buffer
+only those nests touch keeps one row (`[1, 1024]`: a row's 4 KiB stay in the
+first-level cache, a row's maximum and sum are scalars the C keeps in
+registers), on the stack.
+
+Legal where every buffer the run's nests write is read and written by them
+at the row the loop is on: the row variable, with coefficient 1, in one
+dimension of its index (beside tile origins: `64*p0o + p0`), the same
+dimension in every access, and in no other. Then no row reads another row's
+values, and fusing changes no value. Only where on-chip memory is a cache (a
+scratchpad copies what a tile needs on chip, not a row at a time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .loops import Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, leaves, loads, map_leaf_loads
+
+
+def fuse_rows(program: LoopProgram) -> LoopProgram:
+    """A new program whose kernels run each run of nests over the same rows as one row loop."""
+    return replace(program, kernels=[_Fusion(k).run() for k in program.kernels])
+
+
+class _Fusion:
+    def __init__(self, kernel: LoopKernel):
+        self.k = kernel
+        self.allocs = {b.name: b for b in kernel.allocs}
+        self.contracted: dict[str, int] = {}  # on-chip buffer -> its row dimension, now of one row
+
+    def run(self) -> LoopKernel:
+        body = self.stmts(self.k.body)
+        if not self.contracted:
+            return replace(self.k, body=body)
+        body = [self.contract(s) for s in body]
+        allocs = []
+        for b in self.k.allocs:
+            if b.name in self.contracted:
+                shape = list(b.shape)
+                shape[self.contracted[b.name]] = 1
+                b = Buffer(b.name, "local", b.dtype, tuple(shape))  # one row of a tile: a temporary
+            allocs.append(b)
+        return replace(self.k, allocs=allocs, body=body)
+
+    def stmts(self, stmts: list[Stmt]) -> list[Stmt]:
+        """`stmts` with each run of consecutive nests over the same rows fused (inside tile loops)."""
+        out: list[Stmt] = []
+        i = 0
+        while i < len(stmts):
+            s = stmts[i]
+            if isinstance(s, For) and s.kind == "parallel":
+                out.append(For(s.var, s.extent, s.kind, self.stmts(s.body)))
+                i += 1
+                continue
+            j = i + 1
+            while j < len(stmts) and _same_rows(s, stmts[j]):
+                j += 1
+            fused = self.fused(stmts[i:j]) if j - i > 1 else None
+            out.extend([fused] if fused is not None else stmts[i:j])
+            i = j
+        return out
+
+    def fused(self, run: list[For]) -> For | None:
+        """The run as one row loop, or None where a row would read another row's values."""
+        row = run[0].var
+        inside = [leaf for loop in run for leaf in leaves(loop.body)]
+        written = {leaf.buffer for leaf in inside}
+        dims: dict[str, int] = {}
+        exact: dict[str, bool] = {}  # every access holds the row alone in its row dimension
+        for name, index in _accesses(inside):
+            if name not in written:
+                continue
+            found = [d for d, ix in enumerate(index) if ix.coef(row)]
+            if len(found) != 1 or index[found[0]].coef(row) != 1 or dims.setdefault(name, found[0]) != found[0]:
+                return None
+            exact[name] = exact.get(name, True) and index[found[0]] == Ix.var(row)
+        elsewhere = {name for name, _ in _accesses([leaf for leaf in leaves(self.k.body)
+                                                   if not any(leaf is x for x in inside)])}
+        for name, d in dims.items():
+            b = self.allocs.get(name)
+            if b is not None and exact[name] and name not in elsewhere and b.shape[d] == run[0].extent:
+                self.contracted[name] = d
+        return For(row, run[0].extent, "serial", [s for loop in run for s in loop.body])
+
+    def contract(self, s: Stmt) -> Stmt:
+        """`s` with every access to a contracted buffer at its one row."""
+        if isinstance(s, For):
+            return For(s.var, s.extent, s.kind, [self.contract(b) for b in s.body])
+        s = map_leaf_loads(s, lambda ld: replace(ld, index=self.at_row(ld.buffer, ld.index)))
+        return replace(s, index=self.at_row(s.buffer, s.index))
+
+    def at_row(self, name: str, index: tuple[Ix, ...]) -> tuple[Ix, ...]:
+        if name not in self.contracted:
+            return index
+        d = self.contracted[name]
+        return index[:d] + (Ix.constant(0),) + index[d + 1:]
+
+
+def _same_rows(a: Stmt, b: Stmt) -> bool:
+    return (isinstance(a, For) and isinstance(b, For) and a.kind == b.kind == "serial" and a.var == b.var
+            and a.extent == b.extent > 1 and not _product(a) and not _product(b))
+
+
+def _product(loop: For) -> bool:
+    """Whether the nest holds a product's multiply-accumulate: its rows stay one nest, which the C
+    target blocks several rows at a time in registers (a row at a time, it would lose that)."""
+    return any(isinstance(leaf, Accumulate) and leaf.unit == "matrix" for leaf in leaves([loop]))
+
+
+def _accesses(leaf_list) -> list[tuple[str, tuple[Ix, ...]]]:
+    """(buffer, index) of every write and read of the leaves."""
+    return [(leaf.buffer, leaf.index) for leaf in leaf_list] + [
+        (ld.buffer, ld.index) for leaf in leaf_list for ld in loads(leaf.value)]
