@@ -249,6 +249,25 @@ def test_register_blocked_matmul_equals_the_reference(template, t, i, k, j, vect
 
 
 @needs_cc
+def test_a_large_output_is_streamed_out_whatever_its_alignment(cache):
+    """Rows of 16 KiB of a 16 MiB output are computed on the stack and written with non-temporal
+    stores, up to the first line boundary element by element: an output array starting anywhere
+    (here 4 bytes past a line) gets every element; a small output keeps plain stores."""
+    text = "func f(x: f32[1024, 4096], b: f32[4096]) -> f32[1024, 4096] {\n  return tanh(add(x, b))\n}\n"
+    f = stitch.compile(text, cache_dir=cache)
+    assert "st_stream_f32(&b_out0[" in f.native.source_path.read_text()
+    inputs = random_inputs(f.graph, 6)
+    (want,) = evaluate(f.graph, inputs)
+    block = np.empty(1024 * 4096 + 32, np.float32)
+    start = (-block.ctypes.data % 64) // 4 + 1  # one element past a 64-byte boundary
+    out = block[start:start + 1024 * 4096].reshape(1024, 4096)
+    f(out=[out], **inputs)
+    assert compare(out, want) == ""
+    small = stitch.compile(text.replace("1024, 4096", "16, 4096"), cache_dir=cache)
+    assert "st_stream_f32(&" not in small.native.source_path.read_text()
+
+
+@needs_cc
 def test_a_product_whose_columns_span_two_loops_runs_in_vectors(cache, tmp_path):
     """A product stored transposed by heads keeps its columns as two loops (4 heads x 16); every
     access walks them as one span of 64, which the micro-kernel takes as one loop (it ran the two
