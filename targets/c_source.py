@@ -80,24 +80,20 @@ static inline int64_t st_index(int64_t v, int64_t n, int site) {
 #else
 #define ST_SFENCE() ((void)0)
 #endif
+#if defined(__AVX512F__) || defined(__AVX__)
+#define ST_STREAM(T, BYTES, LOAD, STORE) \
+  static inline void st_stream_##T(T *dst, const T *src, int64_t n) { \
+    int64_t i = 0; \
+    for (; i < n && ((uintptr_t)(dst + i) & (BYTES - 1)); ++i) dst[i] = src[i]; \
+    for (; i + BYTES / (int64_t)sizeof(T) <= n; i += BYTES / sizeof(T)) STORE(dst + i, LOAD(src + i)); \
+    for (; i < n; ++i) dst[i] = src[i]; }
 #if defined(__AVX512F__)
-#define ST_STREAM(T, W, LOAD, STORE) \
-  static inline void st_stream_##T(T *dst, const T *src, int64_t n) { \
-    int64_t i = 0; \
-    for (; i < n && ((uintptr_t)(dst + i) & 63); ++i) dst[i] = src[i]; \
-    for (; i + W <= n; i += W) STORE(dst + i, LOAD(src + i)); \
-    for (; i < n; ++i) dst[i] = src[i]; }
-ST_STREAM(float, 16, _mm512_loadu_ps, _mm512_stream_ps)
-ST_STREAM(double, 8, _mm512_loadu_pd, _mm512_stream_pd)
-#elif defined(__AVX__)
-#define ST_STREAM(T, W, LOAD, STORE) \
-  static inline void st_stream_##T(T *dst, const T *src, int64_t n) { \
-    int64_t i = 0; \
-    for (; i < n && ((uintptr_t)(dst + i) & 31); ++i) dst[i] = src[i]; \
-    for (; i + W <= n; i += W) STORE(dst + i, LOAD(src + i)); \
-    for (; i < n; ++i) dst[i] = src[i]; }
-ST_STREAM(float, 8, _mm256_loadu_ps, _mm256_stream_ps)
-ST_STREAM(double, 4, _mm256_loadu_pd, _mm256_stream_pd)
+ST_STREAM(float, 64, _mm512_loadu_ps, _mm512_stream_ps)
+ST_STREAM(double, 64, _mm512_loadu_pd, _mm512_stream_pd)
+#else
+ST_STREAM(float, 32, _mm256_loadu_ps, _mm256_stream_ps)
+ST_STREAM(double, 32, _mm256_loadu_pd, _mm256_stream_pd)
+#endif
 #else
 static inline void st_stream_float(float *dst, const float *src, int64_t n) { memcpy(dst, src, n * sizeof *dst); }
 static inline void st_stream_double(double *dst, const double *src, int64_t n) { memcpy(dst, src, n * sizeof *dst); }
