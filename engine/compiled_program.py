@@ -42,9 +42,10 @@ class CompiledProgram:
 
     @allows_deep_recursion
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
-        args = self.inputs(inputs)
-        if out is not None:
-            check_outputs(self.graph, out, args)
+        given = bind_inputs(self.graph, inputs, self.weights)
+        if out is not None:  # (the bound arrays are the program's own: no out= array shares them)
+            check_outputs(self.graph, out, given)
+        args = given | self.bound
         if self.executor == "c":
             return self.native.run(args, out)
         if self.executor == "simulator":

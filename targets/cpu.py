@@ -24,13 +24,14 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from ..engine.errors import StitchError
 from ..engine.interp import np_dtype
-from ..lowering.loops import LoopProgram
+from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
 from .c_source import buffer_order, c_source
 from .target import Target
@@ -86,15 +87,23 @@ class Native:
         with self.lock:
             return self._run(inputs, out)
 
-    def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None) -> list[np.ndarray]:
-        buffers = []
+    @cached_property
+    def layout(self) -> tuple[list[Buffer], set[str], set[str]]:
+        """(the buffers stitch_main takes, in order; the global temporaries; the parameters)."""
         temporaries = {b.name for b in self.program.intermediates} - set(self.program.outputs)
+        return buffer_order(self.program), temporaries, {b.name for b in self.program.params}
+
+    def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None) -> list[np.ndarray]:
+        order, temporaries, params = self.layout
+        pointers = []
         arrays: dict[str, np.ndarray] = {}
         outputs = dict.fromkeys(self.program.outputs)
         provided = dict(zip(outputs, out)) if out is not None else {}
-        for b in buffer_order(self.program):
+        for b in order:
             if b.name in inputs:
-                arr = np.require(inputs[b.name], requirements="C")  # (ascontiguousarray makes 0-d 1-d)
+                arr = inputs[b.name]
+                if not arr.flags.c_contiguous:
+                    arr = np.require(arr, requirements="C")  # (ascontiguousarray makes 0-d 1-d)
             elif b.name in provided:
                 arr = provided[b.name]
                 if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype) or not arr.flags.c_contiguous:
@@ -105,9 +114,9 @@ class Native:
                 arr = self.scratch[b.name]
             else:
                 arr = np.empty(b.shape, np_dtype(b.dtype))
-            arrays[b.name] = arr
-            buffers.append(arr.ctypes.data_as(ctypes.c_void_p))
-        argv = (ctypes.c_void_p * len(buffers))(*buffers)
+            arrays[b.name] = arr  # (kept alive through the call)
+            pointers.append(arr.ctypes.data)
+        argv = (ctypes.c_void_p * len(pointers))(*pointers)
         rc = self.library.stitch_main(argv)
         if rc == 2:  # a gather's index out of range (the first one found)
             site = self.library.stitch_error_site()
@@ -117,7 +126,6 @@ class Native:
             raise StitchError(message.format(value=value))
         if rc:
             raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
-        params = {b.name for b in self.program.params}
         return [arrays[name].copy() if name in params else arrays[name] for name in self.program.outputs]
 
 
