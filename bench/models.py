@@ -13,7 +13,12 @@ round; then the ratios. stitch runs with outputs reused (out=).
 
 Needs torch (`pip install torch==2.13.0`, the CPU build) and `pip install
 '.[models]'`; without them it says so and exits. Run:
-python3 bench/models.py [--runs N] [--threads 1,2] [--exporters dynamo,torchscript] [--only NAME,...] [--no-compile]
+python3 bench/models.py [--runs N] [--threads 1,2] [--exporters dynamo,torchscript] [--only NAME,...] [--no-compile] [--profile]
+
+--profile also prints, per model and thread count, each stitch kernel's median time (its
+`CompiledProgram.profile` row: GB/s, GFLOP/s, the cost model's estimate) and onnxruntime's
+own per-node profile (median kernel time of each node, nodes under 0.02 ms left out), so a
+gap between the two engines can be put on a kernel.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--exporters", default="dynamo")
     ap.add_argument("--only", help="comma-separated model names (default: all)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile column (slow to compile)")
+    ap.add_argument("--profile", action="store_true", help="also print per-kernel times of stitch and onnxruntime")
     return ap.parse_args()
 
 
@@ -42,29 +48,6 @@ def missing_packages() -> list[str]:
     from peers import importable
 
     return [m for m in ("torch", "transformers", "onnxscript", "onnxruntime", "onnx") if not importable(m)]
-
-
-SETTLE_SECONDS = 0.05
-
-
-def interleaved_medians(engines: dict, runs: int) -> dict[str, float]:
-    """Median seconds of each engine's call, one timed call of each per round (so load drifts hit
-    all alike). Each engine's turn starts after a pause and an untimed call: a thread pool keeps
-    spinning for a while after its call (onnxruntime's does), and on a 2-core machine that took
-    the cores from whatever ran next (GPT-2 block, 2 threads: stitch 22 ms alone, 36 ms right
-    after onnxruntime; eager torch 26 and 47 ms). Timed back to back with its own previous call,
-    each engine is measured in its steady state, as a loop serving requests runs it."""
-    for fn in engines.values():  # warm
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in engines}
-    for _ in range(runs):
-        for name, fn in engines.items():
-            time.sleep(SETTLE_SECONDS)
-            fn()
-            t = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def stitch_runner(imported, feeds):
@@ -91,6 +74,54 @@ def stitch_runner(imported, feeds):
     return (lambda: program(out=out, **inputs)), program, seconds
 
 
+def onnxruntime_profile(model: bytes, feeds: dict, threads: int, runs: int) -> list[tuple[str, float]]:
+    """(node name, median kernel seconds) from onnxruntime's own profiler, in the order the nodes ran."""
+    import json
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="stitch-ort-"), "profile")
+    session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    session.run(None, feeds)  # warm (its events are in the file too: the medians hide them)
+    for _ in range(runs):
+        session.run(None, feeds)
+    path = session.end_profiling()
+    with open(path) as f:
+        events = json.load(f)
+    os.remove(path)
+    os.rmdir(os.path.dirname(path))
+    per: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            per.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] * 1e-6)
+    return [(node, statistics.median(ds)) for node, ds in per.items()]
+
+
+def print_profile(name: str, threads: int, program, inputs: dict, model: bytes, feeds: dict, runs: int) -> None:
+    """Per kernel: stitch's profile rows, then onnxruntime's nodes, each with its total."""
+    print(f"\n{name}, {threads} thread(s), median of {runs}:")
+    print("  stitch kernel  writes                          ms    GB/s  GFLOP/s  estimated ms")
+    rows = program.profile(runs=runs, **inputs)
+    for k in rows:
+        writes = ",".join(k.writes) if isinstance(k.writes, (list, tuple)) else str(k.writes)
+        gflops = f"{k.gflop_per_s:7.1f}" if k.gflop_per_s else "      -"
+        print(f"  {k.name:13s}  {writes[:28]:28s} {k.seconds * 1e3:7.3f} {k.gb_per_s:7.1f}  {gflops}  "
+              f"{k.estimated_seconds * 1e3:12.3f}")
+    print(f"  {'total':13s}  {'':28s} {sum(k.seconds for k in rows) * 1e3:7.3f}")
+    nodes = onnxruntime_profile(model, feeds, threads, runs)
+    print("  onnxruntime node                                            ms")
+    for node, seconds in nodes:
+        if seconds >= 2e-5:
+            print(f"  {node[:56]:56s} {seconds * 1e3:7.3f}")
+    print(f"  {'total':56s} {sum(sec for _, sec in nodes) * 1e3:7.3f}\n", flush=True)
+
+
 def bench_model(name: str, exporter: str, args, rows: list[str]) -> None:
     import numpy as np
     import torch
@@ -100,7 +131,7 @@ def bench_model(name: str, exporter: str, args, rows: list[str]) -> None:
 
     sys.path.insert(0, str(HERE.parent / "tools"))
     import export_models as em
-    from peers import onnxruntime_session
+    from peers import interleaved_medians, onnxruntime_session
 
     module, inputs = em.build(name, em.SIZES["bench"])
     model = em.export(module, inputs, exporter).SerializeToString()
@@ -146,6 +177,9 @@ def bench_model(name: str, exporter: str, args, rows: list[str]) -> None:
                     f"{rel['onnxruntime']} | {rel['eager']} | {rel['torch.compile']} |"
                     + (f" max abs err {err:.1e}" if run_stitch else ""))
         print(rows[-1], flush=True)
+        if args.profile and program is not None:
+            print_profile(name, threads, program, {imported.inputs[k]: v for k, v in feeds.items()}, model, feeds,
+                          args.runs)
 
 
 def main() -> int:

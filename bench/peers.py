@@ -11,6 +11,8 @@ like stitch's `out=` column.
 from __future__ import annotations
 
 import importlib.util
+import statistics
+import time
 
 import numpy as np
 
@@ -25,6 +27,33 @@ _REDUCE = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}
 
 def importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+SETTLE_SECONDS = 0.05
+
+
+def interleaved_medians(engines: dict, runs: int, pause: float = SETTLE_SECONDS, block: int = 1) -> dict[str, float]:
+    """Median seconds of each engine's call, `block` timed calls of each per round (so load drifts
+    hit all alike). Each engine's turn starts after `pause` seconds and an untimed call: a thread
+    pool keeps spinning for a while after its call (onnxruntime's does), and on a 2-core machine
+    that took the cores from whatever ran next (GPT-2 block, 2 threads: stitch 22 ms alone, 36 ms
+    right after onnxruntime; eager torch 26 and 47 ms). Timed back to back with its own previous
+    call, each engine is measured in its steady state, as a loop serving requests runs it. (A
+    pause lets every pool fall asleep: the next call pays the wake-up, 4 ms for Inductor's OpenMP
+    on a 0.1 ms layer norm; run_speed.py times blocks without a pause instead.)"""
+    for fn in engines.values():  # warm
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    for _ in range(runs):
+        for name, fn in engines.items():
+            if pause:
+                time.sleep(pause)
+            fn()
+            for _ in range(block):
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def _torch_dtypes() -> dict:

@@ -8,6 +8,10 @@ bandwidth measured in this run with numpy's c = a + b on 256 MiB arrays split
 across the same threads), and the ratios. One thread count for everything:
 --threads (default: all cores), set before numpy, OpenBLAS or torch start
 (OMP_NUM_THREADS) and as stitch's pool size (stitch.set_num_threads).
+stitch (both columns) and torch.compile are timed interleaved, --runs rounds of
+a block of 5 calls each after an untimed call of their own
+(peers.interleaved_medians), so a drift of the machine's speed hits them
+alike; numpy eager, up to 0.5 s a call, is timed on its own.
 Run: python3 bench/run_speed.py [--runs N] [--threads T] [--no-torch]
 """
 
@@ -23,6 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"  # the source tree's, wherever stitch is installed
+BLOCK = 5  # timed calls in a row per engine and round
 
 
 def parse_args() -> argparse.Namespace:
@@ -37,7 +42,9 @@ def bandwidth(runs: int, threads: int) -> float:
     """Bytes per second of c = a + b on 64 Mi float32 (256 MiB per array), split across `threads` threads.
 
     numpy releases the GIL inside the ufunc, so the slices run in parallel:
-    the bound uses as many cores as stitch does. Pages are touched beforehand.
+    the bound uses as many cores as stitch does. Pages are touched beforehand. The median of
+    the runs: on the 2-vCPU Zen 4 machine one run in a few dozen took half the time of the
+    others (65 GB/s against 36-38), never twice in a row.
     """
     import numpy as np
 
@@ -55,7 +62,7 @@ def bandwidth(runs: int, threads: int) -> float:
             t = time.perf_counter()
             add_all()
             times.append(time.perf_counter() - t)
-    return 3 * a.nbytes / min(times)
+    return 3 * a.nbytes / statistics.median(times)
 
 
 def median_time(fn, runs: int) -> float:
@@ -80,7 +87,7 @@ def main() -> None:
     stitch.set_num_threads(args.threads)
 
     sys.path.insert(0, str(HERE))
-    from peers import importable, torch_compiled
+    from peers import importable, interleaved_medians, torch_compiled
 
     use_torch = not args.no_torch and importable("torch")
     bw = bandwidth(args.runs, args.threads)
@@ -95,10 +102,13 @@ def main() -> None:
         f = stitch.compile(path)
         inputs = random_inputs(f.graph, 0)
         out = [np.empty(t.shape, np_dtype(t.dtype)) for t in f.graph.output_types]
-        t_stitch = median_time(lambda: f(out=out, **inputs), args.runs)
-        t_fresh = median_time(lambda: f(**inputs), args.runs)  # new output arrays each call: page faults
+        engines = {"stitch": lambda: f(out=out, **inputs),
+                   "fresh": lambda: f(**inputs)}  # new output arrays each call: page faults
+        if use_torch:
+            engines["torch"] = torch_compiled(f.graph, inputs, args.threads)
+        t = interleaved_medians(engines, args.runs, pause=0, block=BLOCK)
+        t_stitch, t_fresh, t_torch = t["stitch"], t["fresh"], t.get("torch")
         t_numpy = median_time(lambda: evaluate(f.graph, inputs), max(1, args.runs // 2))
-        t_torch = median_time(torch_compiled(f.graph, inputs, args.threads), args.runs) if use_torch else None
         cost = f.compiled.cost
         bound = cost.compulsory_bytes / bw
         torch_cells = (f"{t_torch * 1e3:.3f}", f"{t_torch / bound:.1f}") if t_torch else ("-", "-")

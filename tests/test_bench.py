@@ -75,3 +75,24 @@ def test_every_bench_script_loads_and_finds_its_examples(installed, tmp_path):
     assert len(proc.stdout.splitlines()) == len(SCRIPTS)
     for name in ("accel_report.py", "compile_speed.py", "run_speed.py"):
         assert f"ok {name} True" in proc.stdout
+
+
+def test_interleaved_medians_alternates_the_engines_in_blocks_after_an_untimed_call(monkeypatch):
+    """Round by round, each engine gets one untimed call then `block` timed ones, so a drift of the
+    machine hits every engine alike; the medians are of the timed calls only."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import peers
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    calls: list[str] = []
+    clock = iter(range(10**6))
+    monkeypatch.setattr(peers.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(peers.time, "sleep", lambda s: calls.append(f"pause {s}"))
+    engines = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    medians = peers.interleaved_medians(engines, runs=2, pause=0, block=3)
+    assert calls == ["a", "b"] + (["a"] * 4 + ["b"] * 4) * 2
+    assert medians == {"a": 1, "b": 1}  # each timed call spans one tick of the fake clock
+    calls.clear()
+    peers.interleaved_medians(engines, runs=1)
+    assert calls == ["a", "b", f"pause {peers.SETTLE_SECONDS}", "a", "a", f"pause {peers.SETTLE_SECONDS}", "b", "b"]
