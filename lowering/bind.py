@@ -31,11 +31,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.index import affine, interval
-
 import numpy as np
 
-from .loops import (Buffer, For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, index_vars, leaves, loads,
+from ..engine.index import affine, interval
+from .loops import (Buffer, For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, flat_index, index_vars, leaves, loads,
                     map_leaf_loads, map_loads, perfect_nest)
 
 # a block may repeat a weight's elements (tiles whose copies overlap): at most this many times its sources' bytes
@@ -150,7 +149,7 @@ class _Hoist:
                                                              source.shape)):
             return ld  # read only where a concat's side is (a select guards it): not over the loops whole
         block_shape = tuple(lp.extent for lp in loops)
-        if _flat(ld.index, source.shape) == _flat(tuple(Ix.var(lp.var) for lp in loops), block_shape):
+        if flat_index(ld.index, source.shape) == flat_index(tuple(Ix.var(lp.var) for lp in loops), block_shape):
             return ld  # the loops read the weight in its own order
         key = (ld.buffer, ld.index, tuple((lp.var, lp.extent) for lp in loops))
         if key not in self.layouts:
@@ -176,15 +175,6 @@ class _Hoist:
             return ld
         block, lead = self.moved[ld.buffer]
         return Load(block, lead + ld.index)
-
-
-def _flat(index: tuple[Ix, ...], shape: tuple[int, ...]) -> Ix:
-    """The element `index` reads, counted from the buffer's start (row-major)."""
-    flat, stride = Ix(), 1
-    for ix, extent in reversed(list(zip(index, shape))):
-        flat = flat + ix * stride
-        stride *= extent
-    return flat
 
 
 def _nest(loops: list[For], leaf: Stmt) -> Stmt:

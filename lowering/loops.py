@@ -248,6 +248,15 @@ def expr_vars(e: Expr) -> set[str]:
     return set()
 
 
+def flat_index(index: tuple[Ix, ...], shape: tuple[int, ...]) -> Ix:
+    """The element `index` reads of a buffer of `shape`, counted from its start (row-major)."""
+    flat, stride = Ix(), 1
+    for ix, extent in reversed(list(zip(index, shape))):
+        flat = flat + ix * stride
+        stride *= extent
+    return flat
+
+
 def leaves(stmts: list[Stmt]) -> Iterator[Union[Store, Accumulate]]:
     """Every Store / Accumulate under `stmts`, in program order."""
     for s in stmts:

@@ -23,7 +23,7 @@ import math
 from ..engine.index import FloorDiv, Mod, affine
 from ..engine.ir import dtype_bytes
 from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Select,
-                              Store, accumulates_in_float, index_vars, leaves, loads, perfect_nest)
+                              Store, accumulates_in_float, flat_index, index_vars, leaves, loads, perfect_nest)
 from .c_matmul import contiguous_in, flat_coef, match_matmul, render_matmul, shift_ix, vector_typedefs
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
@@ -724,12 +724,7 @@ class _Kernel:
 
     def flat_index(self, name: str, index: tuple[Ix, ...]) -> Ix:
         """The element of buffer `name` at `index`, counted from its start (row-major)."""
-        flat = Ix()
-        stride = 1
-        for ix, extent in reversed(list(zip(index, self.buffers[name].shape))):
-            flat = flat + ix * stride
-            stride *= extent
-        return flat
+        return flat_index(index, self.buffers[name].shape)
 
     @staticmethod
     def buffer_name(name: str) -> str:
