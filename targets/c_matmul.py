@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from ..engine.ir import dtype_bytes
 from ..engine.index import affine
-from ..lowering.loops import Accumulate, For, Ix, Load, Lit, Op, Select, index_vars, loads
+from ..lowering.loops import Accumulate, Checked, For, Ix, Lit, Load, Op, Select, index_vars, loads
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 C_FLOAT = {"f32": "float", "f64": "double"}
@@ -161,6 +161,11 @@ def _map_indices(e, fn):
         return Load(e.buffer, tuple(fn(ix) for ix in e.index))
     if isinstance(e, Op):
         return Op(e.op, tuple(_map_indices(a, fn) for a in e.args), e.dtype)
+    if isinstance(e, Select):
+        return Select(fn(e.ix), e.split, _map_indices(e.low, fn), _map_indices(e.high, fn), e.dtype)
+    if isinstance(e, Checked):
+        return Checked(fn(e.check), _map_indices(e.value, fn))
+    assert isinstance(e, Lit)
     return e
 
 
@@ -407,10 +412,5 @@ def shift_ix(index: tuple[Ix, ...], by: dict[str, int]) -> tuple[Ix, ...]:
 
 
 def _shift(e, by: dict[str, int]):
-    if isinstance(e, (Load, Accumulate)):
-        return replace(e, index=shift_ix(e.index, by), **({"value": _shift(e.value, by)}
-                                                            if isinstance(e, Accumulate) else {}))
-    if isinstance(e, Op):
-        return replace(e, args=tuple(_shift(a, by) for a in e.args))
-    assert isinstance(e, Lit)
-    return e
+    """`e` with each loop variable v read as v + by[v]."""
+    return _map_indices(e, lambda ix: shift_ix((ix,), by)[0])
