@@ -516,16 +516,12 @@ class _Kernel:
         """An innermost f32 loop computing exponentials (exp, sigmoid) from contiguous and loop-invariant
         reads with + - * /: written in 16-lane vectors (st_expv_f32, VECTOR_EXP) where the machine has
         AVX-512, the last iterations as the scalar loop. Everything else is left to gcc's vectorizer."""
-        if not (self.vector_bytes == 64 and isinstance(s, For) and s.kind == "serial" and len(s.body) == 1
-                and isinstance(s.body[0], Store)):
-            return False
-        leaf = s.body[0]
-        b = self.buffers[leaf.buffer]
-        if (b.dtype != "f32" or not all(affine(ix) for ix in leaf.index)
-                or flat_coef(leaf.index, s.var, b.shape) != 1 or not _exponential(leaf.value)):
+        leaf = self.row_store(s) if self.vector_bytes == 64 else None
+        if (leaf is None or s.kind != "serial" or self.buffers[leaf.buffer].dtype != "f32"
+                or not _exponential(leaf.value)):
             return False
         value = self.vector_expr(leaf.value, s.var)
-        if value is None or leaf.buffer in {ld.buffer for ld in loads(leaf.value)}:
+        if value is None:
             return False
         v = s.var
         self.lines.append(f"{pad}{{ int64_t {v} = 0;")
@@ -567,14 +563,11 @@ class _Kernel:
         (its loop vectorizes as before) and streamed out with non-temporal stores, which write whole
         lines without reading them first (a plain store reads each line it writes: a third more
         memory traffic for a kernel that reads as much as it writes), nor keep them in the cache."""
-        if not (isinstance(s, For) and len(s.body) == 1 and isinstance(s.body[0], Store)):
+        leaf = self.row_store(s)
+        if leaf is None or leaf.buffer not in self.streamed:
             return False
-        leaf = s.body[0]
         b = self.buffers[leaf.buffer]
-        row = s.extent * dtype_bytes(b.dtype)
-        if (leaf.buffer not in self.streamed or b.dtype not in ("f32", "f64") or not STREAM_ROW <= row <= STREAM_ROW_BYTES
-                or flat_coef(leaf.index, s.var, b.shape) != 1 or leaf.buffer in {ld.buffer for ld in loads(leaf.value)}
-                or not all(affine(ix) for ix in leaf.index)):
+        if b.dtype not in ("f32", "f64") or not STREAM_ROW <= s.extent * dtype_bytes(b.dtype) <= STREAM_ROW_BYTES:
             return False
         ct = C_TYPES[b.dtype]
         start = self.access(leaf.buffer, tuple(ix.substitute({s.var: Ix.constant(0)}) for ix in leaf.index))
@@ -583,6 +576,19 @@ class _Kernel:
                           f"st_row[{s.var}] = {self.expr(leaf.value)};")
         self.lines.append(f"{pad}  st_stream_{b.dtype}(&{start}, st_row, {s.extent}); }}")
         return True
+
+    def row_store(self, s) -> Store | None:
+        """The Store of a loop whose one statement writes consecutive elements of its buffer, one per
+        iteration, from values that read nothing of that buffer (`stream` and `vector_loop`'s rows);
+        else None."""
+        if not (isinstance(s, For) and len(s.body) == 1 and isinstance(s.body[0], Store)):
+            return None
+        leaf = s.body[0]
+        shape = self.buffers[leaf.buffer].shape
+        if (not all(affine(ix) for ix in leaf.index) or flat_coef(leaf.index, s.var, shape) != 1
+                or leaf.buffer in {ld.buffer for ld in loads(leaf.value)}):
+            return None
+        return leaf
 
     def prefetch(self, inner: For, loops: tuple[For, ...], pad: str) -> None:
         """Prefetch the rows a few iterations ahead for global accesses that read or write short
