@@ -35,7 +35,7 @@ import numpy as np
 
 from ..engine.index import affine, interval
 from .loops import (Buffer, For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, flat_index, index_vars, leaves, loads,
-                    map_leaf_loads, map_loads, perfect_nest)
+                    map_leaf_loads, map_loads, perfect_nest, written_once)
 
 # a block may repeat a weight's elements (tiles whose copies overlap): at most this many times its sources' bytes
 MAX_GROWTH = 2
@@ -73,10 +73,7 @@ class _Hoist:
     def kernel(self, k: LoopKernel) -> LoopKernel:
         self.name = k.name
         self.allocs = {b.name: b for b in k.allocs}
-        writes: dict[str, int] = {}
-        for leaf in leaves(k.body):
-            writes[leaf.buffer] = writes.get(leaf.buffer, 0) + 1
-        self.single = {name for name, n in writes.items() if n == 1}
+        self.single = written_once(k.body)
         self.moved: dict[str, tuple[str, tuple[Ix, ...]]] = {}  # on-chip buffer -> (block, its tile index)
         body = self.stmts(k.body, [])
         return replace(k, allocs=[b for b in k.allocs if b.name not in self.moved], body=body)

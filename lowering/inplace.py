@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from ..engine.index import affine
 from ..engine.ir import dtype_bytes
-from .loops import For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, leaves, map_leaf_loads, perfect_nest
+from .loops import For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, map_leaf_loads, perfect_nest, written_once
 
 
 def read_in_place(program: LoopProgram, min_run_bytes: int) -> LoopProgram:
@@ -41,10 +41,7 @@ class _Kernel:
         self.globals = globals_
         self.min_run = min_run_bytes
         self.allocs = {b.name: b for b in kernel.allocs}
-        writes: dict[str, int] = {}
-        for leaf in leaves(kernel.body):
-            writes[leaf.buffer] = writes.get(leaf.buffer, 0) + 1
-        self.single = {name for name, n in writes.items() if n == 1}
+        self.single = written_once(kernel.body)
         self.moved: dict[str, tuple[tuple[str, ...], Load]] = {}  # copy -> (its loop variables, what it copied)
 
     def run(self) -> LoopKernel:

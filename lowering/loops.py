@@ -266,6 +266,14 @@ def leaves(stmts: list[Stmt]) -> Iterator[Union[Store, Accumulate]]:
             yield s
 
 
+def written_once(stmts: list[Stmt]) -> set[str]:
+    """The buffers exactly one Store / Accumulate under `stmts` writes."""
+    writes: dict[str, int] = {}
+    for leaf in leaves(stmts):
+        writes[leaf.buffer] = writes.get(leaf.buffer, 0) + 1
+    return {name for name, n in writes.items() if n == 1}
+
+
 def perfect_nest(loop: For) -> tuple[list[For], Union[Store, Accumulate]] | None:
     """(loops, leaf) if `loop` is a chain of single-statement loops (none of them a tile loop
     below the first) ending in one statement."""
