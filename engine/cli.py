@@ -425,7 +425,7 @@ def cmd_run(args) -> int:
     import time
 
     from .interp import evaluate
-    from .pipeline import check_entry, compile_source, read_file
+    from .pipeline import check_entry, compile_entry, read_file
     from .tolerance import differences
 
     cflags = args.cflags
@@ -433,12 +433,11 @@ def cmd_run(args) -> int:
         from ..targets import runtime
 
         runtime.set_threads(args.threads)
-    inputs, weights = read_inputs(args, check_entry(read_file(args.file), args.entry, args.file))
-    program = compile_source(args.file, target=args.target, rules=args.rules,
-                              builtin_rules=not args.no_builtin_rules, entry=args.entry,
-                              cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules),
-                              unsafe_fp=args.unsafe_fp, weights=weights)
-    graph = program.graph
+    graph = check_entry(read_file(args.file), args.entry, args.file)
+    inputs, weights = read_inputs(args, graph)
+    program = compile_entry(graph, target=args.target, rules=args.rules, builtin_rules=not args.no_builtin_rules,
+                            cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules),
+                            unsafe_fp=args.unsafe_fp, weights=weights)
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start

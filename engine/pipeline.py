@@ -10,7 +10,8 @@
                       numpy arrays on the target
 
 `compile_graph` is saturate + extract (what `stitch compile` prints), and
-`compile_source` every stage in order (what `stitch.compile` returns).
+`compile_source` every stage in order (what `stitch.compile` returns; `compile_entry` the
+same from a checked graph).
 The CLI (`cli.py`) parses arguments and calls these stages; the Python API
 (`api.py`) checks its arguments and calls `compile_source`.
 """
@@ -265,7 +266,17 @@ def compile_source(source: str | Path, target: str = "cpu", rules: list[str] = (
                    without_rules: tuple[str, ...] = (), unsafe_fp: bool = False,
                    weights: dict | None = None) -> CompiledProgram:
     """Every stage in order, for `.ir` text or a file: `stitch.compile` after checking its arguments."""
-    graph = check_entry(read_program(source), entry)
+    return compile_entry(check_entry(read_program(source), entry), target, rules, builtin_rules, cache_dir, cflags,
+                         limits, without_rules, unsafe_fp, weights)
+
+
+@allows_deep_recursion
+def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
+                  cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
+                  limits: Limits | None = None, without_rules: tuple[str, ...] = (), unsafe_fp: bool = False,
+                  weights: dict | None = None) -> CompiledProgram:
+    """Every stage after parsing, for a checked graph (`check_entry`'s): what `stitch run` compiles
+    once it has read the file (for its inputs and weights)."""
     weights = bind_weights(graph, weights) if weights is not None else {}
     tgt = load_target(target)
     rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp)
