@@ -246,7 +246,7 @@ class _KernelLowering:
 
     def lower(self) -> LoopKernel:
         body_at: dict[int, list[Stmt]] = {i: [] for i in range(len(self.parallel) + 1)}
-        for cid in self.kc.resident:
+        for cid in sorted(self.kc.resident):  # (a set: sorted, the same C in every process)
             body_at[0].extend(self.stage_whole(cid))
         for s in self.kc.staged:
             axes = index_axes(s.index)

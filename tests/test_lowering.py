@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -277,3 +280,18 @@ def test_seed_layernorm_stitched_with_shared_buffers_halves_them_by_liveness():
     outs, traffic = execute(program, inputs)
     assert_close(outs, evaluate(graph, inputs))
     assert traffic.read + traffic.written == c.cost.global_bytes == c.cost.compulsory_bytes
+
+
+@pytest.mark.parametrize("name", ["embedding_layernorm", "matmul_transpose_bias_relu"])
+def test_the_generated_c_is_the_same_in_every_process(name):
+    """Inputs a kernel holds whole are staged in one order whatever Python's string hashing: the
+    C, and so the compiled library's cache key, is the same from one process to the next (with
+    the order of a set, each new process could miss the cache and build the library again)."""
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.ir"
+    sources = set()
+    for seed in ("1", "2", "3"):
+        proc = subprocess.run([sys.executable, "-m", "stitch.engine.cli", "compile", str(path), "--emit", "c"],
+                              capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert proc.returncode == 0, proc.stderr
+        sources.add(proc.stdout)
+    assert len(sources) == 1
