@@ -73,6 +73,9 @@ class TileRun:
         self.written = 0
         self.checks: list[str] = []  # what each gather site says of an index out of range
         self.counting = True  # count the global traffic (read, written)
+        # inside a serial loop run one iteration at a time: per statement, the global cells counted
+        # in its earlier iterations (buffer -> flat cells; None for the cells it writes)
+        self.seen: dict[int, dict] | None = None
 
     def block(self, stmts, env: dict) -> None:
         for s in stmts:
@@ -81,8 +84,17 @@ class TileRun:
                 if nest is not None and s.kind != "parallel":
                     self.nest(nest[0], nest[1], env)
                 else:
-                    for i in range(s.extent):
-                        self.block(s.body, {**env, s.var: i})
+                    # run one iteration at a time: a statement inside counts its cells once over the
+                    # iterations of the outermost serial loop, as the nest over all of them would (a
+                    # tile's rows fused into one loop, lowering/fuse.py: a cell every row reads is
+                    # read once, as the cost model counts it); tiles count apart, each reading again
+                    outer = self.seen
+                    self.seen = None if s.kind == "parallel" else {} if outer is None else outer
+                    try:
+                        for i in range(s.extent):
+                            self.block(s.body, {**env, s.var: i})
+                    finally:
+                        self.seen = outer
             else:
                 self.nest([], s, env)
 
@@ -110,12 +122,22 @@ class TileRun:
             self.accumulate(leaf, loops, target, index, value, widened)
         if not self.counting:
             return
+        seen = self.seen.setdefault(id(leaf), {}) if self.seen is not None else None
         for name, accesses in touched.items():
-            self.read += _count(accesses) * self.memory[name].itemsize
+            if seen is None:
+                cells = _count(accesses)
+            else:
+                flat = np.concatenate([_flat(bidx, shape) for _, bidx, shape in accesses.values()])
+                cells = _new_cells(seen, name, flat)
+            self.read += cells * self.memory[name].itemsize
         if leaf.buffer in self.global_names:
-            cells = _distinct(leaf.index, grid)
-            if cells is None:
-                cells = len(np.unique(np.ravel_multi_index(index, target.shape))) if index else 1
+            if seen is not None:
+                flat = np.ravel_multi_index(index, target.shape).ravel() if index else np.zeros(1, int)
+                cells = _new_cells(seen, None, flat)
+            else:
+                cells = _distinct(leaf.index, grid)
+                if cells is None:
+                    cells = len(np.unique(np.ravel_multi_index(index, target.shape))) if index else 1
             cells *= target.itemsize
             self.written += cells
             if isinstance(leaf, Accumulate):  # accumulating in global memory reads it too
@@ -247,6 +269,18 @@ def _count(accesses: dict) -> int:
     if len(entries) == 1 and entries[0][0] is not None:
         return entries[0][0]
     return np.unique(np.concatenate([_flat(bidx, shape) for _, bidx, shape in entries])).size
+
+
+def _new_cells(seen: dict, name, flat: np.ndarray) -> int:
+    """How many of the cells `flat` are not yet in `seen[name]`, which then holds them too."""
+    before = seen.get(name)
+    cells = np.unique(flat)
+    if before is not None:
+        cells = np.setdiff1d(cells, before, assume_unique=True)
+        seen[name] = np.union1d(before, cells)
+    else:
+        seen[name] = cells
+    return int(cells.size)
 
 
 def _flat(bidx, shape):

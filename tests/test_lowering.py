@@ -70,6 +70,11 @@ MOVED_AS_ESTIMATED = {
     "split_mean": """func f(x0: f32[1, 3, 4]) -> (f32[1, 3, 4], f32[4]) {
   return neg(x0), mean(x0, axes=[0, 1])
 }""",
+    # the sums' zeroing and accumulating nests fused into one row loop (cpu): x1 is read by every
+    # row where the unfused nest read it once
+    "fused_rows_scalar": """func f(x0: f32[2, 1, 1], x1: f32[], x2: f32[2]) -> f32[] {
+  return matmul(sum(add(x0, x1), axes=[1, 2]), x2)
+}""",
 }
 
 
