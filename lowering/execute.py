@@ -128,12 +128,12 @@ class TileRun:
                 cells = _count(accesses)
             else:
                 flat = np.concatenate([_flat(bidx, shape) for _, bidx, shape in accesses.values()])
-                cells = _new_cells(seen, name, flat)
+                cells = _new_cells(seen, name, flat, self.memory[name].size)
             self.read += cells * self.memory[name].itemsize
         if leaf.buffer in self.global_names:
             if seen is not None:
                 flat = np.ravel_multi_index(index, target.shape).ravel() if index else np.zeros(1, int)
-                cells = _new_cells(seen, None, flat)
+                cells = _new_cells(seen, None, flat, target.size)
             else:
                 cells = _distinct(leaf.index, grid)
                 if cells is None:
@@ -271,16 +271,15 @@ def _count(accesses: dict) -> int:
     return np.unique(np.concatenate([_flat(bidx, shape) for _, bidx, shape in entries])).size
 
 
-def _new_cells(seen: dict, name, flat: np.ndarray) -> int:
-    """How many of the cells `flat` are not yet in `seen[name]`, which then holds them too."""
-    before = seen.get(name)
-    cells = np.unique(flat)
-    if before is not None:
-        cells = np.setdiff1d(cells, before, assume_unique=True)
-        seen[name] = np.union1d(before, cells)
-    else:
-        seen[name] = cells
-    return int(cells.size)
+def _new_cells(seen: dict, name, flat: np.ndarray, size: int) -> int:
+    """How many of the cells `flat` (of a buffer of `size` cells) `seen[name]` does not mark yet;
+    it marks them too."""
+    marked = seen.get(name)
+    if marked is None:
+        marked = seen[name] = np.zeros(size, bool)
+    fresh = np.unique(flat[~marked[flat]])
+    marked[fresh] = True
+    return int(fresh.size)
 
 
 def _flat(bidx, shape):
