@@ -12,19 +12,28 @@ only those nests touch keeps one row (`[1, 1024]`: a row's 4 KiB stay in the
 first-level cache, a row's maximum and sum are scalars the C keeps in
 registers), on the stack.
 
+A reduction over the rows joins the run too (a layer norm over the first
+axis: `for r0 { sum += v[r0] }` after `for p0 { v[p0] = ... }`): its loop
+becomes the row loop, each row adding its terms in the order the reduction's
+own loop did, and a nest before it that the run does not touch (the sum's
+initial value) moves ahead of the run.
+
 Legal where every buffer the run's nests write is read and written by them
 at the row the loop is on: the row variable, with coefficient 1, in one
 dimension of its index (beside tile origins: `64*p0o + p0`), the same
-dimension in every access, and in no other. Then no row reads another row's
-values, and fusing changes no value. Only where on-chip memory is a cache (a
-scratchpad copies what a tile needs on chip, not a row at a time).
+dimension in every access, and in no other; or, not indexed by the row at
+all, only accumulated into and never read by the run (a sum over the rows).
+Then no row reads another row's values, and fusing changes no value. Only
+where on-chip memory is a cache (a scratchpad copies what a tile needs on
+chip, not a row at a time).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from .loops import Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, leaves, loads, map_leaf_loads
+from .loops import (Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, leaves, loads, map_indices,
+                    map_leaf_loads)
 
 
 def fuse_rows(program: LoopProgram) -> LoopProgram:
@@ -57,11 +66,18 @@ class _Fusion:
         i = 0
         while i < len(stmts):
             s = stmts[i]
+            run, ahead = [s], []
             j = i + 1
-            while j < len(stmts) and _same_rows(s, stmts[j]):
+            while j < len(stmts):
+                if (nest := _over_rows(s, stmts[j])) is not None:
+                    run.append(nest)
+                elif j + 1 < len(stmts) and _over_rows(s, stmts[j + 1]) is not None and _apart(stmts[j], run):
+                    ahead.append(stmts[j])  # (a reduction's initial value)
+                else:
+                    break
                 j += 1
-            fused = self.fused(stmts[i:j]) if j - i > 1 else None
-            for loop in [fused] if fused is not None else stmts[i:j]:
+            fused = self.fused(run) if len(run) > 1 else None
+            for loop in ahead + [fused] if fused is not None else stmts[i:j]:
                 # inside tile loops, in turn; not inside a row loop (its nests fused again, per head
                 # of attention, gcc left the exponentials scalar: 0.78 -> 1.33 ms)
                 tiles = isinstance(loop, For) and loop.kind == "parallel"
@@ -74,12 +90,16 @@ class _Fusion:
         row = run[0].var
         inside = [leaf for loop in run for leaf in leaves(loop.body)]
         written = {leaf.buffer for leaf in inside}
+        read = {ld.buffer for leaf in inside for ld in loads(leaf.value)}
+        summed = written - read - {leaf.buffer for leaf in inside if not isinstance(leaf, Accumulate)}
         dims: dict[str, int] = {}
         exact: dict[str, bool] = {}  # every access holds the row alone in its row dimension
         for name, index in _accesses(inside):
             if name not in written:
                 continue
             found = [d for d, ix in enumerate(index) if ix.coef(row)]
+            if not found and name in summed:  # a sum over the rows: each row adds its terms in turn
+                continue
             if len(found) != 1 or index[found[0]].coef(row) != 1 or dims.setdefault(name, found[0]) != found[0]:
                 return None
             exact[name] = exact.get(name, True) and index[found[0]] == Ix.var(row)
@@ -106,6 +126,43 @@ class _Fusion:
 def _same_rows(a: Stmt, b: Stmt) -> bool:
     return (isinstance(a, For) and isinstance(b, For) and a.kind == b.kind == "serial" and a.var == b.var
             and a.extent == b.extent > 1 and not _product(a) and not _product(b))
+
+
+def _over_rows(a: Stmt, b: Stmt) -> For | None:
+    """`b` as a nest over `a`'s rows: `b` itself where it runs over the same rows, a reduction over
+    as many rows (its accumulators not indexed by its loop) with its loop read as `a`'s; else None."""
+    if _same_rows(a, b):
+        return b
+    if not (isinstance(a, For) and isinstance(b, For) and a.kind == "serial" and b.kind == "reduce"
+            and a.extent == b.extent > 1 and not _product(a) and not _product(b)):
+        return None
+    inside = list(leaves([b]))
+    if (not all(isinstance(leaf, Accumulate) and not any(ix.coef(b.var) for ix in leaf.index) for leaf in inside)
+            or a.var in _bound(b.body)):  # (renamed, b's own loop of that name would capture it)
+        return None
+    row = {b.var: Ix.var(a.var)}
+    return For(a.var, a.extent, "serial", [_renamed(s, row) for s in b.body])
+
+
+def _bound(stmts: list[Stmt]) -> set[str]:
+    """The loop variables of every loop among `stmts` and inside them."""
+    return {s.var for s in stmts if isinstance(s, For)} | {v for s in stmts if isinstance(s, For) for v in _bound(s.body)}
+
+
+def _renamed(s: Stmt, mapping: dict[str, Ix]) -> Stmt:
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, [_renamed(x, mapping) for x in s.body])
+    return map_indices(s, lambda ix: ix.substitute(mapping))
+
+
+def _apart(s: Stmt, run: list[For]) -> bool:
+    """Whether `s` may run before the nests of `run`: it writes nothing they read or write, and reads
+    nothing they write."""
+    mine, theirs = list(leaves([s])), [leaf for loop in run for leaf in leaves([loop])]
+    written = {leaf.buffer for leaf in theirs}
+    touched = {name for name, _ in _accesses(theirs)}
+    return (not {leaf.buffer for leaf in mine} & touched
+            and not {name for name, _ in _accesses(mine)} - {leaf.buffer for leaf in mine} & written)
 
 
 def _product(loop: For) -> bool:

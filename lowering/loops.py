@@ -194,6 +194,24 @@ def map_loads(e: Expr, fn) -> Expr:
     return e
 
 
+def map_indices(e, fn):
+    """`e` (a Store or Accumulate, or an expression) with `fn` applied to every index it holds: its
+    own, its loads', a concat select's and a checked gather's (not the indices inside gathered
+    index values)."""
+    if isinstance(e, (Store, Accumulate)):
+        return replace(e, index=tuple(fn(ix) for ix in e.index), value=map_indices(e.value, fn))
+    if isinstance(e, Load):
+        return Load(e.buffer, tuple(fn(ix) for ix in e.index))
+    if isinstance(e, Op):
+        return Op(e.op, tuple(map_indices(a, fn) for a in e.args), e.dtype)
+    if isinstance(e, Select):
+        return Select(fn(e.ix), e.split, map_indices(e.low, fn), map_indices(e.high, fn), e.dtype)
+    if isinstance(e, Checked):
+        return Checked(fn(e.check), map_indices(e.value, fn))
+    assert isinstance(e, Lit)
+    return e
+
+
 def map_index_loads(ix: Ix, fn) -> Ix:
     """`ix` with the loads of its gathered index values replaced by `fn(load)` (`map_loads`)."""
     if all(isinstance(t, str) for t, _ in ix.terms):

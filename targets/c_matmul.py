@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from ..engine.ir import dtype_bytes
 from ..engine.index import affine
-from ..lowering.loops import Accumulate, Checked, For, Ix, Lit, Load, Op, Select, index_vars, loads
+from ..lowering.loops import Accumulate, For, Ix, Load, Op, Select, index_vars, loads, map_indices
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 C_FLOAT = {"f32": "float", "f64": "double"}
@@ -141,7 +141,7 @@ def _coalesced(j, shape_of):
             return j
     span = f"{j.var}_{inner.var}"
     at = {j.var: Ix.constant(0), inner.var: Ix.var(span)}
-    return For(span, j.extent * inner.extent, inner.kind, [_map_indices(leaf, lambda ix: ix.substitute(at))])
+    return For(span, j.extent * inner.extent, inner.kind, [map_indices(leaf, lambda ix: ix.substitute(at))])
 
 
 def flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
@@ -151,22 +151,6 @@ def flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
         coef += ix.coef(var) * stride
         stride *= extent
     return coef
-
-
-def _map_indices(e, fn):
-    """`e` (an Accumulate, or an expression) with `fn` applied to every index it holds."""
-    if isinstance(e, Accumulate):
-        return replace(e, index=tuple(fn(ix) for ix in e.index), value=_map_indices(e.value, fn))
-    if isinstance(e, Load):
-        return Load(e.buffer, tuple(fn(ix) for ix in e.index))
-    if isinstance(e, Op):
-        return Op(e.op, tuple(_map_indices(a, fn) for a in e.args), e.dtype)
-    if isinstance(e, Select):
-        return Select(fn(e.ix), e.split, _map_indices(e.low, fn), _map_indices(e.high, fn), e.dtype)
-    if isinstance(e, Checked):
-        return Checked(fn(e.check), _map_indices(e.value, fn))
-    assert isinstance(e, Lit)
-    return e
 
 
 def _through_units(s, units: list[str]):
@@ -413,4 +397,4 @@ def shift_ix(index: tuple[Ix, ...], by: dict[str, int]) -> tuple[Ix, ...]:
 
 def _shift(e, by: dict[str, int]):
     """`e` with each loop variable v read as v + by[v]."""
-    return _map_indices(e, lambda ix: shift_ix((ix,), by)[0])
+    return map_indices(e, lambda ix: shift_ix((ix,), by)[0])
