@@ -91,6 +91,8 @@ def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:
             problems.append(f"out[{k}] is read-only")
         if not arr.flags.c_contiguous:
             problems.append(f"out[{k}] is not C-contiguous (np.ascontiguousarray makes a copy that is)")
+        elif not arr.flags.aligned:
+            problems.append(f"out[{k}] is not aligned to its {arr.dtype.itemsize}-byte elements (np.empty makes one that is)")
         for name, x in inputs.items():
             if _overlap(arr, x):
                 problems.append(f"out[{k}] shares memory with input '{name}'")

@@ -289,8 +289,29 @@ static inline st_vf32 st_expv_f32(st_vf32 xv) {
   __m512 y = _mm512_scalef_ps(p, n);
   return (st_vf32)_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
+/* the first n < 16 elements of src to dst with plain stores of 8, 4, 2 and 1 elements: a row's
+   partial first and last lines, beside lines written with non-temporal stores (a masked store
+   there made layernorm 512x64x256 four times slower on Zen 4, a copy loop became rep movs) */
+static inline void st_store_part(float *dst, const float *src, int64_t n) {
+  if (n & 8) { memcpy(dst, src, 32); dst += 8; src += 8; }
+  if (n & 4) { memcpy(dst, src, 16); dst += 4; src += 4; }
+  if (n & 2) { memcpy(dst, src, 8); dst += 2; src += 2; }
+  if (n & 1) *dst = *src;
+}
+/* lanes from..to-1 of v to dst[from..to-1] */
+static inline void st_store_lanes(float *dst, __m512 v, int64_t from, int64_t to) {
+  float t[16];
+  _mm512_storeu_ps(t, v);
+  st_store_part(dst + from, t + from, to - from);
+}
 #ifndef ST_NO_VECTOR_EXP  /* -DST_NO_VECTOR_EXP: the scalar loops, for comparison */
 #define ST_VECTOR_EXP 1
+#endif
+#if defined(STITCH_LIBMVEC) && defined(__x86_64__)
+/* glibc's libmvec (2.35 on), which the tanh loops gcc vectorizes call too */
+__m512 _ZGVeN16v_tanhf(__m512);
+static inline st_vf32 st_tanhv_f32(st_vf32 x) { return (st_vf32)_ZGVeN16v_tanhf((__m512)x); }
+#define ST_VECTOR_TANH 1
 #endif
 #endif
 """
@@ -502,7 +523,7 @@ class _Kernel:
         pad = "  " * depth
         for s in stmts:
             if (self.split(s, pad) or self.matmul(s, pad) or self.f16_matmul(s, pad) or self.simd_reduce(s, pad)
-                    or self.stream(s, pad) or self.vector_loop(s, pad)):
+                    or self.vector_loop(s, pad, loops) or self.stream(s, pad)):
                 continue
             if isinstance(s, For):
                 self.prefetch(s, loops, pad)
@@ -512,51 +533,88 @@ class _Kernel:
             else:
                 self.lines.append(pad + self.leaf(s))
 
-    def vector_loop(self, s, pad: str) -> bool:
-        """An innermost f32 loop computing exponentials (exp, sigmoid) from contiguous and loop-invariant
-        reads with + - * /: written in 16-lane vectors (st_expv_f32, VECTOR_EXP) where the machine has
-        AVX-512, the last iterations as the scalar loop. Everything else is left to gcc's vectorizer."""
+    def vector_loop(self, s, pad: str, loops: tuple[For, ...]) -> bool:
+        """An innermost f32 loop writing a row from contiguous and loop-invariant reads with + - * /
+        and exp, sigmoid or tanh, written in 16-lane vectors where the machine has AVX-512
+        (st_expv_f32, VECTOR_EXP), when the row computes an exponential or is a streamed output's.
+
+        A streamed output's row is stored with non-temporal stores straight from the registers
+        (STREAM_BYTES): its whole lines one vector each; its partial first and last lines from the
+        16 elements at the row's start and at its end, by plain stores of 8, 4, 2 and 1 lanes
+        (st_store_lanes), so every element comes from the same vector code wherever the output
+        array starts (libmvec's tanh differs from libm's scalar one in the last bit). NT stores
+        from a row held on the stack first (`stream`) stall while its 16 KiB drain; from the
+        registers they overlap the arithmetic. A masked store beside NT stores made layernorm
+        512x64x256 four times slower on Zen 4 (in a C model as in the kernel). Other rows of
+        exponentials are stored plainly, their last iterations by the scalar loop (st_expf gives
+        st_expv_f32's results). Everything else is left to gcc's vectorizer."""
         leaf = self.row_store(s) if self.vector_bytes == 64 else None
-        if (leaf is None or s.kind != "serial" or self.buffers[leaf.buffer].dtype != "f32"
-                or not _exponential(leaf.value)):
+        if leaf is None or s.kind != "serial" or self.buffers[leaf.buffer].dtype != "f32":
+            return False
+        streamed = leaf.buffer in self.streamed and s.extent >= 16
+        tanh = _computes(leaf.value, ("tanh",))
+        if not (streamed or _computes(leaf.value, ("exp", "sigmoid")) and not tanh):
             return False
         value = self.vector_expr(leaf.value, s.var)
         if value is None:
             return False
-        v = s.var
-        self.lines.append(f"{pad}{{ int64_t {v} = 0;")
-        self.lines.append(f"{pad}#ifdef ST_VECTOR_EXP")
-        self.lines.append(f"{pad}  for (; {v} + 16 <= {s.extent}; {v} += 16) *(st_vf32 *)&{self.access(leaf.buffer, leaf.index)} = {value};")
+        v, n = s.var, s.extent
+        guard = "defined(ST_VECTOR_EXP)" + (" && defined(ST_VECTOR_TANH)" if tanh else "")
+        if not streamed:
+            self.lines.append(f"{pad}{{ int64_t {v} = 0;")
+            self.lines.append(f"{pad}#if {guard}")
+            self.lines.append(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) *(st_vf32 *)&{self.access(leaf.buffer, leaf.index)} = {value};")
+            self.lines.append(f"{pad}#endif")
+            self.lines.append(f"{pad}  for (; {v} < {n}; ++{v}) {self.leaf(leaf)} }}")
+            return True
+        self.prefetch(s, loops, pad, skip=leaf.buffer)  # (prefetching lines to be streamed would read them)
+        start = self.access(leaf.buffer, tuple(ix.substitute({v: Ix.constant(0)}) for ix in leaf.index))
+        self.lines.append(f"{pad}#if {guard}")
+        # the row's value at `v`, for its partial first line, its whole lines and its partial last one
+        self.lines.append(f"{pad}#define ST_ROW({v}) ((__m512)({value}))")
+        self.lines.append(f"{pad}{{ float *st_o = &{start}; int64_t st_h = (int64_t)((-(uintptr_t)st_o & 63) >> 2), {v} = st_h;")
+        self.lines.append(f"{pad}  if (st_h) st_store_lanes(st_o, ST_ROW(0), 0, st_h);")
+        self.lines.append(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) _mm512_stream_ps(st_o + {v}, ST_ROW({v}));")
+        self.lines.append(f"{pad}  if ({v} < {n}) st_store_lanes(st_o + {n - 16}, ST_ROW({n - 16}), {v} - {n - 16}, 16); }}")
+        self.lines.append(f"{pad}#undef ST_ROW")
+        self.lines.append(f"{pad}#else")
+        if not self.stream(s, pad):
+            self.lines.append(f"{pad}for (int64_t {v} = 0; {v} < {n}; ++{v}) {self.leaf(leaf)}")
         self.lines.append(f"{pad}#endif")
-        self.lines.append(f"{pad}  for (; {v} < {s.extent}; ++{v}) {self.leaf(leaf)} }}")
         return True
 
     def vector_expr(self, e, var: str) -> str | None:
-        """C for `e` on 16 consecutive iterations of `var` (an st_vf32), or None if it has no such form."""
+        """C for `e` on 16 consecutive iterations of `var` (an st_vf32), or None if it has no such form.
+        An op read more than once is computed once into a temporary, as `expr` does."""
+        if not isinstance(e, Op):
+            return self.vector_operand(e, var)
+        canon, order, uses = _number_ops(e)
+        text: dict[int, str] = {}
+        decls = []
+        for n, op in order:
+            args = [text[canon[id(a)]] if isinstance(a, Op) else self.vector_operand(a, var) for a in op.args]
+            if op.dtype != "f32" or None in args or (value := _vector_op(op.op, args)) is None:
+                return None
+            text[n] = value
+            if uses.get(n, 0) > 1:
+                decls.append(f"st_vf32 t{len(decls)}_ = {value};")
+                text[n] = f"t{len(decls) - 1}_"
+        body = text[canon[id(e)]]
+        return f"({{ {' '.join(decls)} {body}; }})" if decls else body
+
+    def vector_operand(self, e, var: str) -> str | None:
+        """A literal, or a load contiguous in `var` or invariant in it, on 16 iterations; else None."""
         if isinstance(e, Lit) and e.dtype == "f32":
             return f"st_bcast_f32({_literal(e.value, e.dtype)})"
-        if isinstance(e, Load):
-            b = self.buffers[e.buffer]
-            if b.dtype != "f32" or not all(affine(ix) for ix in e.index):
-                return None
-            step = flat_coef(e.index, var, b.shape)
-            if step == 1:
-                return f"(*(st_vf32 *)&{self.access(e.buffer, e.index)})"
-            return f"st_bcast_f32({self.access(e.buffer, e.index)})" if step == 0 else None
-        if not isinstance(e, Op) or e.dtype != "f32":
+        if not isinstance(e, Load):
             return None
-        args = [self.vector_expr(a, var) for a in e.args]
-        if any(a is None for a in args):
+        b = self.buffers[e.buffer]
+        if b.dtype != "f32" or not all(affine(ix) for ix in e.index):
             return None
-        if e.op in _ARITH:
-            return f"({args[0]} {_ARITH[e.op]} {args[1]})"
-        if e.op == "neg":
-            return f"(-{args[0]})"
-        if e.op == "exp":
-            return f"st_expv_f32({args[0]})"
-        if e.op == "sigmoid":  # as the scalar: 1 / (1 + exp(-x)), each step rounded to f32
-            return f"(st_bcast_f32(1.0f) / (st_bcast_f32(1.0f) + st_expv_f32(-{args[0]})))"
-        return None
+        step = flat_coef(e.index, var, b.shape)
+        if step == 1:
+            return f"(*(st_vf32 *)&{self.access(e.buffer, e.index)})"
+        return f"st_bcast_f32({self.access(e.buffer, e.index)})" if step == 0 else None
 
     def stream(self, s, pad: str) -> bool:
         """An innermost loop writing a row of a large output: the row is computed into a stack buffer
@@ -590,7 +648,7 @@ class _Kernel:
             return None
         return leaf
 
-    def prefetch(self, inner: For, loops: tuple[For, ...], pad: str) -> None:
+    def prefetch(self, inner: For, loops: tuple[For, ...], pad: str, skip: str | None = None) -> None:
         """Prefetch the rows a few iterations ahead for global accesses that read or write short
         contiguous runs far apart (a tile's rows of a larger array): the hardware prefetcher follows
         a stream only within a page, so each such row would otherwise start with a full miss
@@ -604,7 +662,8 @@ class _Kernel:
                 accesses.setdefault((load.buffer, load.index), 0)
         for (name, index), write in accesses.items():
             b = self.buffers[name]
-            if b.scope != "global" or not all(affine(ix) for ix in index) or not contiguous_in(index, inner.var):
+            if (name == skip or b.scope != "global" or not all(affine(ix) for ix in index)
+                    or not contiguous_in(index, inner.var)):
                 continue
             run = inner.extent * dtype_bytes(b.dtype)
             outer = next((u for u in reversed(loops) if u.extent > 1 and flat_coef(index, u.var, b.shape)), None)
@@ -846,9 +905,24 @@ def _replace(leaf, sel: Select, by):
     return dataclasses.replace(leaf, value=sub(leaf.value))
 
 
-def _exponential(e) -> bool:
-    """Whether an expression computes exp (or sigmoid, an exp inside)."""
-    return isinstance(e, Op) and (e.op in ("exp", "sigmoid") or any(_exponential(a) for a in e.args))
+def _vector_op(op: str, args: list[str]) -> str | None:
+    """An f32 op on 16 lanes (st_vf32 operands), or None where `vector_expr` has no form for it."""
+    if op in _ARITH:
+        return f"({args[0]} {_ARITH[op]} {args[1]})"
+    if op == "neg":
+        return f"(-{args[0]})"
+    if op == "exp":
+        return f"st_expv_f32({args[0]})"
+    if op == "sigmoid":  # as the scalar: 1 / (1 + exp(-x)), each step rounded to f32
+        return f"(st_bcast_f32(1.0f) / (st_bcast_f32(1.0f) + st_expv_f32(-{args[0]})))"
+    if op == "tanh":
+        return f"st_tanhv_f32({args[0]})"
+    return None
+
+
+def _computes(e, ops: tuple[str, ...]) -> bool:
+    """Whether an expression applies any of these ops."""
+    return isinstance(e, Op) and (e.op in ops or any(_computes(a, ops) for a in e.args))
 
 
 def _is_tile_loop(stmt) -> bool:
@@ -868,11 +942,12 @@ def _work(stmt) -> int:
     return 1
 
 
-# Program outputs of at least STREAM_BYTES are written with non-temporal stores, in rows of STREAM_ROW
-# to STREAM_ROW_BYTES (held on the stack first). Measured A/B at 2 threads on the Zen 4 machine:
-# rows of 16 KiB (rmsnorm, bias+GELU 4096x4096) 0.85x and 0.91x the time; rows of 4 KiB mixed
-# (layer norm 0.89x, softmax 1.05x), of 512 B slower (layernorm_large 1.14x): shorter rows keep
-# plain stores.
+# Program outputs of at least STREAM_BYTES are written with non-temporal stores: rows of f32 with a
+# 16-lane form straight from the registers (`vector_loop`; A/B at 2 threads on the Zen 4 machine
+# against the rows on the stack: bias+GELU 0.81-0.84x the time, rmsnorm 0.82-0.93x, layer norm
+# over the last axis 0.87-1.01x, over the first axis with rows of 512 B 0.78-0.92x, softmax 1.0x),
+# other rows of STREAM_ROW to STREAM_ROW_BYTES held on the stack first (`stream`: rows of 16 KiB
+# 0.85-0.91x the time of plain stores, of 4 KiB mixed, of 512 B 1.14x).
 STREAM_BYTES = 8 << 20
 STREAM_ROW = 8 << 10
 STREAM_ROW_BYTES = 16 << 10

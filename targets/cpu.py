@@ -23,13 +23,14 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from ..engine.errors import StitchError
+from ..engine.errors import StitchError, StitchWarning
 from ..engine.interp import np_dtype
 from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
@@ -102,12 +103,13 @@ class Native:
         for b in order:
             if b.name in inputs:
                 arr = inputs[b.name]
-                if not arr.flags.c_contiguous:
-                    arr = np.require(arr, requirements="C")  # (ascontiguousarray makes 0-d 1-d)
+                if not (arr.flags.c_contiguous and arr.flags.aligned):
+                    arr = np.require(arr, requirements="CA")  # (ascontiguousarray makes 0-d 1-d)
             elif b.name in provided:
                 arr = provided[b.name]
-                if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype) or not arr.flags.c_contiguous:
-                    raise StitchError(f"out= array for {b.name} must be a C-contiguous {b.dtype}{list(b.shape)}")
+                if (arr.shape != b.shape or arr.dtype != np_dtype(b.dtype) or not arr.flags.c_contiguous
+                        or not arr.flags.aligned):
+                    raise StitchError(f"out= array for {b.name} must be a C-contiguous, aligned {b.dtype}{list(b.shape)}")
             elif b.name in temporaries:
                 if b.name not in self.scratch:
                     self.scratch[b.name] = np.empty(b.shape, np_dtype(b.dtype))
@@ -208,7 +210,12 @@ def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cac
             staged.write_text(source)  # same source may be compiling src_path now (a rewrite truncated it)
             os.replace(staged, src_path)
             tmp_lib = Path(tmp) / "lib.so"
-            _compile(cc, flags, src_path, tmp_lib, parts, Path(tmp))
+            try:
+                _compile(cc, flags, src_path, tmp_lib, parts, Path(tmp))
+            except CompilerCrash as crash:  # the compiler's bug, not the source's: once more without the pass
+                warnings.warn(StitchWarning(f"the C compiler crashed on {src_path} ({crash.line}); built again "
+                                            f"with {' '.join(CRASH_FLAGS)}"), stacklevel=2)
+                _compile(cc, flags + CRASH_FLAGS, src_path, tmp_lib, parts, Path(tmp))
             os.replace(tmp_lib, lib_path)
         sum_path.write_text(_digest(lib_path))
     except OSError:
@@ -279,11 +286,27 @@ def _too_long(src: Path) -> StitchError:
                        hint="lighter --cflags, or a smaller program")
 
 
+# What a program the compiler crashes on is built again with. gcc 12.2 -O3 segfaults in its SLP
+# vectorizer on a `#pragma omp simd reduction(max:...)` loop of i64 values inside a loop of two
+# iterations (found by tests/test_cpu.py's property test: a max over a broadcast i64 scalar).
+CRASH_FLAGS = ("-fno-tree-slp-vectorize",)
+
+
+class CompilerCrash(StitchError):
+    """The C compiler reported an internal compiler error: its own bug, not the source's."""
+
+    def __init__(self, message: str, line: str):
+        super().__init__(message)
+        self.line = line
+
+
 def _check(proc: subprocess.CompletedProcess, src: Path) -> None:
     if proc.returncode != 0 and "No space left on device" in proc.stderr:  # not the source's fault
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if proc.returncode != 0:
-        raise StitchError(f"the C compiler failed on the generated source {src}:\n{proc.stderr.strip()[:2000]}")
+        message = f"the C compiler failed on the generated source {src}:\n{proc.stderr.strip()[:2000]}"
+        crash = next((line.strip() for line in proc.stderr.splitlines() if "internal compiler error" in line), None)
+        raise CompilerCrash(message, crash) if crash else StitchError(message)
 
 
 def _digest(path: Path) -> str:
@@ -303,6 +326,18 @@ def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
 _VECTOR_MATH: dict[str, tuple[str, ...]] = {}
 
 
+# A program linked against libmvec with the functions the generated C declares for it: on x86-64,
+# tanhf's vector versions (glibc 2.35 on), which a shared library would leave unresolved until load.
+_VECTOR_MATH_PROBE = """#include <math.h>
+#if defined(__x86_64__)
+void _ZGVdN8v_tanhf(void);
+void _ZGVeN16v_tanhf(void);
+void *st_probe[] = {(void *)_ZGVdN8v_tanhf, (void *)_ZGVeN16v_tanhf};
+#endif
+int main(int argc, char **argv) { (void)argv; return (int)expf((float)argc); }
+"""
+
+
 def _vector_math(cc: str) -> tuple[str, ...]:
     """Flags for glibc's vector math library (libmvec), when this compiler can link against it."""
     if cc not in _VECTOR_MATH:
@@ -310,8 +345,8 @@ def _vector_math(cc: str) -> tuple[str, ...]:
         try:
             with tempfile.TemporaryDirectory(prefix="stitch-probe-") as tmp:
                 probe = Path(tmp) / "libmvec_probe.c"
-                probe.write_text("#include <math.h>\nfloat f(float x) { return expf(x); }\n")
-                proc = _probe([cc, "-shared", "-fPIC", str(probe), "-o", str(Path(tmp) / "probe.so"), *flags])
+                probe.write_text(_VECTOR_MATH_PROBE)
+                proc = _probe([cc, str(probe), "-o", str(Path(tmp) / "probe"), *flags, "-lm"])
                 _VECTOR_MATH[cc] = flags if proc.returncode == 0 else ()
         except OSError:  # nowhere to write the probe: do without
             return ()

@@ -46,6 +46,8 @@ def _read_only(shape, dtype=np.float32):
     (lambda x: [np.zeros((8, 8), np.int32)], "out[0] is int32[8, 8], the output is f32[8, 8]"),
     (lambda x: [np.zeros((8, 9), np.float32)], "out[0] is float32[8, 9], the output is f32[8, 8]"),
     (lambda x: [np.zeros((8, 16), np.float32)[:, ::2]], "out[0] is not C-contiguous"),
+    (lambda x: [np.frombuffer(bytearray(8 * 8 * 4 + 1), np.float32, 64, 1).reshape(8, 8)],
+     "out[0] is not aligned to its 4-byte elements"),
     (lambda x: [x], "out[0] shares memory with input 'x'"),
     (lambda x: [x.T], "out[0] shares memory with input 'x'"),
     (lambda x: [np.zeros((8, 8), np.float32)] * 2, "out= must be a list of 1 array(s)"),
