@@ -91,7 +91,14 @@ class _Fusion:
         inside = [leaf for loop in run for leaf in leaves(loop.body)]
         written = {leaf.buffer for leaf in inside}
         read = {ld.buffer for leaf in inside for ld in loads(leaf.value)}
-        summed = written - read - {leaf.buffer for leaf in inside if not isinstance(leaf, Accumulate)}
+        # sums over the rows: accumulated by one nest of the run alone (two nests adding to one sum
+        # would interleave their terms), never stored to nor read by it
+        nests = {}
+        for k, loop in enumerate(run):
+            for leaf in leaves([loop]):
+                nests.setdefault(leaf.buffer, set()).add(k)
+        summed = {name for name in written - read if len(nests[name]) == 1} - {
+            leaf.buffer for leaf in inside if not isinstance(leaf, Accumulate)}
         dims: dict[str, int] = {}
         exact: dict[str, bool] = {}  # every access holds the row alone in its row dimension
         for name, index in _accesses(inside):

@@ -160,3 +160,23 @@ def test_a_reduction_whose_own_loop_has_the_row_loops_name_stays_apart():
     program = lower(compile_graph(graph, builtin_rule_files(), load_target("cpu")))
     assert "for r1 in 0..2 reduce {\n    for r0 in 0..2 serial {" in print_loops(program)
     executes_like_the_reference(program, graph, 1)
+
+
+def test_two_nests_adding_to_one_sum_over_the_rows_stay_apart():
+    """Both nests add each row's terms to `acc`: fused, the two nests' terms would interleave, another
+    order of the sum than the nests apart give."""
+    from stitch.lowering.fuse import fuse_rows
+    from stitch.lowering.loops import Accumulate, Buffer, For, Load, LoopKernel, LoopProgram, Op, Store
+
+    p0, p1 = Ix.var("p0"), Ix.var("p1")
+
+    def adding(value):
+        return For("p0", 4, "serial", [For("p1", 8, "serial", [Accumulate("acc", (Ix.constant(0), p1), "sum", value)])])
+
+    x = Load("x", (p0, p1))
+    out = For("p1", 8, "serial", [Store("out", (Ix.constant(0), p1), Load("acc", (Ix.constant(0), p1)))])
+    kernel = LoopKernel("k0", [Buffer("acc", "shared", "f32", (1, 8))],
+                        [adding(x), adding(Op("mul", (x, x), "f32")), out])
+    program = LoopProgram("f", [Buffer("x", "global", "f32", (4, 8))], ["out"], [], [kernel],
+                          [Buffer("out", "global", "f32", (1, 8))])
+    assert fuse_rows(program) == program
