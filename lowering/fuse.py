@@ -22,7 +22,8 @@ Legal where every buffer the run's nests write is read and written by them
 at the row the loop is on: the row variable, with coefficient 1, in one
 dimension of its index (beside tile origins: `64*p0o + p0`), the same
 dimension in every access, and in no other; or, not indexed by the row at
-all, only accumulated into and never read by the run (a sum over the rows).
+all, only accumulated into, by one nest of the run, and never read by it (a
+sum over the rows).
 Then no row reads another row's values, and fusing changes no value. Only
 where on-chip memory is a cache (a scratchpad copies what a tile needs on
 chip, not a row at a time).
