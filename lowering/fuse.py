@@ -90,14 +90,14 @@ class _Fusion:
         """The run as one row loop, or None where a row would read another row's values."""
         row = run[0].var
         inside = [leaf for loop in run for leaf in leaves(loop.body)]
-        written = {leaf.buffer for leaf in inside}
-        read = {ld.buffer for leaf in inside for ld in loads(leaf.value)}
-        # sums over the rows: accumulated by one nest of the run alone (two nests adding to one sum
-        # would interleave their terms), never stored to nor read by it
-        nests = {}
+        nests: dict[str, set[int]] = {}  # buffer written -> the nests of the run writing it
         for k, loop in enumerate(run):
             for leaf in leaves([loop]):
                 nests.setdefault(leaf.buffer, set()).add(k)
+        written = set(nests)
+        read = {ld.buffer for leaf in inside for ld in loads(leaf.value)}
+        # sums over the rows: accumulated by one nest of the run alone (two nests adding to one sum
+        # would interleave their terms), never stored to nor read by it
         summed = {name for name in written - read if len(nests[name]) == 1} - {
             leaf.buffer for leaf in inside if not isinstance(leaf, Accumulate)}
         dims: dict[str, int] = {}

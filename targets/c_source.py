@@ -568,7 +568,7 @@ class _Kernel:
             self.lines.append(f"{pad}  for (; {v} < {n}; ++{v}) {self.leaf(leaf)} }}")
             return True
         self.prefetch(s, loops, pad, skip=leaf.buffer)  # (prefetching lines to be streamed would read them)
-        start = self.access(leaf.buffer, tuple(ix.substitute({v: Ix.constant(0)}) for ix in leaf.index))
+        start = self.row_start(leaf, v)
         self.lines.append(f"{pad}#if {guard}")
         # the row's value at `v`, for its partial first line, its whole lines and its partial last one
         self.lines.append(f"{pad}#define ST_ROW({v}) ((__m512)({value}))")
@@ -628,7 +628,7 @@ class _Kernel:
         if b.dtype not in ("f32", "f64") or not STREAM_ROW <= s.extent * dtype_bytes(b.dtype) <= STREAM_ROW_BYTES:
             return False
         ct = C_TYPES[b.dtype]
-        start = self.access(leaf.buffer, tuple(ix.substitute({s.var: Ix.constant(0)}) for ix in leaf.index))
+        start = self.row_start(leaf, s.var)
         self.lines.append(f"{pad}{{ {ct} st_row[{s.extent}] __attribute__((aligned(64)));")
         self.lines.append(f"{pad}  for (int64_t {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) "
                           f"st_row[{s.var}] = {self.expr(leaf.value)};")
@@ -647,6 +647,10 @@ class _Kernel:
                 or leaf.buffer in {ld.buffer for ld in loads(leaf.value)}):
             return None
         return leaf
+
+    def row_start(self, leaf: Store, var: str) -> str:
+        """The element a row store writes at the row loop's first iteration."""
+        return self.access(leaf.buffer, tuple(ix.substitute({var: Ix.constant(0)}) for ix in leaf.index))
 
     def prefetch(self, inner: For, loops: tuple[For, ...], pad: str, skip: str | None = None) -> None:
         """Prefetch the rows a few iterations ahead for global accesses that read or write short
