@@ -383,6 +383,14 @@ def test_rows_far_apart_are_prefetched_and_contiguous_rows_are_not(cache):
     assert "__builtin_prefetch(&b_out0[" in strided.native.source_path.read_text()
     assert "__builtin_prefetch(&b_out0[" not in streamed.native.source_path.read_text()
     assert "__builtin_prefetch" not in contiguous.native.source_path.read_text()
+    # each row's last element is prefetched too: a row starting mid-line spans a line more than
+    # the line-sized steps reach
+    rows = re.findall(r"for \(int64_t (\w+) = 0; \w+ < (\d+); \w+ \+= \d+\) __builtin_prefetch\(&b_x\[([^\]]*)\], 0, 3\); "
+                      r"__builtin_prefetch\(&b_x\[([^\]]*)\], 0, 3\);", streamed.native.source_path.read_text())
+    assert rows
+    for var, extent, first, last in rows:
+        names = {v: 7 for v in re.findall(r"[a-z]\w*", first)}
+        assert eval(last, {}, names) == eval(first, {}, {**names, var: int(extent) - 1})
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.ir")), ids=lambda p: p.stem)
