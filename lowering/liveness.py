@@ -25,23 +25,35 @@ absent from the result; they conflict with nothing.
 
 from __future__ import annotations
 
+from typing import Union
+
 from .loops import Accumulate, For, LoopKernel, Stmt, Store, loads
+
+
+# a leaf, its region (the number of its outermost non-tile loop; None at tile level) and the
+# non-tile loops around it, outermost first
+Placed = tuple[Union[Store, Accumulate], Union[int, None], tuple[For, ...]]
+
+
+def placed_leaves(kernel: LoopKernel) -> list[Placed]:
+    """The kernel's leaves in execution order (rule 1), each with its region and loops."""
+    out: list[Placed] = []
+    _collect(kernel.body, in_tiles=True, region=None, loops=(), next_region=[0], out=out)
+    return out
 
 
 def live_ranges(kernel: LoopKernel) -> dict[str, tuple[int, int]]:
     """Map each accessed allocation of `kernel` to its inclusive live range of leaf indices."""
-    leaves: list[tuple[Store | Accumulate, int | None]] = []  # (leaf, its outermost non-tile loop)
-    _collect(kernel.body, in_tiles=True, region=None, next_region=[0], out=leaves)
-
+    leaves = placed_leaves(kernel)
     region_span: dict[int, tuple[int, int]] = {}
-    for index, (_, region) in enumerate(leaves):
+    for index, (_, region, _) in enumerate(leaves):
         if region is not None:
             first, _ = region_span.get(region, (index, index))
             region_span[region] = (first, index)
 
     allocated = {b.name for b in kernel.allocs}
     ranges: dict[str, tuple[int, int]] = {}
-    for index, (leaf, region) in enumerate(leaves):
+    for index, (leaf, region, _) in enumerate(leaves):
         start, end = region_span[region] if region is not None else (index, index)
         for name in buffers_touched(leaf) & allocated:
             lo, hi = ranges.get(name, (start, end))
@@ -59,16 +71,15 @@ def buffers_touched(leaf: Store | Accumulate) -> set[str]:
     return {leaf.buffer} | {load.buffer for load in loads(leaf.value)}
 
 
-def _collect(stmts: list[Stmt], in_tiles: bool, region: int | None, next_region: list[int],
-             out: list[tuple[Store | Accumulate, int | None]]) -> None:
+def _collect(stmts: list[Stmt], in_tiles: bool, region: int | None, loops: tuple[For, ...],
+             next_region: list[int], out: list[Placed]) -> None:
     tile_level = in_tiles and all(isinstance(s, For) and s.kind == "parallel" for s in stmts)
     for s in stmts:
         if not isinstance(s, For):
-            out.append((s, region))
+            out.append((s, region, loops))
             continue
-        is_tile = tile_level
         inner = region
-        if not is_tile and region is None:  # the outermost non-tile loop: a new region
+        if not tile_level and region is None:  # the outermost non-tile loop: a new region
             inner = next_region[0]
             next_region[0] += 1
-        _collect(s.body, is_tile, inner, next_region, out)
+        _collect(s.body, tile_level, inner, loops if tile_level else loops + (s,), next_region, out)

@@ -88,6 +88,12 @@ def _fuse(program: LoopProgram, target: Target) -> LoopProgram:
     return fuse_rows(program) if target.kind == "cpu" else program  # rows of a tile through the cache
 
 
+def _reuse(program: LoopProgram, target: Target) -> LoopProgram:
+    from .reuse import update_in_place
+
+    return update_in_place(program)
+
+
 def _merge(program: LoopProgram, target: Target) -> LoopProgram:
     from .alloc import merge_allocations
 
@@ -95,7 +101,7 @@ def _merge(program: LoopProgram, target: Target) -> LoopProgram:
 
 
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _merge]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge]
 
 
 @allows_deep_recursion

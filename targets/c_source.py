@@ -637,14 +637,14 @@ class _Kernel:
 
     def row_store(self, s) -> Store | None:
         """The Store of a loop whose one statement writes consecutive elements of its buffer, one per
-        iteration, from values that read nothing of that buffer (`stream` and `vector_loop`'s rows);
-        else None."""
+        iteration, from values that read nothing of that buffer but the element written (an update
+        in place, lowering/reuse.py) (`stream` and `vector_loop`'s rows); else None."""
         if not (isinstance(s, For) and len(s.body) == 1 and isinstance(s.body[0], Store)):
             return None
         leaf = s.body[0]
         shape = self.buffers[leaf.buffer].shape
         if (not all(affine(ix) for ix in leaf.index) or flat_coef(leaf.index, s.var, shape) != 1
-                or leaf.buffer in {ld.buffer for ld in loads(leaf.value)}):
+                or any(ld.buffer == leaf.buffer and ld.index != leaf.index for ld in loads(leaf.value))):
             return None
         return leaf
 
