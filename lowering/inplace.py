@@ -67,7 +67,8 @@ class _Kernel:
         value = leaf.value
         if (not isinstance(leaf, Store) or leaf.buffer not in self.allocs or leaf.buffer not in self.single
                 or list(leaf.index) != [Ix.var(v) for v in own] or not isinstance(value, Load)
-                or value.buffer not in self.globals or not all(affine(ix) for ix in value.index)):
+                or value.buffer not in self.globals or not value.index  # a scalar's copy has no rows
+                or not all(affine(ix) for ix in value.index)):
             return False
         inner = loops[-1]
         if value.index[-1].coef(inner.var) != 1 or any(inner.var in ix.axes() for ix in value.index[:-1]):

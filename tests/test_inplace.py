@@ -34,3 +34,11 @@ def test_a_scratchpad_keeps_every_copy():
     c = compile_text(PRODUCT, parse_target(target_text("accel")))
     assert c.target.inplace_run_bytes == 0
     assert "a_s" in print_loops(lower(c))
+
+
+def test_a_copy_of_a_scalar_is_no_row_to_read_in_place():
+    """A product by a scalar reshaped to 1x1 packs the scalar (`k0_pack0[r0] = x1[]`): no row, kept
+    (hypothesis found an IndexError here)."""
+    c = compile_text("func f(x0: f32[1], x1: f32[]) -> f32[1] { return matmul(x0, reshape(x1, shape=[1, 1])) }",
+                     parse_target(target_text("cpu")))
+    executes_like_the_reference(lower(c), c.graph, 0)
