@@ -371,7 +371,9 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
 
     One read: its image. Reads that differ only in one dimension, by an offset along one axis
     (the pieces of a concat, x beside rotate_half(x)): exact, the union along that axis tile by
-    tile. Otherwise the images' sum, at most the input: an upper bound."""
+    tile. Otherwise the images' sum, at most what the reads' boxes span in each tile
+    (`_tile_hulls`): an upper bound (two reads of one tile may touch the same elements, two tiles
+    may each read the same element: x + transpose(x))."""
     distinct = list(dict.fromkeys((r.index, r.guards) for r in reads))
     if len(distinct) == 1:
         r = reads[0]
@@ -381,7 +383,33 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
     if exact is not None:
         return exact, True
     total = sum(image(r, kernel, shape, tile) for r in rs)
-    return (total if any(_gathered(r) for r in rs) else min(total, math.prod(shape))), False
+    return (total if any(_gathered(r) for r in rs) else min(total, _tile_hulls(rs, kernel, shape, tile))), False
+
+
+def _tile_hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int]) -> int:
+    """Elements of the box around every read's box, tile by tile, summed over tiles: no tile reads
+    more of the input than that (a tile of x + transpose(x) reads a row and a column of x, and the
+    next tile another row and column: the rows' sum is the input, the columns' too)."""
+    spans = [_spans(r, kernel) for r in rs]
+    tiled = sorted({a for r in rs for a in r.axes if a in tile and tile[a] < kernel.extents[a]})
+    starts = [range(0, kernel.extents[a], tile[a]) for a in tiled]
+    if math.prod(len(s) for s in starts) > TILE_BOXES:
+        return math.prod(len(s) for s in starts) * math.prod(shape)
+    total = 0
+    for origin in itertools.product(*starts):
+        at = dict(zip(tiled, origin))
+        boxes = []
+        for r, span in zip(rs, spans):
+            def tile_span(a: str, span=span) -> tuple[int, int]:
+                lo, hi = span(a)
+                return (max(lo, at[a]), min(hi, at[a] + tile[a] - 1)) if a in at else (lo, hi)
+
+            box = _box(r, shape, tile_span)
+            if _volume(box) and _points(r.axes, tile_span):
+                boxes.append(box)
+        if boxes:
+            total += _volume([(min(b[d][0] for b in boxes), max(b[d][1] for b in boxes)) for d in range(len(shape))])
+    return total
 
 
 def _pieces(rs: list[Read], kernel: Kernel, tile: dict[str, int]) -> int | None:
