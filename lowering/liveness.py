@@ -17,7 +17,8 @@ records a touch inside a loop on the loop itself):
    contains it: it spans [first, last] leaf index of that loop.
 4. A buffer's live range is [start of its first access span, end of its last
    access span], inclusive. A statement that reads one buffer and writes another
-   makes both live at that index (no in-place reuse).
+   makes both live at that index (no in-place reuse here: lowering/reuse.py
+   rewrites such a statement to update its operand in place before merging).
 
 Buffers of `kernel.allocs` that no statement touches have no live range and are
 absent from the result; they conflict with nothing.

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..engine.index import affine
-from .liveness import Placed, buffers_touched, placed_leaves
+from .liveness import buffers_touched, placed_leaves
 from .loops import Buffer, For, Load, LoopKernel, LoopProgram, Stmt, Store, flat_index, loads, map_leaf_loads
 
 
@@ -56,21 +56,27 @@ def _pair(kernel: LoopKernel) -> tuple[str, str] | None:
     """(B, A): the first buffer B that may take the place of A, or None."""
     leaves = placed_leaves(kernel)
     on_chip = {b.name: b for b in kernel.allocs}
+    span: dict[int, tuple[int, int]] = {}  # region -> its first and last leaf (a region's leaves are consecutive)
+    touched: dict[str, list[int]] = {}  # buffer -> the leaves touching it, in order
+    written: dict[str, list[int]] = {}
+    for i, (leaf, region, _) in enumerate(leaves):
+        if region is not None:
+            span[region] = (span.get(region, (i, i))[0], i)
+        for name in buffers_touched(leaf):
+            touched.setdefault(name, []).append(i)
+        written.setdefault(leaf.buffer, []).append(i)
     for at, (leaf, region, loops) in enumerate(leaves):
         b = on_chip.get(leaf.buffer)
         if not isinstance(leaf, Store) or b is None or not _each_element_once(leaf, b, loops):
             continue
-        same = [i for i, (_, r, _) in enumerate(leaves) if r == region] if region is not None else [at]
-        before, after = leaves[:same[0]], leaves[same[-1] + 1:]
-        others = [leaves[i][0] for i in same if i != at]
-        if any(b.name in buffers_touched(x) for x, _, _ in before) or any(x.buffer == b.name for x in others):
-            continue
+        first, last = span[region] if region is not None else (at, at)
+        if touched[b.name][0] < first or any(first <= i <= last and i != at for i in written[b.name]):
+            continue  # B touched before the region, or written beside this statement in it
         reads = list(loads(leaf.value))  # those inside gathered indices too
         for a in dict.fromkeys(on_chip.get(ld.buffer) for ld in reads):
             if (a is not None and a.name != b.name and (a.dtype, a.shape) == (b.dtype, b.shape)
                     and all(ld.index == leaf.index for ld in reads if ld.buffer == a.name)
-                    and not any(a.name in buffers_touched(x) for x in others)
-                    and not any(a.name in buffers_touched(x) for x, _, _ in after)):
+                    and all(i < first or i == at for i in touched[a.name])):  # A's last use
                 return b.name, a.name
     return None
 
