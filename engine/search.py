@@ -112,6 +112,7 @@ class Space:
         self.consumers = self._consumer_classes()
         self.params = {cid for cid, nodes in data.classes.items() if nodes[0].op == "param"}
         self.outputs = {self.value_of(root) for root in data.roots}
+        self.twice: set[str] | None = None  # classes that may be computed in two instances (_instanced_twice)
         self.options: dict[str, list[ENode]] = {cid: self._narrow(cid) for cid in self.value_classes}
         self.form_cache: dict[tuple, Kernel] = {}
         self.price_cache: dict[Kernel, KernelCost] = {}
@@ -156,13 +157,39 @@ class Space:
         """The edge from `value` into `node` (of class `cid`) keeps every placement apart, as the rank
         decides nothing there: the producer's class mixes kinds of e-node (the best placement depends
         on its choice), or it is injective arithmetic whose value is needed more than once per
-        element (an output, read by several classes, or re-read by this one: a matmul's operand, a
-        broadcast one), where holding it once may beat recomputing it per read."""
+        element (an output, read by several classes, re-read by this one: a matmul's operand, a
+        broadcast one, or read by a class that may itself be computed twice), where holding it once
+        may beat recomputing it per read."""
         if self.mixes_kinds(value):
             return True
         if not self.computes[value]:
             return False
-        return value in self.outputs or len(self.consumers.get(value, ())) > 1 or self._rereads(cid, node, value)
+        return (value in self.outputs or len(self.consumers.get(value, ())) > 1 or self._rereads(cid, node, value)
+                or self._instanced_twice(cid))
+
+    def _instanced_twice(self, cid: str) -> bool:
+        """The consumer itself may be computed twice (an output another class reads: once as its own
+        root, once inline where it is read; read by several classes; or read by a class that may be
+        computed twice): each copy reads the edge."""
+        if self.twice is None:
+            self.twice = set()
+            for c in self.value_classes:
+                readers = len(self.consumers.get(c, ()))
+                if readers > 1 or (c in self.outputs and readers > 0):
+                    self.twice.add(c)
+            for c in self.value_classes:  # what a class computed twice reads, fused, is computed twice
+                self._spread_twice(c)
+        return cid in self.twice
+
+    def _spread_twice(self, cid: str) -> None:
+        stack = [cid] if cid in self.twice else []
+        while stack:
+            for n in self.data.classes[stack.pop()]:
+                for child in n.children:
+                    kind, value = self.edge(child)
+                    if kind != "global" and value not in self.twice:
+                        self.twice.add(value)
+                        stack.append(value)
 
     def mixes_kinds(self, value: str) -> bool:
         """The class holds injective and other e-nodes: the best placement of its edges depends on

@@ -461,3 +461,20 @@ def test_two_reads_of_one_input_in_many_tiles_are_bounded_tile_by_tile(text, bui
     traffic = executes_like_the_reference(lower(c), c.graph, 0)
     assert c.cost.kernels[0].tiles > 1
     assert traffic.read + traffic.written <= c.cost.global_bytes
+
+
+@pytest.mark.parametrize("text", [
+    "func f(x: f32[]) -> (f32[], f32[]) { a = add(add(x, x), x)\n t = neg(neg(a))\n return t, neg(t) }",
+    "func f(x: f32[]) -> (f32[], f32[]) { a = add(add(x, x), x)\n t = neg(transpose(a, perm=[]))\n return t, neg(t) }",
+])
+def test_a_value_computed_twice_keeps_every_placement_of_what_it_reads(text):
+    """An output another output reads inline is computed twice, and so is what it reads fused:
+    `x + x` then costs less held than recomputed. Narrowing once kept only `inline` there, and
+    the exhaustive search missed the optimum (hypothesis found both programs)."""
+    graph = next(iter(check_program(parse_program(text)).values()))
+    run, _ = saturate_program(graph, load_rule_files([], builtin=True))
+    data = EGraphData.from_json(run.serialize().to_json())
+    for target in (CPU, ACCEL):
+        result = extract_schedule(data, target)
+        assert result.exhaustive
+        assert result.cost.cycles == pytest.approx(brute_force(data, target), rel=1e-9)
