@@ -169,14 +169,17 @@ class Space:
 
     def _instanced_twice(self, cid: str) -> bool:
         """The consumer itself may be computed twice (an output another class reads: once as its own
-        root, once inline where it is read; read by several classes; or read by a class that may be
-        computed twice): each copy reads the edge."""
+        root, once inline where it is read; read by several classes; re-read per element of a larger
+        consumer, as a broadcast condition is; or read by a class that may be computed twice): each
+        copy reads the edge."""
         if self.twice is None:
             self.twice = set()
             for c in self.value_classes:
                 readers = len(self.consumers.get(c, ()))
                 if readers > 1 or (c in self.outputs and readers > 0):
                     self.twice.add(c)
+                for n in self.data.classes[c]:  # read again per element of a larger consumer
+                    self.twice.update(value for _, value in map(self.edge, n.children) if self._rereads(c, n, value))
             for c in self.value_classes:  # what a class computed twice reads, fused, is computed twice
                 self._spread_twice(c)
         return cid in self.twice

@@ -466,11 +466,13 @@ def test_two_reads_of_one_input_in_many_tiles_are_bounded_tile_by_tile(text, bui
 @pytest.mark.parametrize("text", [
     "func f(x: f32[]) -> (f32[], f32[]) { a = add(add(x, x), x)\n t = neg(neg(a))\n return t, neg(t) }",
     "func f(x: f32[]) -> (f32[], f32[]) { a = add(add(x, x), x)\n t = neg(transpose(a, perm=[]))\n return t, neg(t) }",
+    "func f(a: f32[1, 1], b: f32[], c: f32[1, 8], d: f32[8]) -> f32[1, 8] { return where(less(a, neg(b)), c, d) }",
 ])
 def test_a_value_computed_twice_keeps_every_placement_of_what_it_reads(text):
-    """An output another output reads inline is computed twice, and so is what it reads fused:
-    `x + x` then costs less held than recomputed. Narrowing once kept only `inline` there, and
-    the exhaustive search missed the optimum (hypothesis found both programs)."""
+    """An output another output reads inline is computed twice, a broadcast condition once per
+    element of the `where`, and so is what they read fused: `x + x` or `neg(b)` then costs less held
+    than recomputed. Narrowing once kept only `inline` there, and the exhaustive search missed the
+    optimum (hypothesis found the three programs)."""
     graph = next(iter(check_program(parse_program(text)).values()))
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
     data = EGraphData.from_json(run.serialize().to_json())
