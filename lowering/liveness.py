@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from .loops import Accumulate, For, LoopKernel, Stmt, Store, loads
+from .loops import Accumulate, For, LoopKernel, Stmt, Store, index_loads, loads
 
 
 # a leaf, its region (the number of its outermost non-tile loop; None at tile level) and the
@@ -68,8 +68,9 @@ def ranges_overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool
 
 
 def buffers_touched(leaf: Store | Accumulate) -> set[str]:
-    """The buffers a leaf statement reads or writes."""
-    return {leaf.buffer} | {load.buffer for load in loads(leaf.value)}
+    """The buffers a leaf statement reads or writes (a gathered index of its own included)."""
+    return ({leaf.buffer} | {load.buffer for load in loads(leaf.value)}
+            | {load.buffer for ix in leaf.index for load in index_loads(ix)})
 
 
 def _collect(stmts: list[Stmt], in_tiles: bool, region: int | None, loops: tuple[For, ...],
