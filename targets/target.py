@@ -194,15 +194,18 @@ def machine_cache_bytes(level: int, root: Path = SYSFS_CPU) -> int | None:
 
 
 # What each number of a target description may be: a "count" is a positive integer (at most
-# MAX_COUNT: the cost model multiplies them), "positive" a finite number above 0, "nonnegative"
-# a finite number of at least 0, a "share" a number above 0 and at most 1. TOML allows nan and
-# inf; no target number means anything with them.
+# MAX_COUNT: the cost model multiplies them), "positive" a number from POSITIVE_MIN to POSITIVE_MAX
+# (the cost model and the simulator divide by them: a bandwidth of 5e-324 bytes per cycle made a
+# 32-byte transfer take infinitely many cycles), "nonnegative" a finite number of at least 0, a
+# "share" a number above 0 and at most 1. TOML allows nan and inf; no target number means
+# anything with them.
 _NUMBERS = {
     "clock_ghz": "positive", "cores": "count", "onchip_bytes": "count", "global_bandwidth": "positive",
     "launch_cycles": "nonnegative", "vector_lanes": "count", "alignment": "count", "fma_per_lane": "positive",
     "sync": "nonnegative", "resident_share": "share", "tiles_per_core": "count", "inplace_run_bytes": "nonnegative",
 }
 MAX_COUNT = 2**40
+POSITIVE_MIN, POSITIVE_MAX = 1e-9, 1e12
 
 
 def _number_problem(value, rule: str) -> str:
@@ -215,8 +218,12 @@ def _number_problem(value, rule: str) -> str:
         if not _is(value, float) or not 0 < value <= 1:
             return "a number above 0 and at most 1 (a share of onchip_bytes)"
         return ""
-    if not _is(value, float) or not math.isfinite(value) or value < 0 or (rule == "positive" and value == 0):
-        return "a finite number above 0" if rule == "positive" else "a finite number of at least 0"
+    if rule == "positive":
+        if not _is(value, float) or not POSITIVE_MIN <= value <= POSITIVE_MAX:
+            return f"a number from {POSITIVE_MIN:g} to {POSITIVE_MAX:g}"
+        return ""
+    if not _is(value, float) or not math.isfinite(value) or value < 0:
+        return "a finite number of at least 0"
     return ""
 
 
