@@ -304,24 +304,32 @@ def _tile_boxes(r: Read, kernel: Kernel, shape: tuple[int, ...], span, tile: dic
     """A read with fewer elements than points (a broadcast through a reshape's div/mod: x[p % 2])
     touches, in each tile of the axes it varies along, at most that tile's points and box; a tile
     reads again what an earlier one read (x[0] and x[1] in every tile of two)."""
-    tiled = [a for a in r.axes if a in tile and tile[a] < kernel.extents[a]]
-    if not tiled:
+    count, origins = _tile_origins(r.axes, kernel, tile)
+    if count == 1:
         return box
-    starts = [range(0, kernel.extents[a], tile[a]) for a in tiled]
-    if math.prod(len(s) for s in starts) > TILE_BOXES:
-        return math.prod(len(s) for s in starts) * box
+    if count > TILE_BOXES:
+        return count * box
     total = 0
-    for origin in itertools.product(*starts):
-        at = dict(zip(tiled, origin))
-
-        def tile_span(a: str) -> tuple[int, int]:
-            lo, hi = span(a)
-            if a in at:
-                lo, hi = max(lo, at[a]), min(hi, at[a] + tile[a] - 1)
-            return lo, hi
-
+    for at in origins:
+        tile_span = _in_tile(span, at, tile)
         total += min(_points(r.axes, tile_span), _volume(_box(r, shape, tile_span)))
     return total
+
+
+def _tile_origins(axes, kernel: Kernel, tile: dict[str, int]):
+    """(how many tiles the tiled ones among `axes` make, each tile's origin on them)."""
+    tiled = sorted({a for a in axes if a in tile and tile[a] < kernel.extents[a]})
+    starts = [range(0, kernel.extents[a], tile[a]) for a in tiled]
+    return math.prod(len(s) for s in starts), (dict(zip(tiled, o)) for o in itertools.product(*starts))
+
+
+def _in_tile(span, at: dict[str, int], tile: dict[str, int]):
+    """`span` (an axis's inclusive range) narrowed to the tile whose origin is `at`."""
+    def tile_span(a: str) -> tuple[int, int]:
+        lo, hi = span(a)
+        return (max(lo, at[a]), min(hi, at[a] + tile[a] - 1)) if a in at else (lo, hi)
+
+    return tile_span
 
 
 def _points(axes, span) -> int:
@@ -391,19 +399,14 @@ def _tile_hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: di
     more of the input than that (a tile of x + transpose(x) reads a row and a column of x, and the
     next tile another row and column: the rows' sum is the input, the columns' too)."""
     spans = [_spans(r, kernel) for r in rs]
-    tiled = sorted({a for r in rs for a in r.axes if a in tile and tile[a] < kernel.extents[a]})
-    starts = [range(0, kernel.extents[a], tile[a]) for a in tiled]
-    if math.prod(len(s) for s in starts) > TILE_BOXES:
-        return math.prod(len(s) for s in starts) * math.prod(shape)
+    count, origins = _tile_origins([a for r in rs for a in r.axes], kernel, tile)
+    if count > TILE_BOXES:
+        return count * math.prod(shape)
     total = 0
-    for origin in itertools.product(*starts):
-        at = dict(zip(tiled, origin))
+    for at in origins:
         boxes = []
         for r, span in zip(rs, spans):
-            def tile_span(a: str, span=span) -> tuple[int, int]:
-                lo, hi = span(a)
-                return (max(lo, at[a]), min(hi, at[a] + tile[a] - 1)) if a in at else (lo, hi)
-
+            tile_span = _in_tile(span, at, tile)
             box = _box(r, shape, tile_span)
             if _volume(box) and _points(r.axes, tile_span):
                 boxes.append(box)

@@ -112,7 +112,7 @@ class Space:
         self.consumers = self._consumer_classes()
         self.params = {cid for cid, nodes in data.classes.items() if nodes[0].op == "param"}
         self.outputs = {self.value_of(root) for root in data.roots}
-        self.twice: set[str] | None = None  # classes that may be computed in two instances (_instanced_twice)
+        self.twice = self._computed_twice()  # classes that may be computed in two instances
         self.options: dict[str, list[ENode]] = {cid: self._narrow(cid) for cid in self.value_classes}
         self.form_cache: dict[tuple, Kernel] = {}
         self.price_cache: dict[Kernel, KernelCost] = {}
@@ -168,31 +168,29 @@ class Space:
                 or self._instanced_twice(cid))
 
     def _instanced_twice(self, cid: str) -> bool:
-        """The consumer itself may be computed twice (an output another class reads: once as its own
-        root, once inline where it is read; read by several classes; re-read per element of a larger
-        consumer, as a broadcast condition is; or read by a class that may be computed twice): each
-        copy reads the edge."""
-        if self.twice is None:
-            self.twice = set()
-            for c in self.value_classes:
-                readers = len(self.consumers.get(c, ()))
-                if readers > 1 or (c in self.outputs and readers > 0):
-                    self.twice.add(c)
-                for n in self.data.classes[c]:  # read again per element of a larger consumer
-                    self.twice.update(value for _, value in map(self.edge, n.children) if self._rereads(c, n, value))
-            for c in self.value_classes:  # what a class computed twice reads, fused, is computed twice
-                self._spread_twice(c)
+        """The consumer itself may be computed twice (`_computed_twice`): each copy reads the edge."""
         return cid in self.twice
 
-    def _spread_twice(self, cid: str) -> None:
-        stack = [cid] if cid in self.twice else []
+    def _computed_twice(self) -> set[str]:
+        """The classes that may be computed in two instances: an output another class reads (once as
+        its own root, once inline where it is read), a class read by several classes or re-read per
+        element of a larger consumer (a broadcast condition), and what any of them reads fused."""
+        twice = set()
+        for c in self.value_classes:
+            readers = len(self.consumers.get(c, ()))
+            if readers > 1 or (c in self.outputs and readers > 0):
+                twice.add(c)
+            for n in self.data.classes[c]:  # read again per element of a larger consumer
+                twice.update(value for _, value in map(self.edge, n.children) if self._rereads(c, n, value))
+        stack = list(twice)
         while stack:
             for n in self.data.classes[stack.pop()]:
                 for child in n.children:
                     kind, value = self.edge(child)
-                    if kind != "global" and value not in self.twice:
-                        self.twice.add(value)
+                    if kind != "global" and value not in twice:
+                        twice.add(value)
                         stack.append(value)
+        return twice
 
     def mixes_kinds(self, value: str) -> bool:
         """The class holds injective and other e-nodes: the best placement of its edges depends on

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .loops import (Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, leaves, loads, map_indices,
-                    map_leaf_loads)
+                    map_leaf_loads, map_leaves)
 
 
 def fuse_rows(program: LoopProgram) -> LoopProgram:
@@ -131,9 +131,14 @@ class _Fusion:
         return tuple(Ix.constant(0) if d in rows else ix for d, ix in enumerate(index))
 
 
+def _alike(a: Stmt, b: Stmt) -> bool:
+    """Two loops over as many rows (more than one), neither a product's nest."""
+    return (isinstance(a, For) and isinstance(b, For) and a.extent == b.extent > 1
+            and not _product(a) and not _product(b))
+
+
 def _same_rows(a: Stmt, b: Stmt) -> bool:
-    return (isinstance(a, For) and isinstance(b, For) and a.kind == b.kind == "serial" and a.var == b.var
-            and a.extent == b.extent > 1 and not _product(a) and not _product(b))
+    return _alike(a, b) and a.kind == b.kind == "serial" and a.var == b.var
 
 
 def _over_rows(a: Stmt, b: Stmt) -> For | None:
@@ -141,26 +146,20 @@ def _over_rows(a: Stmt, b: Stmt) -> For | None:
     as many rows (its accumulators not indexed by its loop) with its loop read as `a`'s; else None."""
     if _same_rows(a, b):
         return b
-    if not (isinstance(a, For) and isinstance(b, For) and a.kind == "serial" and b.kind == "reduce"
-            and a.extent == b.extent > 1 and not _product(a) and not _product(b)):
+    if not (_alike(a, b) and a.kind == "serial" and b.kind == "reduce"):
         return None
     inside = list(leaves([b]))
     if (not all(isinstance(leaf, Accumulate) and not any(ix.coef(b.var) for ix in leaf.index) for leaf in inside)
             or a.var in _bound(b.body)):  # (renamed, b's own loop of that name would capture it)
         return None
     row = {b.var: Ix.var(a.var)}
-    return For(a.var, a.extent, "serial", [_renamed(s, row) for s in b.body])
+    return For(a.var, a.extent, "serial",
+               map_leaves(b.body, lambda leaf: map_indices(leaf, lambda ix: ix.substitute(row))))
 
 
 def _bound(stmts: list[Stmt]) -> set[str]:
     """The loop variables of every loop among `stmts` and inside them."""
     return {s.var for s in stmts if isinstance(s, For)} | {v for s in stmts if isinstance(s, For) for v in _bound(s.body)}
-
-
-def _renamed(s: Stmt, mapping: dict[str, Ix]) -> Stmt:
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, [_renamed(x, mapping) for x in s.body])
-    return map_indices(s, lambda ix: ix.substitute(mapping))
 
 
 def _apart(s: Stmt, run: list[For]) -> bool:

@@ -46,12 +46,7 @@ def placed_leaves(kernel: LoopKernel) -> list[Placed]:
 def live_ranges(kernel: LoopKernel) -> dict[str, tuple[int, int]]:
     """Map each accessed allocation of `kernel` to its inclusive live range of leaf indices."""
     leaves = placed_leaves(kernel)
-    region_span: dict[int, tuple[int, int]] = {}
-    for index, (_, region, _) in enumerate(leaves):
-        if region is not None:
-            first, _ = region_span.get(region, (index, index))
-            region_span[region] = (first, index)
-
+    region_span = region_spans(leaves)
     allocated = {b.name for b in kernel.allocs}
     ranges: dict[str, tuple[int, int]] = {}
     for index, (leaf, region, _) in enumerate(leaves):
@@ -60,6 +55,15 @@ def live_ranges(kernel: LoopKernel) -> dict[str, tuple[int, int]]:
             lo, hi = ranges.get(name, (start, end))
             ranges[name] = (min(lo, start), max(hi, end))
     return ranges
+
+
+def region_spans(leaves: list[Placed]) -> dict[int, tuple[int, int]]:
+    """Each region's first and last leaf index (a region's leaves are consecutive)."""
+    spans: dict[int, tuple[int, int]] = {}
+    for index, (_, region, _) in enumerate(leaves):
+        if region is not None:
+            spans[region] = (spans.get(region, (index, index))[0], index)
+    return spans
 
 
 def ranges_overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:

@@ -212,6 +212,11 @@ def map_indices(e, fn):
     return e
 
 
+def map_leaves(stmts: list[Stmt], fn) -> list[Stmt]:
+    """`stmts` with every Store / Accumulate under them replaced by `fn(leaf)`, the loops rebuilt."""
+    return [For(s.var, s.extent, s.kind, map_leaves(s.body, fn)) if isinstance(s, For) else fn(s) for s in stmts]
+
+
 def map_index_loads(ix: Ix, fn) -> Ix:
     """`ix` with the loads of its gathered index values replaced by `fn(load)` (`map_loads`)."""
     if all(isinstance(t, str) for t, _ in ix.terms):

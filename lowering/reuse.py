@@ -33,8 +33,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..engine.index import affine
-from .liveness import buffers_touched, placed_leaves
-from .loops import Buffer, For, Load, LoopKernel, LoopProgram, Stmt, Store, flat_index, loads, map_leaf_loads
+from .liveness import buffers_touched, placed_leaves, region_spans
+from .loops import (Buffer, For, Load, LoopKernel, LoopProgram, Stmt, Store, flat_index, loads, map_leaf_loads,
+                    map_leaves)
 
 
 def update_in_place(program: LoopProgram) -> LoopProgram:
@@ -56,12 +57,10 @@ def _pair(kernel: LoopKernel) -> tuple[str, str] | None:
     """(B, A): the first buffer B that may take the place of A, or None."""
     leaves = placed_leaves(kernel)
     on_chip = {b.name: b for b in kernel.allocs}
-    span: dict[int, tuple[int, int]] = {}  # region -> its first and last leaf (a region's leaves are consecutive)
+    span = region_spans(leaves)
     touched: dict[str, list[int]] = {}  # buffer -> the leaves touching it, in order
     written: dict[str, list[int]] = {}
-    for i, (leaf, region, _) in enumerate(leaves):
-        if region is not None:
-            span[region] = (span.get(region, (i, i))[0], i)
+    for i, (leaf, _, _) in enumerate(leaves):
         for name in buffers_touched(leaf):
             touched.setdefault(name, []).append(i)
         written.setdefault(leaf.buffer, []).append(i)
@@ -98,11 +97,8 @@ def _rename(stmts: list[Stmt], old: str, new: str) -> list[Stmt]:
     def load(ld: Load) -> Load:
         return Load(new, ld.index) if ld.buffer == old else ld
 
-    out: list[Stmt] = []
-    for s in stmts:
-        if isinstance(s, For):
-            out.append(For(s.var, s.extent, s.kind, _rename(s.body, old, new)))
-        else:
-            s = map_leaf_loads(s, load)
-            out.append(replace(s, buffer=new) if s.buffer == old else s)
-    return out
+    def leaf(s):
+        s = map_leaf_loads(s, load)
+        return replace(s, buffer=new) if s.buffer == old else s
+
+    return map_leaves(stmts, leaf)

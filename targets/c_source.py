@@ -552,9 +552,9 @@ class _Kernel:
         if leaf is None or s.kind != "serial" or self.buffers[leaf.buffer].dtype != "f32":
             return False
         streamed = leaf.buffer in self.streamed and s.extent >= 16
-        tanh = _computes(leaf.value, ("tanh",))
-        if not (streamed or _computes(leaf.value, ("exp", "sigmoid")) and not tanh):
+        if not (streamed or _exponentials(leaf.value)):
             return False
+        tanh = _computes(leaf.value, ("tanh",))
         value = self.vector_expr(leaf.value, s.var)
         if value is None:
             return False
@@ -650,7 +650,7 @@ class _Kernel:
 
     def row_start(self, leaf: Store, var: str) -> str:
         """The element a row store writes at the row loop's first iteration."""
-        return self.access(leaf.buffer, tuple(ix.substitute({var: Ix.constant(0)}) for ix in leaf.index))
+        return self.access(leaf.buffer, _at(leaf.index, var, 0))
 
     def prefetch(self, inner: For, loops: tuple[For, ...], pad: str, skip: str | None = None) -> None:
         """Prefetch the rows a few iterations ahead for global accesses that read or write short
@@ -682,8 +682,7 @@ class _Kernel:
             # the row's last element too: a row not starting on a line (numpy's large arrays start
             # 16 bytes into a page) spans one line more than the steps of `line` reach, and that
             # line's miss stalls every row (layernorm_large, 2 threads: 0.92x the time)
-            last = self.access(name, tuple(ix.substitute({inner.var: Ix.constant(inner.extent - 1)})
-                                           for ix in ahead_index))
+            last = self.access(name, _at(ahead_index, inner.var, inner.extent - 1))
             self.lines.append(f"{pad}if ({outer.var} < {outer.extent - ahead}) {{ for (int64_t {inner.var} = 0; "
                               f"{inner.var} < {inner.extent}; {inner.var} += {line}) "
                               f"__builtin_prefetch(&{target}, {write}, 3); "
@@ -774,8 +773,7 @@ class _Kernel:
         softmax cross-entropy's exponentials took ~1.45 cycles an element), the last iterations one
         by one, with `lines` as the fallback. Another order of the same terms than gcc's lanes: one
         order, whichever thread runs it."""
-        if (self.vector_bytes != 64 or self.buffers[leaf.buffer].dtype != "f32"
-                or not _computes(leaf.value, ("exp", "sigmoid")) or _computes(leaf.value, ("tanh",))):
+        if self.vector_bytes != 64 or self.buffers[leaf.buffer].dtype != "f32" or not _exponentials(leaf.value):
             return lines
         value = self.vector_expr(leaf.value, s.var)
         if value is None:
@@ -951,6 +949,17 @@ def _vector_op(op: str, args: list[str]) -> str | None:
     if op == "tanh":
         return f"st_tanhv_f32({args[0]})"
     return None
+
+
+def _at(index: tuple[Ix, ...], var: str, value: int) -> tuple[Ix, ...]:
+    """`index` at one iteration of `var`."""
+    return tuple(ix.substitute({var: Ix.constant(value)}) for ix in index)
+
+
+def _exponentials(e) -> bool:
+    """Whether an expression computes exp or sigmoid and no tanh: values whose 16-lane form pays
+    with st_expv_f32 alone (libmvec's tanh only where the row is streamed out)."""
+    return _computes(e, ("exp", "sigmoid")) and not _computes(e, ("tanh",))
 
 
 def _computes(e, ops: tuple[str, ...]) -> bool:
