@@ -326,13 +326,13 @@ def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
 _VECTOR_MATH: dict[str, tuple[str, ...]] = {}
 
 
-# A program linked against libmvec with the functions the generated C declares for it: on x86-64,
-# tanhf's vector versions (glibc 2.35 on), which a shared library would leave unresolved until load.
+# A program linked against libmvec with functions the generated C declares for it: on x86-64,
+# logf's AVX2 and AVX-512 versions, which a shared library would leave unresolved until load.
 _VECTOR_MATH_PROBE = """#include <math.h>
 #if defined(__x86_64__)
-void _ZGVdN8v_tanhf(void);
-void _ZGVeN16v_tanhf(void);
-void *st_probe[] = {(void *)_ZGVdN8v_tanhf, (void *)_ZGVeN16v_tanhf};
+void _ZGVdN8v_logf(void);
+void _ZGVeN16v_logf(void);
+void *st_probe[] = {(void *)_ZGVdN8v_logf, (void *)_ZGVeN16v_logf};
 #endif
 int main(int argc, char **argv) { (void)argv; return (int)expf((float)argc); }
 """

@@ -17,7 +17,7 @@ from stitch.targets.c_source import PRELUDE
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
-CALLS = {"exp": "st_expf", "erf": "st_erff"}
+CALLS = {"exp": "st_expf", "erf": "st_erff", "tanh": "st_tanhf"}
 
 
 @pytest.fixture(scope="module", params=["fused", "unfused"])
@@ -97,11 +97,29 @@ def test_erf_at_its_special_values(library, x, want):
     assert (np.isnan(want) and np.isnan(got)) or (got == np.float32(want) and np.signbit(got) == np.signbit(want))
 
 
+def test_tanh_is_within_two_and_a_half_ulp_of_tanh_over_a_stride_of_every_float(library):
+    x = every_float(stride=1021)
+    x = x[np.isfinite(x)]
+    want = np.tanh(x.astype(np.float64))
+    got = call(library, "tanh", x)
+    tiny = np.abs(want) < np.finfo(np.float32).tiny  # (subnormal results: ulps of the subnormal spacing)
+    assert np.max(ulps(got[~tiny], want[~tiny])) <= 2.5
+    assert np.array_equal(got[tiny], x[tiny])
+
+
+@pytest.mark.parametrize("x, want", [(np.nan, np.nan), (np.inf, 1.0), (-np.inf, -1.0), (0.0, 0.0), (-0.0, -0.0),
+                                     (9.02, 1.0), (9.1, 1.0), (-20.0, -1.0), (1e30, 1.0), (1e-40, 1e-40),
+                                     (-1e-40, -1e-40)])
+def test_tanh_at_its_special_values(library, x, want):
+    (got,) = call(library, "tanh", np.array([x]))
+    assert (np.isnan(want) and np.isnan(got)) or (got == np.float32(want) and np.signbit(got) == np.signbit(want))
+
+
 def test_the_16_lane_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
-    """Where the machine has AVX-512, loops of exp and sigmoid run in 16-lane vectors (st_expv_f32,
-    2^n applied by vscalefps): over a stride of every float, +-inf and the subnormal range included,
-    they give exactly what the scalar st_expf loops give (ST_NO_VECTOR_EXP builds those), NaN where
-    they give NaN."""
+    """Where the machine has AVX-512, loops of exp, sigmoid and tanh run in 16-lane vectors
+    (st_expv_f32, st_tanhv_f32, 2^n applied by vscalefps): over a stride of every float, +-inf and
+    the subnormal range included, they give exactly what the scalar st_expf and st_tanhf loops give
+    (ST_NO_VECTOR_EXP builds those), NaN where they give NaN."""
     import stitch
 
     if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
@@ -109,10 +127,11 @@ def test_the_16_lane_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
     x = every_float(stride=4099)
     n = x.size - x.size % 1000
     x = x[:n].reshape(-1, 1000)
-    text = (f"func f(x: f32[{x.shape[0]}, 1000]) -> (f32[{x.shape[0]}, 1000], f32[{x.shape[0]}, 1000]) {{\n"
-            "  return exp(x), sigmoid(mul(x, 0.5))\n}\n")
+    rows = f"f32[{x.shape[0]}, 1000]"
+    text = f"func f(x: {rows}) -> ({rows}, {rows}, {rows}) {{\n  return exp(x), sigmoid(mul(x, 0.5)), tanh(x)\n}}\n"
     vector = stitch.compile(text, cache_dir=tmp_path)
-    assert "st_expv_f32(" in vector.native.source_path.read_text()
+    source = vector.native.source_path.read_text()
+    assert "st_expv_f32(" in source and "st_tanhv_f32(" in source
     scalar = stitch.compile(text, cache_dir=tmp_path, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
     for got, want in zip(vector(x=x), scalar(x=x)):  # (a NaN's sign and payload mean nothing)
         assert np.array_equal(np.isnan(got), np.isnan(want))
