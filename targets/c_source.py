@@ -580,9 +580,8 @@ class _Kernel:
         (STREAM_BYTES): its whole lines one vector each; its partial first and last lines from the
         16 elements at the row's start and at its end, by plain stores of 8, 4, 2 and 1 lanes
         (st_store_lanes), so every element comes from the same vector code wherever the output
-        array starts. NT stores
-        from a row held on the stack first (`stream`) stall while its 16 KiB drain; from the
-        registers they overlap the arithmetic. A masked store beside NT stores made layernorm
+        array starts. NT stores from a row held on the stack first (`stream`) stall while its
+        16 KiB drain; from the registers they overlap the arithmetic. A masked store beside NT stores made layernorm
         512x64x256 four times slower on Zen 4 (in a C model as in the kernel). Other rows of
         exponentials are stored plainly, their last iterations by the scalar loop (st_expf and
         st_tanhf give st_expv_f32's and st_tanhv_f32's results). Everything else is left to gcc's
@@ -597,17 +596,16 @@ class _Kernel:
         if value is None:
             return False
         v, n = s.var, s.extent
-        guard = "defined(ST_VECTOR_EXP)"
         if not streamed:
             self.lines.append(f"{pad}{{ int64_t {v} = 0;")
-            self.lines.append(f"{pad}#if {guard}")
+            self.lines.append(f"{pad}#if defined(ST_VECTOR_EXP)")
             self.lines.append(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) *(st_vf32 *)&{self.access(leaf.buffer, leaf.index)} = {value};")
             self.lines.append(f"{pad}#endif")
             self.lines.append(f"{pad}  for (; {v} < {n}; ++{v}) {self.leaf(leaf)} }}")
             return True
         self.prefetch(s, loops, pad, skip=leaf.buffer)  # (prefetching lines to be streamed would read them)
         start = self.row_start(leaf, v)
-        self.lines.append(f"{pad}#if {guard}")
+        self.lines.append(f"{pad}#if defined(ST_VECTOR_EXP)")
         # the row's value at `v`, for its partial first line, its whole lines and its partial last one
         self.lines.append(f"{pad}#define ST_ROW({v}) ((__m512)({value}))")
         self.lines.append(f"{pad}{{ float *st_o = &{start}; int64_t st_h = (int64_t)((-(uintptr_t)st_o & 63) >> 2), {v} = st_h;")
