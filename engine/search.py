@@ -165,11 +165,7 @@ class Space:
         if not self.computes[value]:
             return False
         return (value in self.outputs or len(self.consumers.get(value, ())) > 1 or self._rereads(cid, node, value)
-                or self._instanced_twice(cid))
-
-    def _instanced_twice(self, cid: str) -> bool:
-        """The consumer itself may be computed twice (`_computed_twice`): each copy reads the edge."""
-        return cid in self.twice
+                or cid in self.twice)  # (each instance of the consumer reads the edge)
 
     def _computed_twice(self) -> set[str]:
         """The classes that may be computed in two instances: an output another class reads (once as

@@ -804,10 +804,10 @@ class _Kernel:
         return True
 
     def vector_sum(self, s: For, leaf: Accumulate, target: str, lines: list[str], pad: str) -> list[str]:
-        """`lines` (the sum as gcc vectorizes it), or for an f32 sum of exponentials with a 16-lane form
-        on AVX-512 a sum of st_expv_f32's vectors (gcc's vectors of st_expf cannot use vscalefps: a
-        softmax cross-entropy's exponentials took ~1.45 cycles an element), the last iterations one
-        by one, with `lines` as the fallback. Another order of the same terms than gcc's lanes: one
+        """`lines` (the sum as gcc vectorizes it), or for an f32 sum of exponentials (or tanh) with a
+        16-lane form on AVX-512 a sum of st_expv_f32's (st_tanhv_f32's) vectors (gcc's vectors of
+        st_expf cannot use vscalefps: a softmax cross-entropy's exponentials took ~1.45 cycles an
+        element), the last iterations one by one, with `lines` as the fallback. Another order of the same terms than gcc's lanes: one
         order, whichever thread runs it."""
         if self.vector_bytes != 64 or self.buffers[leaf.buffer].dtype != "f32" or not _exponentials(leaf.value):
             return lines
