@@ -129,6 +129,9 @@ class LoopKernel:
     # global temporaries this kernel alone writes and reads, and the scope the schedule
     # placed them in: what forward_buffers keeps on chip
     forwardable: dict[str, str] = field(default_factory=dict)
+    # its tile loops run as a two-stage pipeline on the C target (lowering/overlap.py): each tile's
+    # last row loop beside the next tile's first, the tiles' buffers in two copies
+    pipelined: bool = False
 
 
 @dataclass
@@ -341,6 +344,8 @@ def print_kernel(k: LoopKernel) -> list[str]:
     head = f"kernel {k.name}"
     if k.merged_bytes:
         head += f"  # shared: {k.merged_bytes} B merged, {k.unmerged_bytes} B unmerged"
+    if k.pipelined:
+        head += "  # pipelined"
     lines = [head + " {"]
     for b in k.allocs:
         at = f" @ {k.offsets[b.name]}" if b.name in k.offsets else ""

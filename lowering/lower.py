@@ -100,8 +100,14 @@ def _merge(program: LoopProgram, target: Target) -> LoopProgram:
     return merge_allocations(program, alignment=target.alignment)
 
 
+def _pipeline(program: LoopProgram, target: Target) -> LoopProgram:
+    from .overlap import pipeline_tiles
+
+    return pipeline_tiles(program, target.onchip_bytes) if target.pipeline_tiles else program
+
+
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline]
 
 
 @allows_deep_recursion

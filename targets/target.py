@@ -58,6 +58,10 @@ class Target:
     # dropped and its readers read the source in place (lowering/inplace.py); shorter rows far
     # apart are still gathered into one contiguous buffer. 0 (a scratchpad): every copy stays.
     inplace_run_bytes: int = 0
+    # Where on-chip memory is a cache: a kernel's tiles run as a two-stage pipeline, each tile's
+    # last row loop beside the next tile's first (its writes beside the next one's reads), when
+    # two copies of a tile's buffers fit `onchip_bytes` (lowering/overlap.py)
+    pipeline_tiles: bool = False
 
     @property
     def sync_cycles(self) -> float:
@@ -84,7 +88,7 @@ _FIELDS = {
     "name": str, "kind": str, "clock_ghz": float, "cores": int, "onchip_bytes": int,
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
     "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
-    "inplace_run_bytes": int,
+    "inplace_run_bytes": int, "pipeline_tiles": bool,
     "matrix": dict, "op_cycles": dict, "onchip_cache": str,
 }
 CACHE_LEVELS = {"l1": 1, "l2": 2, "l3": 3}
