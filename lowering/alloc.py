@@ -47,7 +47,7 @@ def merge_allocations(program: LoopProgram, alignment: int = 0) -> LoopProgram:
     kernels = []
     for kernel in program.kernels:
         offsets, merged_bytes = _plan(kernel, alignment)
-        unmerged_bytes = sum(_round_up(b.nbytes, buffer_alignment(b, alignment))
+        unmerged_bytes = sum(round_up(b.nbytes, buffer_alignment(b, alignment))
                              for b in kernel.allocs if b.scope == "shared")
         kernels.append(replace(kernel, offsets=offsets, merged_bytes=merged_bytes, unmerged_bytes=unmerged_bytes))
     return replace(program, kernels=kernels)
@@ -74,7 +74,7 @@ def buffer_alignment(buffer: Buffer, alignment: int = 0) -> int:
 def _plan(kernel: LoopKernel, alignment: int) -> tuple[dict[str, int], int]:
     shared = [b for b in kernel.allocs if b.scope == "shared"]
     if len(shared) <= 1:
-        return {}, sum(_round_up(b.nbytes, buffer_alignment(b, alignment)) for b in shared)
+        return {}, sum(round_up(b.nbytes, buffer_alignment(b, alignment)) for b in shared)
 
     ranges = live_ranges(kernel)
     first_use = {b.name: ranges[b.name][0] if b.name in ranges else -1 for b in shared}
@@ -83,19 +83,19 @@ def _plan(kernel: LoopKernel, alignment: int) -> tuple[dict[str, int], int]:
     placed: dict[str, tuple[int, int]] = {}  # name -> [start, end) in bytes
     for b in order:
         align = buffer_alignment(b, alignment)
-        size = _round_up(b.nbytes, align)
+        size = round_up(b.nbytes, align)
         clashes = sorted(span for name, span in placed.items()
                          if ranges_overlap(ranges.get(name), ranges.get(b.name)))
         offset = 0
         for start, end in clashes:  # first fit: the lowest gap that holds `size` bytes
             if offset + size <= start:
                 break
-            offset = max(offset, _round_up(end, align))
+            offset = max(offset, round_up(end, align))
         placed[b.name] = (offset, offset + size)
 
     offsets = {b.name: placed[b.name][0] for b in shared}  # in allocation order
     return offsets, max(end for _, end in placed.values())
 
 
-def _round_up(n: int, align: int) -> int:
+def round_up(n: int, align: int) -> int:
     return -(-n // align) * align

@@ -73,8 +73,12 @@ def ranges_overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool
 
 def buffers_touched(leaf: Store | Accumulate) -> set[str]:
     """The buffers a leaf statement reads or writes (a gathered index of its own included)."""
-    return ({leaf.buffer} | {load.buffer for load in loads(leaf.value)}
-            | {load.buffer for ix in leaf.index for load in index_loads(ix)})
+    return {leaf.buffer} | buffers_read(leaf)
+
+
+def buffers_read(leaf: Store | Accumulate) -> set[str]:
+    """The buffers a leaf statement loads from: its value's and its own index's gathered values."""
+    return {load.buffer for load in loads(leaf.value)} | {load.buffer for ix in leaf.index for load in index_loads(ix)}
 
 
 def _collect(stmts: list[Stmt], in_tiles: bool, region: int | None, loops: tuple[For, ...],

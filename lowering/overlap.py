@@ -30,8 +30,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .loops import Accumulate, For, LoopKernel, LoopProgram, Stmt, index_loads, leaves, loads
+from .alloc import round_up
+from .liveness import buffers_read, buffers_touched
+from .loops import Accumulate, For, LoopKernel, LoopProgram, Stmt, leaves
 
+
+LINE = 64  # each buffer of a copy starts on a cache line, as the C backend's scratch reservations do
 
 # Rows a head and a tail loop take turns in at least: with fewer, a tile's reads and the previous
 # tile's writes hardly interleave, and a loop of one row is the two stages one after the other.
@@ -90,21 +94,17 @@ def scratch_layout(kernel: LoopKernel) -> tuple[int, dict[str, int]]:
     """One copy of a pipelined tile's buffers: (its bytes, each buffer's byte offset in it), the
     shared buffers at their merged offsets, then the local ones, each on a cache line of its own."""
     shared = [b for b in kernel.allocs if b.scope == "shared"]
-    size = kernel.merged_bytes or sum(_line(b.nbytes) for b in shared)
+    size = kernel.merged_bytes or sum(round_up(b.nbytes, LINE) for b in shared)
     offsets, at = {}, 0
     for b in shared:
         offsets[b.name] = kernel.offsets.get(b.name, at)
-        at = offsets[b.name] + _line(b.nbytes)
-    at = _line(size)
+        at = offsets[b.name] + round_up(b.nbytes, LINE)
+    at = round_up(size, LINE)
     for b in kernel.allocs:
         if b.scope == "local":
             offsets[b.name] = at
-            at += _line(b.nbytes)
+            at += round_up(b.nbytes, LINE)
     return at, offsets
-
-
-def _line(n: int) -> int:
-    return (n + 63) // 64 * 64
 
 
 def _row_loop(s: Stmt) -> bool:
@@ -113,15 +113,8 @@ def _row_loop(s: Stmt) -> bool:
 
 
 def _reads_global(s: Stmt, on_chip: set[str]) -> bool:
-    return isinstance(s, For) and any(ld.buffer not in on_chip for leaf in leaves([s]) for ld in _leaf_loads(leaf))
+    return isinstance(s, For) and any(buffers_read(leaf) - on_chip for leaf in leaves([s]))
 
 
 def _touches_global(s: Stmt, on_chip: set[str]) -> bool:
-    return any(leaf.buffer not in on_chip or any(ld.buffer not in on_chip for ld in _leaf_loads(leaf))
-               for leaf in leaves([s]))
-
-
-def _leaf_loads(leaf):
-    for ix in leaf.index:
-        yield from index_loads(ix)
-    yield from loads(leaf.value)
+    return any(buffers_touched(leaf) - on_chip for leaf in leaves([s]))

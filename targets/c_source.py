@@ -487,15 +487,16 @@ class _Kernel:
     def tile_loop(self, fn: str, loop: For | None, params: str, names: list[str], declared: set[str]) -> str:
         """Emit the tile function `fn` and its runner; the kernel's line handing the tiles to the runtime
         (in parallel when the loop has PARALLEL_WORK, `GRAIN_WORK` at least per claim)."""
-        scratch_bytes = self.tile_function(fn, loop, params, declared)
+        st = self.stages(loop) if self.k.pipelined and loop is not None else None
+        scratch_bytes = self.tile_function(fn, loop, params, declared, st)
         self.lines.append(f"static void {fn}_run(void *args, int64_t lo, int64_t hi, unsigned char *scratch) {{")
         self.lines.append(f"  struct {_kernel_name(self.k.name)}_args *a = args;")
         self.lines.append(f"  {fn}(lo, hi, scratch, {', '.join('a->' + n for n in names)});")
         self.lines.append("}")
         tiles, work = (loop.extent, _work(loop)) if loop is not None else (1, 0)
         grain = max(1, -(-GRAIN_WORK * tiles // max(work, 1)))
-        if self.k.pipelined and loop is not None:  # a claim's first reads and last writes run alone
-            inner = math.prod(x.extent for x in self.stages(loop).nest[1:])
+        if st is not None:  # a claim's first reads and last writes run alone
+            inner = math.prod(x.extent for x in st.nest[1:])
             grain = max(grain, min(-(-PIPELINE_CLAIM // inner), max(1, tiles // PIPELINE_CLAIMS)))
         return f"  if (st_run({fn}_run, &a, {tiles}, {grain}, {scratch_bytes}, {int(work >= PARALLEL_WORK)})) goto fail;"
 
@@ -507,18 +508,19 @@ class _Kernel:
         del self.lines[mark:]
         return lines
 
-    def tile_function(self, fn: str, loop: For | None, params: str, declared: set[str]) -> int:
+    def tile_function(self, fn: str, loop: For | None, params: str, declared: set[str], st: Stages | None) -> int:
         """`fn(lo, hi, st_scratch, buffers...)` running tiles lo..hi-1 of `loop` (None: the kernel's
-        whole body, one tile); returns the scratch bytes it needs."""
+        whole body, one tile), pipelined in the stages `st` when given; returns the scratch bytes
+        it needs."""
         self.lines.append(f"static void {fn}(int64_t lo, int64_t hi, unsigned char *restrict st_scratch, {params}) {{")
         self.frame = 0
         if loop is None:
             self.lines.append("  (void)lo; (void)hi;")
             self.scratch("  ", set(declared))
             self.block(self.k.body, 1)
-        elif self.k.pipelined:
+        elif st is not None:
             self.prefetch(loop, (), "  ")
-            self.pipelined_tiles(self.stages(loop), declared)
+            self.pipelined_tiles(st, declared)
         else:
             self.prefetch(loop, (), "  ")
             self.lines.append(f"  for (int64_t {loop.var} = lo; {loop.var} < hi; ++{loop.var}) {{")
