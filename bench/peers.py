@@ -41,19 +41,30 @@ def interleaved_medians(engines: dict, runs: int, pause: float = SETTLE_SECONDS,
     call, each engine is measured in its steady state, as a loop serving requests runs it. (A
     pause lets every pool fall asleep: the next call pays the wake-up, 4 ms for Inductor's OpenMP
     on a 0.1 ms layer norm; run_speed.py times blocks without a pause instead.)"""
+    rounds = interleaved_times(engines, runs, pause, block)
+    return {name: statistics.median(t for r in ts for t in r) for name, ts in rounds.items()}
+
+
+def interleaved_times(engines: dict, runs: int, pause: float = SETTLE_SECONDS,
+                      block: int = 1) -> dict[str, list[list[float]]]:
+    """interleaved_medians' timings, round by round: for each engine, one list of its `block` timed
+    calls per round, so figures of different engines in the same round (the same seconds of the
+    machine) can be set against each other."""
     for fn in engines.values():  # warm
         fn()
-    times: dict[str, list[float]] = {name: [] for name in engines}
+    times: dict[str, list[list[float]]] = {name: [] for name in engines}
     for _ in range(runs):
         for name, fn in engines.items():
             if pause:
                 time.sleep(pause)
             fn()
+            round_times = []
             for _ in range(block):
                 t = time.perf_counter()
                 fn()
-                times[name].append(time.perf_counter() - t)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+                round_times.append(time.perf_counter() - t)
+            times[name].append(round_times)
+    return times
 
 
 def _torch_dtypes() -> dict:
