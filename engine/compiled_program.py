@@ -40,14 +40,18 @@ class CompiledProgram:
         kernels read of the bound ones."""
         return bind_inputs(self.graph, inputs, self.weights) | self.bound
 
-    @allows_deep_recursion
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
         given = bind_inputs(self.graph, inputs, self.weights)
         if out is not None:  # (the bound arrays are the program's own: no out= array shares them)
             check_outputs(self.graph, out, given)
-        args = given | self.bound
-        if self.executor == "c":
+        args = given | self.bound if self.bound else given
+        if self.executor == "c":  # (it walks nothing recursively: no raised recursion limit, 3 us a call)
             return self.native.run(args, out)
+        return self._execute(args, out)
+
+    @allows_deep_recursion
+    def _execute(self, args: dict[str, np.ndarray], out: list[np.ndarray] | None) -> list[np.ndarray]:
+        """A call on the simulator or the numpy executor, which walk the loops recursively."""
         if self.executor == "simulator":
             from ..targets.simulator import simulate
 
@@ -87,11 +91,12 @@ def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:
             continue
         if arr.dtype != np_dtype(want.dtype) or arr.shape != want.shape:
             problems.append(f"out[{k}] is {arr.dtype}{list(arr.shape)}, the output is {want}")
-        if not arr.flags.writeable:
+        flags = arr.flags
+        if not flags.writeable:
             problems.append(f"out[{k}] is read-only")
-        if not arr.flags.c_contiguous:
+        if not flags.c_contiguous:
             problems.append(f"out[{k}] is not C-contiguous (np.ascontiguousarray makes a copy that is)")
-        elif not arr.flags.aligned:
+        elif not flags.aligned:
             problems.append(f"out[{k}] is not aligned to its {arr.dtype.itemsize}-byte elements (np.empty makes one that is)")
         for name, x in inputs.items():
             if _overlap(arr, x):

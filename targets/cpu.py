@@ -94,28 +94,35 @@ class Native:
         temporaries = {b.name for b in self.program.intermediates} - set(self.program.outputs)
         return buffer_order(self.program), temporaries, {b.name for b in self.program.params}
 
+    @cached_property
+    def plan(self) -> list[tuple[Buffer, np.dtype, bool]]:
+        """Each buffer stitch_main takes, in order, with its numpy dtype and whether it is a global
+        temporary (worked out once, not on every call)."""
+        order, temporaries, _ = self.layout
+        return [(b, np_dtype(b.dtype), b.name in temporaries) for b in order]
+
     def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None) -> list[np.ndarray]:
-        order, temporaries, params = self.layout
+        params = self.layout[2]
         pointers = []
         arrays: dict[str, np.ndarray] = {}
-        outputs = dict.fromkeys(self.program.outputs)
-        provided = dict(zip(outputs, out)) if out is not None else {}
-        for b in order:
+        provided = dict(zip(dict.fromkeys(self.program.outputs), out)) if out is not None else {}
+        for b, dtype, temporary in self.plan:
             if b.name in inputs:
                 arr = inputs[b.name]
-                if not (arr.flags.c_contiguous and arr.flags.aligned):
+                flags = arr.flags
+                if not (flags.c_contiguous and flags.aligned):
                     arr = np.require(arr, requirements="CA")  # (ascontiguousarray makes 0-d 1-d)
             elif b.name in provided:
                 arr = provided[b.name]
-                if (arr.shape != b.shape or arr.dtype != np_dtype(b.dtype) or not arr.flags.c_contiguous
-                        or not arr.flags.aligned):
+                flags = arr.flags
+                if arr.shape != b.shape or arr.dtype != dtype or not (flags.c_contiguous and flags.aligned):
                     raise StitchError(f"out= array for {b.name} must be a C-contiguous, aligned {b.dtype}{list(b.shape)}")
-            elif b.name in temporaries:
-                if b.name not in self.scratch:
-                    self.scratch[b.name] = np.empty(b.shape, np_dtype(b.dtype))
-                arr = self.scratch[b.name]
+            elif temporary:
+                arr = self.scratch.get(b.name)
+                if arr is None:
+                    arr = self.scratch[b.name] = np.empty(b.shape, dtype)
             else:
-                arr = np.empty(b.shape, np_dtype(b.dtype))
+                arr = np.empty(b.shape, dtype)
             arrays[b.name] = arr  # (kept alive through the call)
             pointers.append(arr.ctypes.data)
         argv = (ctypes.c_void_p * len(pointers))(*pointers)
