@@ -23,7 +23,9 @@ import math
 from ..engine.index import FloorDiv, Mod, affine
 from ..engine.ir import dtype_bytes
 from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Select,
-                              Store, accumulates_in_float, flat_index, index_vars, leaves, loads, perfect_nest)
+                              Store, accumulates_in_float, flat_index, index_vars, leaves, loads, map_indices,
+                              perfect_nest)
+from ..lowering.liveness import buffers_read
 from ..lowering.overlap import Stages, scratch_layout, stages
 from .c_matmul import contiguous_in, flat_coef, match_matmul, render_matmul, shift_ix, vector_typedefs
 
@@ -633,7 +635,7 @@ class _Kernel:
         i = 0
         while i < len(stmts):
             s = stmts[i]
-            if (taken := self.summed_row(stmts, i, pad)):
+            if (taken := self.summed_row(stmts, i, pad, loops)):
                 i += taken
                 continue
             i += 1
@@ -648,51 +650,72 @@ class _Kernel:
             else:
                 self.lines.append(pad + self.leaf(s))
 
-    def summed_row(self, stmts: list, at: int, pad: str) -> int:
-        """How many of `stmts` from `at` on (0, 2 or 3) were written as one loop: a row of
-        exponentials stored to an on-chip buffer in 16-lane vectors (`vector_loop`'s plain rows),
-        then, maybe after the statement setting the sum's start (which reads nothing of the row),
-        the sum of that row (softmax's denominator). Each vector is added to a 16-lane sum as it is stored, in the order
-        `vector_sum` adds its exponentials: the row is not loaded again (softmax 0.92x the time,
-        one and two threads). gcc's vectorizer leaves such a fused loop scalar where the loops
-        are fused before it (lowering/fuse.py), so it is done here."""
-        if self.vector_bytes != 64 or len(stmts) < at + 2:
+    def summed_row(self, stmts: list, at: int, pad: str, loops: tuple[For, ...]) -> int:
+        """How many of `stmts` from `at` on were written as one loop and what it moved: a row stored
+        to an on-chip f32 buffer, written in 16-lane vectors (`vector_expr`), and a later sum over
+        that row of values reading the row at the element the sum is on (softmax's denominator, a
+        layer norm's mean and sum of squared deviations). Between them may stand the statement
+        setting the sum's start, written first, and statements that neither write what the two
+        loops read or write nor read the sum (a copy of the row to an output), written after.
+        Each vector of terms is added to a 16-lane sum as the row's vector is stored, the last
+        iterations one by one, in the order `vector_sum` adds its exponentials: the row is not
+        walked again (softmax 0.92x the time, one and two threads). gcc's vectorizer leaves such a
+        fused loop scalar where the loops are fused before it (lowering/fuse.py: a float sum needs
+        its reduction pragma), so it is done here. Rows of exponentials keep ST_NO_VECTOR_EXP's
+        scalar form."""
+        if self.vector_bytes != 64:
             return 0
-        row, start = stmts[at], [s for s in stmts[at + 1:at + 2] if isinstance(s, Store)]
-        if len(stmts) < at + 2 + len(start):
-            return 0
-        total = stmts[at + 1 + len(start)]
+        row = stmts[at]
         leaf = self.row_store(row)
-        if (leaf is None or row.kind != "serial" or self.buffers[leaf.buffer].dtype != "f32"
-                or leaf.buffer in self.streamed or not _exponentials(leaf.value)):
+        if (leaf is None or row.kind != "serial" or row.extent < 16 or self.buffers[leaf.buffer].dtype != "f32"
+                or leaf.buffer in self.streamed):
             return 0
+        end = at + 1
+        while end < min(len(stmts), at + 1 + SUMMED_ROW_BETWEEN) and not (
+                isinstance(stmts[end], For) and stmts[end].kind == "reduce"):
+            end += 1
+        if end == len(stmts):
+            return 0
+        total, between = stmts[end], stmts[at + 1:end]
         if not (isinstance(total, For) and total.kind == "reduce" and total.extent == row.extent
                 and len(total.body) == 1 and isinstance(total.body[0], Accumulate)):
             return 0
         acc = total.body[0]
-        same_row = tuple(ix.substitute({row.var: Ix.var(total.var)}) for ix in leaf.index)
-        if (acc.op != "sum" or self.buffers[acc.buffer].dtype != "f32" or acc.value != Load(leaf.buffer, same_row)
-                or any(total.var in index_vars(ix) for ix in acc.index) or acc.buffer == leaf.buffer
-                or any(ld.buffer == acc.buffer for ld in loads(leaf.value))
-                or any(x.buffer != acc.buffer or any(ld.buffer == leaf.buffer for ld in loads(x.value))
-                       for x in start)):
+        term = map_indices(acc.value, lambda ix: ix.substitute({total.var: Ix.var(row.var)}))
+        read = {ld.buffer for e in (leaf.value, term) for ld in loads(e)}
+        if (acc.op != "sum" or self.buffers[acc.buffer].dtype != "f32" or acc.buffer == leaf.buffer
+                or any(total.var in index_vars(ix) for ix in acc.index) or acc.buffer in read
+                or leaf.buffer not in {ld.buffer for ld in loads(term)}
+                or any(ld.buffer == leaf.buffer and ld.index != leaf.index for ld in loads(term))):
             return 0
-        value = self.vector_expr(leaf.value, row.var)
-        if value is None:
+        start = [x for x in between if isinstance(x, Store) and x.buffer == acc.buffer]
+        after = [x for x in between if not any(x is y for y in start)]
+        moved = [x for x in leaves(after)]
+        if (len(start) > 1 or any(leaf.buffer in buffers_read(x) for x in start)
+                or any(x.buffer in read | {leaf.buffer, acc.buffer} or acc.buffer in buffers_read(x) for x in moved)
+                or any(x.buffer in buffers_read(y) for x in moved for y in start)):
             return 0
-        self.block(start, len(pad) // 2)  # the sum's start, ahead of the row
+        value, terms = self.vector_expr(leaf.value, row.var), self.vector_expr(term, row.var)
+        if value is None or terms is None:
+            return 0
+        stored = f"(*(st_vf32 *)&{self.access(leaf.buffer, leaf.index)})"
+        if stored not in terms:
+            return 0
+        terms = terms.replace(stored, "st_e")  # the vector just stored, not loaded again (softmax 1.16x the time so)
+        guard = _exponentials(leaf.value) or _exponentials(term)
+        self.block(start, len(pad) // 2, loops)  # the sum's start, ahead of the row
         v, n, target = row.var, row.extent, self.access(acc.buffer, acc.index)
         self.lines += [f"{pad}{{ int64_t {v} = 0; float acc = {target};",
-                       f"{pad}#if defined(ST_VECTOR_EXP)",
+                       *([f"{pad}#if defined(ST_VECTOR_EXP)"] if guard else []),
                        f"{pad}  {{ st_vf32 st_acc = st_bcast_f32(0.0f);",
-                       f"{pad}    for (; {v} + 16 <= {n}; {v} += 16) {{ st_vf32 st_e = {value}; "
-                       f"*(st_vf32 *)&{self.access(leaf.buffer, leaf.index)} = st_e; st_acc += st_e; }}",
+                       f"{pad}    for (; {v} + 16 <= {n}; {v} += 16) {{ st_vf32 st_e = {value}; {stored} = st_e; "
+                       f"st_acc += {terms}; }}",
                        f"{pad}    acc += _mm512_reduce_add_ps((__m512)st_acc); }}",
-                       f"{pad}#endif",
-                       f"{pad}  for (; {v} < {n}; ++{v}) {{ {self.leaf(leaf)} acc += "
-                       f"{self.access(leaf.buffer, leaf.index)}; }}",
+                       *([f"{pad}#endif"] if guard else []),
+                       f"{pad}  for (; {v} < {n}; ++{v}) {{ {self.leaf(leaf)} acc += {self.expr(term)}; }}",
                        f"{pad}  {target} = acc; }}"]
-        return 2 + len(start)
+        self.block(after, len(pad) // 2, loops)  # (they read the row whole)
+        return end - at + 1
 
     def vector_loop(self, s, pad: str, loops: tuple[For, ...]) -> bool:
         """An innermost f32 loop writing a row from contiguous and loop-invariant reads with + - * /
@@ -1156,6 +1179,8 @@ def _work(stmt) -> int:
 # other rows of STREAM_ROW to STREAM_ROW_BYTES held on the stack first (`stream`: rows of 16 KiB
 # 0.85-0.91x the time of plain stores, of 4 KiB mixed, of 512 B 1.14x).
 STREAM_BYTES = 8 << 20
+# How many statements may stand between a row and its sum for `summed_row` to fuse them.
+SUMMED_ROW_BETWEEN = 4
 STREAM_ROW = 8 << 10
 STREAM_ROW_BYTES = 16 << 10
 # A pipelined tile loop (lowering/overlap.py) runs the first tile of each claim's reads and its last
