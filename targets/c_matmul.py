@@ -95,10 +95,10 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
         return None
     i = stmt
     units: list[str] = []
-    k = _through_units(i.body[0], units)
+    k = through_units(i.body[0], units)
     if not _single_for(k):
         return None
-    j = _through_units(k.body[0], units)
+    j = through_units(k.body[0], units)
     j = _coalesced(j, shape_of) if shape_of else j
     if not (isinstance(j, For) and len(j.body) == 1):
         return None
@@ -153,7 +153,7 @@ def flat_coef(index: tuple[Ix, ...], var: str, shape: tuple[int, ...]) -> int:
     return coef
 
 
-def _through_units(s, units: list[str]):
+def through_units(s, units: list[str]):
     """The first loop inside `s` that runs more than once, noting the one-iteration loops passed
     (a tiled axis whose tile is 1 still has its loop)."""
     while isinstance(s, For) and s.extent == 1 and len(s.body) == 1 and isinstance(s.body[0], For):

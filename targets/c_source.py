@@ -27,7 +27,8 @@ from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, L
                               perfect_nest)
 from ..lowering.liveness import buffers_read
 from ..lowering.overlap import Stages, scratch_layout, stages
-from .c_matmul import contiguous_in, flat_coef, match_matmul, render_matmul, shift_ix, vector_typedefs
+from .c_matmul import (contiguous_in, flat_coef, match_matmul, render_matmul, shift_ix, through_units,
+                       vector_typedefs)
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
@@ -639,8 +640,8 @@ class _Kernel:
                 i += taken
                 continue
             i += 1
-            if (self.split(s, pad) or self.matmul(s, pad) or self.f16_matmul(s, pad) or self.simd_reduce(s, pad)
-                    or self.vector_loop(s, pad, loops) or self.stream(s, pad)):
+            if (self.split(s, pad) or self.matmul(s, pad) or self.f16_matmul(s, pad) or self.column_sums(s, pad)
+                    or self.simd_reduce(s, pad) or self.vector_loop(s, pad, loops) or self.stream(s, pad)):
                 continue
             if isinstance(s, For):
                 self.prefetch(s, loops, pad)
@@ -716,6 +717,81 @@ class _Kernel:
                        f"{pad}  {target} = acc; }}"]
         self.block(after, len(pad) // 2, loops)  # (they read the row whole)
         return end - at + 1
+
+    def column_sums(self, s, pad: str) -> bool:
+        """A loop over rows of on-chip f32 buffers whose body is row loops over the same columns,
+        each writing its row in place or adding it into a sum over the rows (a layer norm over the
+        first axis: its tile's deviations and their squares' sum), written with the columns
+        outside: for each block of 16 columns, the rows in turn, each sum's 16 lanes in a register
+        (gcc keeps them in memory, a load and a store a row). Each element is still updated in
+        the order of the rows, so the results are the same bit for bit. Legal where no two columns
+        touch one element: every access is contiguous in the columns and its rows lie at least a
+        row of columns apart (or it does not move with the rows), a written buffer is read only
+        at the element being written, and a sum's buffer is read by no statement of the loop
+        (layernorm_large 0.91-0.95x the time)."""
+        if self.vector_bytes != 64 or not (isinstance(s, For) and s.kind in ("serial", "reduce") and s.extent > 1):
+            return False
+        rows, col, body = s.var, None, []
+        for x in s.body:
+            units: list[str] = []
+            inner = through_units(x, units)
+            if not (isinstance(inner, For) and inner.kind == "serial" and len(inner.body) == 1
+                    and isinstance(inner.body[0], (Store, Accumulate))):
+                return False
+            col = col or inner
+            if inner.extent != col.extent:
+                return False
+            rename = {inner.var: Ix.var(col.var)} | {u: Ix.constant(0) for u in units}
+            body.append(map_indices(inner.body[0], lambda ix, m=rename: ix.substitute(m)))
+        n, c = col.extent, col.var
+        if n % 16 or any(_exponentials(leaf.value) for leaf in body):
+            return False
+        sums = [leaf for leaf in body if isinstance(leaf, Accumulate)]
+        written = {leaf.buffer: leaf.index for leaf in body if isinstance(leaf, Store)}
+        if not sums or len({leaf.buffer for leaf in sums}) != len(sums) or set(written) & {x.buffer for x in sums}:
+            return False
+
+        def columnwise(buffer: str, index) -> bool:
+            b = self.buffers[buffer]
+            if buffer in self.globals or b.dtype != "f32" or not all(affine(ix) for ix in index):
+                return False
+            step = flat_coef(index, rows, b.shape)
+            return flat_coef(index, c, b.shape) == 1 and (step == 0 or abs(step) >= n)
+
+        for leaf in body:
+            reads = list(loads(leaf.value))
+            if (not columnwise(leaf.buffer, leaf.index) or any(not columnwise(ld.buffer, ld.index) for ld in reads)
+                    or any(ld.buffer in written and ld.index != written[ld.buffer] for ld in reads)
+                    or any(ld.buffer == x.buffer for ld in reads for x in sums)
+                    or isinstance(leaf, Accumulate) and (leaf.op != "sum" or leaf.unit != "vector"
+                                                         or flat_coef(leaf.index, rows, self.buffers[leaf.buffer].shape))):
+                return False
+        values = [self.vector_expr(leaf.value, c) for leaf in body]
+        if None in values:
+            return False
+        lanes = {id(leaf): f"st_c{k}" for k, leaf in enumerate(sums)}
+        lines = [f"{pad}for (int64_t {c} = 0; {c} < {n}; {c} += 16) {{"]
+        lines += [f"{pad}  st_vf32 {lanes[id(x)]} = *(st_vf32 *)&{self.access(x.buffer, x.index)};" for x in sums]
+        # what does not move with the rows, loaded once (the buffers share the scratch block: gcc
+        # cannot tell a row's stores leave the mean alone)
+        fixed = {ld.buffer: ld.index for leaf in body for ld in loads(leaf.value)
+                 if ld.buffer not in written and not flat_coef(ld.index, rows, self.buffers[ld.buffer].shape)}
+        for k, (buffer, index) in enumerate(fixed.items()):
+            vector = f"(*(st_vf32 *)&{self.access(buffer, index)})"
+            lines.append(f"{pad}  st_vf32 st_f{k} = {vector};")
+            values = [v.replace(vector, f"st_f{k}") for v in values]
+        lines.append(f"{pad}  for (int64_t {rows} = 0; {rows} < {s.extent}; ++{rows}) {{")
+        for k, leaf in enumerate(body):
+            if id(leaf) in lanes:
+                lines.append(f"{pad}    {lanes[id(leaf)]} += {values[k]};")
+                continue
+            vector = f"(*(st_vf32 *)&{self.access(leaf.buffer, leaf.index)})"
+            lines.append(f"{pad}    st_vf32 st_w{k} = {values[k]}; *(st_vf32 *)&{self.access(leaf.buffer, leaf.index)} = st_w{k};")
+            values = values[:k + 1] + [v.replace(vector, f"st_w{k}") for v in values[k + 1:]]  # (not loaded again)
+        lines.append(f"{pad}  }}")
+        lines += [f"{pad}  *(st_vf32 *)&{self.access(x.buffer, x.index)} = {lanes[id(x)]};" for x in sums]
+        self.lines += lines + [f"{pad}}}"]
+        return True
 
     def vector_loop(self, s, pad: str, loops: tuple[For, ...]) -> bool:
         """An innermost f32 loop writing a row from contiguous and loop-invariant reads with + - * /

@@ -1,0 +1,85 @@
+"""A loop over the rows of an on-chip tile whose row loops update the rows in place and add them
+into sums over the rows, written by the C backend with the columns outside and each sum's lanes in
+a register (c_source's `column_sums`): which loops it takes, and that its results are the plain
+loops' bit for bit and the reference's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stitch
+from stitch.engine.index import Ix
+from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.tolerance import differences
+from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, Op, Store
+from stitch.targets import cpu
+from stitch.targets.c_source import _Kernel
+
+pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+
+R, C = Ix.var("r"), Ix.var("c")
+BUFFERS = [Buffer("g", "global", "f32", (32 * 64,)), Buffer("v", "local", "f32", (32 * 64,)),
+           Buffer("m", "local", "f32", (64,)), Buffer("s", "local", "f32", (64,))]
+
+
+def at(row_stride: int = 64) -> tuple[Ix, ...]:
+    return (R * row_stride + C,)
+
+
+def deviations(buffer: str = "v", index=None, columns: int = 64) -> For:
+    index = index or at()
+    return For("c", columns, "serial", [Store(buffer, index, Op("sub", (Load(buffer, index), Load("m", (C,))), "f32"))])
+
+
+def squares(value=None, columns: int = 64, index=None) -> For:
+    v = Load("v", index or at())
+    return For("c", columns, "serial", [Accumulate("s", (C,), "sum", value or Op("mul", (v, v), "f32"))])
+
+
+def written(*nests) -> str:
+    k = _Kernel(LoopKernel("k0", [b for b in BUFFERS if b.scope != "global"], []),
+                {b.name: b for b in BUFFERS if b.scope == "global"}, 64)
+    k.block([For("r", 32, "serial", list(nests))], 1)
+    return "\n".join(k.lines)
+
+
+def test_the_rows_become_the_inner_loop_and_the_sums_stay_in_registers():
+    text = written(deviations(), squares())
+    assert "st_c0 += (st_w0 * st_w0);" in text  # the deviation just stored, not loaded again
+    assert text.index("for (int64_t c = 0; c < 64; c += 16)") < text.index("for (int64_t r = 0; r < 32; ++r)")
+    assert "st_f0 = (*(st_vf32 *)&b_m[c]);" in text  # the mean loaded once a block of columns
+
+
+@pytest.mark.parametrize("nests", [
+    (deviations(index=at(row_stride=16)), squares(index=at(row_stride=16))),  # rows closer than a row of
+    # columns: they overlap
+    (deviations(buffer="g"), squares()),  # global memory: the columns outside would stride it
+    (deviations(), squares(value=Load("s", (C,)))),  # a sum read inside the loop
+    (deviations(), squares(value=Load("v", (R * 64 + C + Ix.constant(1),)))),  # another element of a written row
+    (deviations(), squares(value=Op("exp", (Load("v", at()),), "f32"))),  # exponentials (ST_NO_VECTOR_EXP's)
+    (deviations(columns=40), squares(columns=40)),  # columns not a multiple of 16
+    (deviations(),),  # no sum
+])
+def test_what_is_not_taken(nests):
+    assert "st_c0" not in written(*nests)
+
+
+@pytest.mark.parametrize("rows, cols", [(512, 128), (40, 48)])
+def test_a_layer_norm_over_the_first_axis_equals_the_plain_loops_bit_for_bit(tmp_path, monkeypatch, rows, cols):
+    """The same program with column_sums turned off computes the same bits (each element is
+    updated in the order of the rows either way), and both are within the reference's tolerance."""
+    text = (f"func f(x: f32[{rows}, 4, {cols}], g: f32[4, {cols}]) -> f32[{rows}, 4, {cols}] {{\n"
+            "  m = mean(x, axes=[0])\n  d = sub(x, m)\n  v = mean(mul(d, d), axes=[0])\n"
+            "  return mul(mul(d, rsqrt(add(v, 1e-5))), g)\n}\n")
+    taken = stitch.compile(text, cache_dir=tmp_path)
+    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
+        assert "st_c0 +=" in taken.native.source_path.read_text()
+    monkeypatch.setattr(_Kernel, "column_sums", lambda self, s, pad: False)
+    plain = stitch.compile(text, cache_dir=tmp_path)
+    assert "st_c0 +=" not in plain.native.source_path.read_text()
+    inputs = random_inputs(taken.graph, 7)
+    inputs["x"] = inputs["x"] * np.float32(40) - np.float32(30)
+    got, want = taken(**inputs), plain(**inputs)
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32)) for a, b in zip(got, want))
+    assert differences(got, evaluate(taken.graph, inputs), taken.graph) == []
