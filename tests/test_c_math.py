@@ -143,24 +143,11 @@ def test_the_16_lane_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
 def test_a_sum_of_exponentials_runs_in_16_lane_vectors_and_equals_the_reference(tmp_path, cols):
     """A log-sum-exp's sum over a row: st_expv_f32's vectors summed lane by lane, the last iterations
     one by one (40 = 2 x 16 + 8), within the tolerance of the reference's sum; the scalar build
-    (ST_NO_VECTOR_EXP) gives the same within it."""
-    import stitch
-    from stitch.engine.interp import evaluate, random_inputs
-    from stitch.engine.tolerance import differences
-
-    if cpu.compiler() is None:
-        pytest.skip("no C compiler on this machine")
+    (ST_NO_VECTOR_EXP) gives the same within it. Exponentials far apart (x times 20): a term lost
+    or counted twice shows."""
     text = (f"func f(x: f32[64, {cols}]) -> f32[64] {{\n  m = max(x, axes=[1], keepdims=true)\n"
             "  return log(sum(exp(sub(x, m)), axes=[1]))\n}\n")
-    vector = stitch.compile(text, cache_dir=tmp_path)
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
-        assert "st_acc += st_expv_f32(" in vector.native.source_path.read_text()
-    scalar = stitch.compile(text, cache_dir=tmp_path, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
-    inputs = random_inputs(vector.graph, 3)
-    inputs["x"] = inputs["x"] * 20  # exponentials far apart: a term lost or counted twice shows
-    want = evaluate(vector.graph, inputs)
-    for program in (vector, scalar):
-        assert differences(program(**inputs), want, vector.graph) == []
+    builds_agree_with_the_reference(tmp_path, text, "st_acc += st_expv_f32(", seed=3, scale=20)
 
 
 @pytest.mark.parametrize("cols", [16, 40])
@@ -168,19 +155,8 @@ def test_a_sum_of_tanh_runs_in_16_lane_vectors_and_equals_the_reference(tmp_path
     """A row sum of tanh takes the same 16-lane path (st_tanhv_f32's vectors summed lane by lane,
     the last iterations by st_tanhf), within the tolerance of the reference's sum, as does the
     scalar build."""
-    import stitch
-    from stitch.engine.interp import evaluate, random_inputs
-    from stitch.engine.tolerance import differences
-
     text = f"func f(x: f32[64, {cols}]) -> f32[64] {{\n  return sum(tanh(mul(x, 3.0)), axes=[1])\n}}\n"
-    vector = stitch.compile(text, cache_dir=tmp_path)
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
-        assert "st_acc += st_tanhv_f32(" in vector.native.source_path.read_text()
-    scalar = stitch.compile(text, cache_dir=tmp_path, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
-    inputs = random_inputs(vector.graph, 4)
-    want = evaluate(vector.graph, inputs)
-    for program in (vector, scalar):
-        assert differences(program(**inputs), want, vector.graph) == []
+    builds_agree_with_the_reference(tmp_path, text, "st_acc += st_tanhv_f32(", seed=4)
 
 
 @pytest.mark.parametrize("cols", [16, 40, 1000])
@@ -189,18 +165,25 @@ def test_a_softmax_row_is_summed_as_its_exponentials_are_stored(tmp_path, cols):
     (each vector added as it is stored, the last iterations one by one: 40 = 2 x 16 + 8) instead of
     loaded again by a loop of its own; the quotients equal the reference's within the tolerance, as
     do the scalar build's (ST_NO_VECTOR_EXP)."""
+    text = (f"func f(x: f32[64, {cols}]) -> f32[64, {cols}] {{\n  m = max(x, axes=[1], keepdims=true)\n"
+            "  e = exp(sub(x, m))\n  return div(e, sum(e, axes=[1], keepdims=true))\n}\n")
+    builds_agree_with_the_reference(tmp_path, text, "st_acc += st_e;", seed=5, scale=20)
+
+
+def builds_agree_with_the_reference(tmp_path, text: str, marker: str, seed: int, scale: float = 1.0) -> None:
+    """`text` compiled as the machine runs it (where it has AVX-512, its C holds `marker`) and with
+    ST_NO_VECTOR_EXP (the scalar loops): both within the tolerance of the reference on random
+    inputs, `x` scaled by `scale`."""
     import stitch
     from stitch.engine.interp import evaluate, random_inputs
     from stitch.engine.tolerance import differences
 
-    text = (f"func f(x: f32[64, {cols}]) -> f32[64, {cols}] {{\n  m = max(x, axes=[1], keepdims=true)\n"
-            "  e = exp(sub(x, m))\n  return div(e, sum(e, axes=[1], keepdims=true))\n}\n")
     vector = stitch.compile(text, cache_dir=tmp_path)
     if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
-        assert "st_acc += st_e;" in vector.native.source_path.read_text()
+        assert marker in vector.native.source_path.read_text()
     scalar = stitch.compile(text, cache_dir=tmp_path, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
-    inputs = random_inputs(vector.graph, 5)
-    inputs["x"] = inputs["x"] * 20  # exponentials far apart: a term lost or counted twice shows
+    inputs = random_inputs(vector.graph, seed)
+    inputs["x"] = inputs["x"] * np.float32(scale)
     want = evaluate(vector.graph, inputs)
     for program in (vector, scalar):
         assert differences(program(**inputs), want, vector.graph) == []
