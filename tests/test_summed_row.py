@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import stitch
 from stitch.engine.index import Ix
@@ -88,3 +90,49 @@ def test_a_residual_layer_norm_sums_its_rows_as_they_are_made_and_equals_the_ref
     want = evaluate(vector.graph, inputs)
     for program in (vector, scalar):
         assert differences(program(**inputs), want, vector.graph) == []
+
+
+@st.composite
+def last_axis_programs(draw) -> str:
+    """A row made from the inputs, summed over the last axis (its sum, its mean, a sum of a
+    function of it), the row maybe returned too (a copy between the row and its sum)."""
+    rows, cols = draw(st.sampled_from([(4, 16), (8, 40), (16, 768), (3, 1000)]))
+    row = draw(st.sampled_from(["add(x, r)", "exp(sub(x, max(x, axes=[1], keepdims=true)))", "mul(x, r)",
+                                "sub(x, mean(x, axes=[1], keepdims=true))"]))
+    total = draw(st.sampled_from(["sum(h, axes=[1], keepdims=true)", "mean(mul(h, h), axes=[1], keepdims=true)",
+                                  "sum(mul(h, 0.5), axes=[1], keepdims=true)"]))
+    both = draw(st.booleans())
+    t = f"f32[{rows}, {cols}]"
+    return (f"func f(x: {t}, r: {t}) -> {f'({t}, {t})' if both else t} {{\n  h = {row}\n  s = {total}\n"
+            f"  return div(h, add(abs(s), 1.0)){', h' if both else ''}\n}}\n")
+
+
+@settings(max_examples=10, deadline=None)
+@given(last_axis_programs(), st.integers(0, 3))
+def test_rows_summed_as_they_are_made_equal_the_reference(tmp_path_factory, text, seed):
+    """The build as the machine runs it and the ST_NO_VECTOR_EXP one, both within the reference's
+    tolerance on inputs spread over [-20, 20)."""
+    cache = tmp_path_factory.mktemp("rows")
+    vector = stitch.compile(text, cache_dir=cache)
+    scalar = stitch.compile(text, cache_dir=cache, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
+    inputs = random_inputs(vector.graph, seed)
+    inputs["x"] = inputs["x"] * np.float32(20) - np.float32(25)
+    want = evaluate(vector.graph, inputs)
+    for program in (vector, scalar):
+        assert differences(program(**inputs), want, vector.graph) == []
+
+
+def test_the_property_sees_summed_rows(tmp_path_factory):
+    """Most drawn programs sum a row as it is made where the machine has AVX-512."""
+    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
+        pytest.skip("no AVX-512 here: the fused rows are not written")
+    seen = []
+
+    @settings(max_examples=12, deadline=None, database=None, derandomize=True)
+    @given(last_axis_programs())
+    def count(text):
+        program = stitch.compile(text, cache_dir=tmp_path_factory.mktemp("seen"))
+        seen.append("= st_e; st_acc +=" in program.native.source_path.read_text())
+
+    count()
+    assert sum(seen) >= len(seen) // 2, seen
