@@ -185,7 +185,9 @@ def facts(kernel: Kernel, types) -> _Facts:
         if inst.held and op != "param":
             work.extend(_inline_work(kernel, inst))
         if inst.hold in (Hold.SHARED, Hold.LOCAL) or (inst.hold is Hold.ROOT and accumulates):
-            buffers.append((inst.axes, dtype_bytes(types[inst.cid].dtype)))
+            dtype = types[inst.cid].dtype
+            wide = op in ("sum", "mean") and dtype == "f16"  # lowering/widen.py's f32 accumulator
+            buffers.append((inst.axes, dtype_bytes("f32" if wide else dtype)))
         for (kind, ref), index in zip(inst.operands, inst.operand_index):
             if kind not in ("global", "const") and kernel.instances[ref].held and kernel.instances[ref].index != index:
                 aliases.append((kernel.instances[ref].index, index))
