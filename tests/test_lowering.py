@@ -152,6 +152,19 @@ def test_lowered_onchip_bytes_never_exceed_the_cost_models_footprint(graph, targ
         assert shared_bytes(kernel)[0] + local_bytes(kernel) <= kc.footprint, print_loops(program)
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
+def test_an_f16_sums_wide_accumulator_fits_the_footprint_sized_for_it(target):
+    """An f16 sum accumulates in f32 (lowering/widen.py): the cost model counts its on-chip buffer
+    at 4 bytes an element, not 2 (the property above found an f16 sum on the accel target whose
+    lowered buffer, 128 B, exceeded the footprint, 64 B)."""
+    from stitch.lowering.alloc import local_bytes, shared_bytes
+
+    text = "func f(x: f16[2, 3, 6]) -> f32[2, 3, 6] {\n  return cast(sum(x, axes=[]), dtype=f32)\n}\n"
+    c, program = lowered(next(iter(check_program(parse_program(text, "<string>")).values())), target)
+    for kernel, kc in zip(program.kernels, c.cost.kernels):
+        assert shared_bytes(kernel)[0] + local_bytes(kernel) <= kc.footprint, print_loops(program)
+
+
 def test_compile_emit_loops_and_json_shared_bytes(capsys):
     import json
 
