@@ -41,7 +41,11 @@ def interleaved_medians(engines: dict, runs: int, pause: float = SETTLE_SECONDS,
     call, each engine is measured in its steady state, as a loop serving requests runs it. (A
     pause lets every pool fall asleep: the next call pays the wake-up, 4 ms for Inductor's OpenMP
     on a 0.1 ms layer norm; run_speed.py times blocks without a pause instead.)"""
-    rounds = interleaved_times(engines, runs, pause, block)
+    return medians(interleaved_times(engines, runs, pause, block))
+
+
+def medians(rounds: dict[str, list[list[float]]]) -> dict[str, float]:
+    """Each engine's median call over all its rounds (`interleaved_times`' figures)."""
     return {name: statistics.median(t for r in ts for t in r) for name, ts in rounds.items()}
 
 

@@ -90,7 +90,7 @@ def main() -> None:
     stitch.set_num_threads(args.threads)
 
     sys.path.insert(0, str(HERE))
-    from peers import importable, interleaved_times, torch_compiled
+    from peers import importable, interleaved_times, medians, torch_compiled
 
     use_torch = not args.no_torch and importable("torch")
     probe = BandwidthProbe(args.threads)
@@ -111,7 +111,7 @@ def main() -> None:
             engines["torch"] = torch_compiled(f.graph, inputs, args.threads)
         engines["probe"] = probe
         rounds = interleaved_times(engines, args.runs, pause=0, block=BLOCK)
-        t = {name: statistics.median(x for r in ts for x in r) for name, ts in rounds.items()}
+        t = medians(rounds)
         t_stitch, t_fresh, t_torch = t["stitch"], t["fresh"], t.get("torch")
         t_numpy = median_time(lambda: evaluate(f.graph, inputs), max(1, args.runs // 2))
         cost = f.compiled.cost

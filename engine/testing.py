@@ -537,6 +537,25 @@ def loops_of(text: str, target) -> str:
     return print_loops(lower(compile_text(text, target)))
 
 
+def sources_holding(strategy, marker: str, cache, examples: int = 12) -> list[bool]:
+    """For each of `examples` programs drawn from `strategy` (the same ones every run), whether the C
+    `stitch.compile` writes for it holds `marker`: how a property test checks that its drawn
+    programs take the path it is about."""
+    from hypothesis import given
+
+    from .api import compile as compile_program
+
+    seen = []
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True)
+    @given(strategy)
+    def count(text):
+        seen.append(marker in compile_program(text, cache_dir=cache).native.source_path.read_text())
+
+    count()
+    return seen
+
+
 def executes_like_the_reference(program, graph: Graph, seed: int):
     """Run lowered loops on the numpy executor with random inputs and assert the outputs equal the
     reference interpreter's. Returns the measured traffic, or None when an i32 accumulation overflows

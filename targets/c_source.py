@@ -699,22 +699,14 @@ class _Kernel:
         value, terms = self.vector_expr(leaf.value, row.var), self.vector_expr(term, row.var)
         if value is None or terms is None:
             return 0
-        stored = f"(*(st_vf32 *)&{self.access(leaf.buffer, leaf.index)})"
+        stored = self.lanes_at(leaf.buffer, leaf.index)
         if stored not in terms:
             return 0
         terms = terms.replace(stored, "st_e")  # the vector just stored, not loaded again (softmax 1.16x the time so)
-        guard = _exponentials(leaf.value) or _exponentials(term)
         self.block(start, len(pad) // 2, loops)  # the sum's start, ahead of the row
-        v, n, target = row.var, row.extent, self.access(acc.buffer, acc.index)
-        self.lines += [f"{pad}{{ int64_t {v} = 0; float acc = {target};",
-                       *([f"{pad}#if defined(ST_VECTOR_EXP)"] if guard else []),
-                       f"{pad}  {{ st_vf32 st_acc = st_bcast_f32(0.0f);",
-                       f"{pad}    for (; {v} + 16 <= {n}; {v} += 16) {{ st_vf32 st_e = {value}; {stored} = st_e; "
-                       f"st_acc += {terms}; }}",
-                       f"{pad}    acc += _mm512_reduce_add_ps((__m512)st_acc); }}",
-                       *([f"{pad}#endif"] if guard else []),
-                       f"{pad}  for (; {v} < {n}; ++{v}) {{ {self.leaf(leaf)} acc += {self.expr(term)}; }}",
-                       f"{pad}  {target} = acc; }}"]
+        self.lines += _lane_sum(pad, row, self.access(acc.buffer, acc.index), terms, self.expr(term),
+                                _exponentials(leaf.value) or _exponentials(term),
+                                f"st_vf32 st_e = {value}; {stored} = st_e; ", f"{self.leaf(leaf)} ")
         self.block(after, len(pad) // 2, loops)  # (they read the row whole)
         return end - at + 1
 
@@ -771,13 +763,13 @@ class _Kernel:
             return False
         lanes = {id(leaf): f"st_c{k}" for k, leaf in enumerate(sums)}
         lines = [f"{pad}for (int64_t {c} = 0; {c} < {n}; {c} += 16) {{"]
-        lines += [f"{pad}  st_vf32 {lanes[id(x)]} = *(st_vf32 *)&{self.access(x.buffer, x.index)};" for x in sums]
+        lines += [f"{pad}  st_vf32 {lanes[id(x)]} = {self.lanes_at(x.buffer, x.index)};" for x in sums]
         # what does not move with the rows, loaded once (the buffers share the scratch block: gcc
         # cannot tell a row's stores leave the mean alone)
         fixed = {ld.buffer: ld.index for leaf in body for ld in loads(leaf.value)
                  if ld.buffer not in written and not flat_coef(ld.index, rows, self.buffers[ld.buffer].shape)}
         for k, (buffer, index) in enumerate(fixed.items()):
-            vector = f"(*(st_vf32 *)&{self.access(buffer, index)})"
+            vector = self.lanes_at(buffer, index)
             lines.append(f"{pad}  st_vf32 st_f{k} = {vector};")
             values = [v.replace(vector, f"st_f{k}") for v in values]
         lines.append(f"{pad}  for (int64_t {rows} = 0; {rows} < {s.extent}; ++{rows}) {{")
@@ -785,11 +777,11 @@ class _Kernel:
             if id(leaf) in lanes:
                 lines.append(f"{pad}    {lanes[id(leaf)]} += {values[k]};")
                 continue
-            vector = f"(*(st_vf32 *)&{self.access(leaf.buffer, leaf.index)})"
+            vector = self.lanes_at(leaf.buffer, leaf.index)
             lines.append(f"{pad}    st_vf32 st_w{k} = {values[k]}; {vector} = st_w{k};")
             values = values[:k + 1] + [v.replace(vector, f"st_w{k}") for v in values[k + 1:]]  # (not loaded again)
         lines.append(f"{pad}  }}")
-        lines += [f"{pad}  *(st_vf32 *)&{self.access(x.buffer, x.index)} = {lanes[id(x)]};" for x in sums]
+        lines += [f"{pad}  {self.lanes_at(x.buffer, x.index)} = {lanes[id(x)]};" for x in sums]
         self.lines += lines + [f"{pad}}}"]
         return True
 
@@ -871,8 +863,14 @@ class _Kernel:
             return None
         step = flat_coef(e.index, var, b.shape)
         if step == 1:
-            return f"(*(st_vf32 *)&{self.access(e.buffer, e.index)})"
+            return self.lanes_at(e.buffer, e.index)
         return f"st_bcast_f32({self.access(e.buffer, e.index)})" if step == 0 else None
+
+    def lanes_at(self, name: str, index: tuple[Ix, ...]) -> str:
+        """The 16 elements of buffer `name` from `index` on, as an st_vf32 lvalue: the text
+        `vector_operand` gives a contiguous load, which summed_row and column_sums replace in
+        `vector_expr`'s output by a vector already in a register."""
+        return f"(*(st_vf32 *)&{self.access(name, index)})"
 
     def stream(self, s, pad: str) -> bool:
         """An innermost loop writing a row of a large output: the row is computed into a stack buffer
@@ -1029,20 +1027,14 @@ class _Kernel:
         """`lines` (the sum as gcc vectorizes it), or for an f32 sum of exponentials (or tanh) with a
         16-lane form on AVX-512 a sum of st_expv_f32's (st_tanhv_f32's) vectors (gcc's vectors of
         st_expf cannot use vscalefps: a softmax cross-entropy's exponentials took ~1.45 cycles an
-        element), the last iterations one by one, with `lines` as the fallback. Another order of the same terms than gcc's lanes: one
-        order, whichever thread runs it."""
+        element), the last iterations one by one (`_lane_sum`), with `lines` as the fallback.
+        Another order of the same terms than gcc's lanes: one order, whichever thread runs it."""
         if self.vector_bytes != 64 or self.buffers[leaf.buffer].dtype != "f32" or not _exponentials(leaf.value):
             return lines
         value = self.vector_expr(leaf.value, s.var)
         if value is None:
             return lines
-        v, n = s.var, s.extent
-        return [f"{pad}#if defined(ST_VECTOR_EXP)",
-                f"{pad}{{ st_vf32 st_acc = st_bcast_f32(0.0f); int64_t {v} = 0;",
-                f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) st_acc += {value};",
-                f"{pad}  float acc = {target} + _mm512_reduce_add_ps((__m512)st_acc);",
-                f"{pad}  for (; {v} < {n}; ++{v}) acc += {self.expr(leaf.value)};",
-                f"{pad}  {target} = acc; }}",
+        return [f"{pad}#if defined(ST_VECTOR_EXP)", *_lane_sum(pad, s, target, value, self.expr(leaf.value)),
                 f"{pad}#else", *lines, f"{pad}#endif"]
 
     def float_extremum(self, leaf: Accumulate, target: str, ctype: str, head: str, pad: str, loop: For) -> None:
@@ -1061,7 +1053,7 @@ class _Kernel:
             winner = f"-({ctype})0"
         dtype = self.buffers[leaf.buffer].dtype
         value = self.expr(leaf.value)
-        first = self.extremum_lanes(leaf, loop, start, cmp, pad) or [
+        first = self.extremum_lanes(leaf, loop, value, start, cmp, pad) or [
             f"{pad}  #pragma omp simd reduction({leaf.op}:acc) reduction(|:nan)",
             f"{pad}  {head} {{ {ctype} v = {value}; nan |= v != v; acc = v {cmp} acc ? v : acc; }}"]
         self.lines += [f"{pad}{{ {ctype} acc = {start}; int nan = 0;", *first,
@@ -1071,13 +1063,14 @@ class _Kernel:
                        f"{pad}    acc = zero ? {winner} : {other}; }}",
                        f"{pad}  {target} = st_{leaf.op}_{dtype}({target}, nan ? ({ctype})NAN : acc); }}"]
 
-    def extremum_lanes(self, leaf: Accumulate, loop: For, start: str, cmp: str, pad: str) -> list[str]:
+    def extremum_lanes(self, leaf: Accumulate, loop: For, value: str, start: str, cmp: str, pad: str) -> list[str]:
         """The first pass of an f32 row maximum (minimum) in 16-lane vectors, two of them a step
         (gcc's one vector of lanes waits on each max's latency), the NaN flag a mask of unordered
         compares, the last iterations one by one; [] where the value has no 16-lane form. `maxps
         (v, m)` gives m where v is NaN, and m where the two are zeros, as `v > m ? v : m` does: the
         same extremum of the non-NaN values, whose zero sign the caller's second pass settles
-        (softmax 0.96-0.98x the time)."""
+        (on the same arrays over fresh allocations: softmax 1.0x the time, softmax_xent 0.96x,
+        logsumexp 0.93x). `value` is the scalar C of the extremum's value."""
         if self.vector_bytes != 64 or self.buffers[leaf.buffer].dtype != "f32" or _exponentials(leaf.value):
             return []
         v, n = loop.var, loop.extent
@@ -1095,7 +1088,7 @@ class _Kernel:
                 f"{pad}    for (; {v} + 16 <= {n}; {v} += 16) {{ __m512 st_v0 = (__m512)({vector});",
                 f"{pad}      st_nan |= _mm512_cmp_ps_mask(st_v0, st_v0, _CMP_UNORD_Q); st_m0 = {op}(st_v0, st_m0); }}",
                 f"{pad}    acc = {reduce}({op}(st_m0, st_m1)); nan = st_nan != 0;",
-                f"{pad}    for (; {v} < {n}; ++{v}) {{ float v = {self.expr(leaf.value)}; nan |= v != v; acc = v {cmp} acc ? v : acc; }} }}"]
+                f"{pad}    for (; {v} < {n}; ++{v}) {{ float v = {value}; nan |= v != v; acc = v {cmp} acc ? v : acc; }} }}"]
 
     def leaf(self, s) -> str:
         target = self.access(s.buffer, s.index)
@@ -1241,6 +1234,23 @@ def _vector_op(op: str, args: list[str]) -> str | None:
     if op == "tanh":
         return f"st_tanhv_f32({args[0]})"
     return None
+
+
+def _lane_sum(pad: str, loop: For, target: str, term: str, scalar_term: str, guard: bool = False,
+              step: str = "", scalar_step: str = "") -> list[str]:
+    """C adding `term` (an st_vf32 at 16 iterations of `loop` from its variable on; `step` runs before
+    it each time) into 16 lanes, then the lanes' total into `target`, then the last iterations one by
+    one (`scalar_step`, `scalar_term`): the order every 16-lane sum here adds in. `guard` leaves the
+    lanes to ST_VECTOR_EXP builds (the last iterations are then every iteration)."""
+    v, n = loop.var, loop.extent
+    vector = [f"{pad}  {{ st_vf32 st_acc = st_bcast_f32(0.0f);",
+              f"{pad}    for (; {v} + 16 <= {n}; {v} += 16) {{ {step}st_acc += {term}; }}",
+              f"{pad}    acc += _mm512_reduce_add_ps((__m512)st_acc); }}"]
+    if guard:
+        vector = [f"{pad}#if defined(ST_VECTOR_EXP)", *vector, f"{pad}#endif"]
+    return [f"{pad}{{ int64_t {v} = 0; float acc = {target};", *vector,
+            f"{pad}  for (; {v} < {n}; ++{v}) {{ {scalar_step}acc += {scalar_term}; }}",
+            f"{pad}  {target} = acc; }}"]
 
 
 def _at(index: tuple[Ix, ...], var: str, value: int) -> tuple[Ix, ...]:

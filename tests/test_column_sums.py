@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import stitch
 from stitch.engine.index import Ix
 from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.testing import sources_holding
 from stitch.engine.tolerance import differences
 from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, Op, Store
 from stitch.targets import cpu
@@ -94,7 +95,8 @@ def first_axis_programs(draw) -> str:
     """Reductions over the first axis whose tile updates its rows in place and sums them: a layer
     norm's shapes (tiles of a multiple of 16 columns or not), heads, sums and outputs."""
     rows, a = draw(st.sampled_from([8, 40, 128])), draw(st.sampled_from([1, 3]))
-    cols = draw(st.sampled_from([32, 96, 128, 160, 48]))  # (48: tiles of 24 columns, left to gcc)
+    # one draw in five 48 columns: tiles of a width not a multiple of 16, left to gcc
+    cols = draw(st.sampled_from([128, 256])) if draw(st.integers(0, 4)) else 48
     first = draw(st.sampled_from(["x", "add(x, x)", "mul(x, 2.5)"]))
     reduce = draw(st.sampled_from(["mean", "sum"]))
     term = draw(st.sampled_from(["mul(d, d)", "mul(d, 3.0)", "sub(d, 1.0)"]))
@@ -126,13 +128,5 @@ def test_the_property_sees_column_sums(tmp_path_factory):
     above would prove little otherwise)."""
     if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
         pytest.skip("no AVX-512 here: column sums are not written")
-    seen = []
-
-    @settings(max_examples=12, deadline=None, database=None, derandomize=True)
-    @given(first_axis_programs())
-    def count(text):
-        program = stitch.compile(text, cache_dir=tmp_path_factory.mktemp("seen"))
-        seen.append("st_c0 +=" in program.native.source_path.read_text())
-
-    count()
+    seen = sources_holding(first_axis_programs(), "st_c0 +=", tmp_path_factory.mktemp("seen"))
     assert sum(seen) >= len(seen) // 2, seen

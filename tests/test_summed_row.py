@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import stitch
 from stitch.engine.index import Ix
 from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.testing import sources_holding
 from stitch.engine.tolerance import differences
 from stitch.lowering.loops import Accumulate, Buffer, For, LoopKernel, Lit, Load, Op, Store
 from stitch.targets import cpu
@@ -126,13 +127,5 @@ def test_the_property_sees_summed_rows(tmp_path_factory):
     """Most drawn programs sum a row as it is made where the machine has AVX-512."""
     if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
         pytest.skip("no AVX-512 here: the fused rows are not written")
-    seen = []
-
-    @settings(max_examples=12, deadline=None, database=None, derandomize=True)
-    @given(last_axis_programs())
-    def count(text):
-        program = stitch.compile(text, cache_dir=tmp_path_factory.mktemp("seen"))
-        seen.append("= st_e; st_acc +=" in program.native.source_path.read_text())
-
-    count()
+    seen = sources_holding(last_axis_programs(), "= st_e; st_acc +=", tmp_path_factory.mktemp("seen"))
     assert sum(seen) >= len(seen) // 2, seen
