@@ -104,8 +104,10 @@ static inline void st_stream_double(double *dst, const double *src, int64_t n) {
 #define st_stream_f64 st_stream_double
 /* expf without branches, so a loop of it vectorizes whatever its inputs (libmvec's vector expf
    leaves for a scalar path when any lane underflows, as a softmax's do): exp(x) = 2^n exp(r),
-   n = round(x / ln 2), r = x - n ln 2 in two parts (Cody-Waite), exp(r) by Cephes' degree-7
-   polynomial, 2^n applied in two halves so subnormal results and overflow to inf come out right.
+   n = round(x / ln 2), r = x - n ln 2 in two parts (Cody-Waite), exp(r) = 1 + r + r^2 q(r) with q
+   a degree-4 minimax fit (relative error 3.6e-9 on |r| <= ln 2 / 2 with its f32 coefficients:
+   Cephes' degree-7 polynomial, one multiply-add more, took 11.4 cycles a 16-lane vector against
+   10.4), 2^n applied in two halves so subnormal results and overflow to inf come out right.
    Within 1 ulp of exp over every float (checked exhaustively at a stride, tests/test_c_math.py). */
 static inline float st_expf(float x) {
   float c = x > -104.0f ? x : -104.0f;  /* two selects (a max, a min): nested, gcc made 4 compares */
@@ -113,12 +115,11 @@ static inline float st_expf(float x) {
   float n = ST_MADD(c, 1.44269504088896341f, 12582912.0f) - 12582912.0f;
   float r = ST_MADD(n, -0.693359375f, c);
   r = ST_MADD(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = ST_MADD(p, r, 1.3981999507e-3f);
-  p = ST_MADD(p, r, 8.3334519073e-3f);
-  p = ST_MADD(p, r, 4.1665795894e-2f);
-  p = ST_MADD(p, r, 1.6666665459e-1f);
-  p = ST_MADD(p, r, 5.0000001201e-1f);
+  float p = 1.3814540580e-3f;
+  p = ST_MADD(p, r, 8.3687454462e-3f);
+  p = ST_MADD(p, r, 4.1668388993e-2f);
+  p = ST_MADD(p, r, 1.6666521132e-1f);
+  p = ST_MADD(p, r, 4.9999994040e-1f);
   p = ST_MADD(p, r * r, r) + 1.0f;
   int32_t k = (int32_t)n, k1 = k >> 1, k2 = k - k1;
   int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
@@ -309,12 +310,11 @@ static inline st_vf32 st_expv_f32(st_vf32 xv) {
                            _mm512_set1_ps(12582912.0f));
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), c);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 p = _mm512_set1_ps(1.3814540580e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3687454462e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1668388993e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666521132e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9999994040e-1f));
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   __m512 y = _mm512_scalef_ps(p, n);
   return (st_vf32)y;
