@@ -25,7 +25,7 @@ from onnx import helper  # noqa: E402
 
 from stitch.engine.check import check_program  # noqa: E402
 from stitch.engine.errors import StitchError  # noqa: E402
-from stitch.engine.interp import evaluate  # noqa: E402
+from stitch.engine.interp import evaluate, np_dtype  # noqa: E402
 from stitch.frontends.onnx_import import import_onnx  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
@@ -114,8 +114,10 @@ def test_mutated_exports_import_cleanly_or_correctly(mutation):
         feeds = {k: data[k] for k in data.files if not k.startswith("output:")}
     graph = next(iter(check_program(imported.program).values()))
     inputs = {imported.inputs[k]: v for k, v in feeds.items() if k in imported.inputs}
-    if len(inputs) != len(imported.inputs):
-        return  # a graph input's type was changed: the fixture's inputs no longer fit it
+    types = dict(zip(graph.param_names, graph.param_types))
+    if len(inputs) != len(imported.inputs) or any(
+            v.shape != types[k].shape or v.dtype != np_dtype(types[k].dtype) for k, v in inputs.items()):
+        return  # a graph input's type or a dimension was changed: the fixture's inputs no longer fit it
     want = reference_outputs(model, feeds)
     if want is None:
         return
