@@ -416,6 +416,27 @@ def test_a_large_program_takes_the_cheaper_op_structure_algebra_adds():
     assert "pow" not in ops and "mul" in ops
 
 
+ONE_GELU = ("func gelu(x: f32[64, 256], bias: f32[256]) -> f32[64, 256] { y = add(x, bias) "
+            "return mul(mul(y, 0.5), add(tanh(mul(add(y, mul(pow(y, 3.0), 0.044715)), 0.7978845608)), 1.0)) }")
+
+
+@pytest.mark.parametrize("text", [ONE_GELU, GELU_STACK])
+def test_the_tanh_gelu_is_taken_as_a_sigmoid(text):
+    """`gelu-tanh-sigmoid`: 0.5 x (1 + tanh z) = x / (1 + exp(-2z)), an exp and a division where
+    tanh costs an exp, a division and its own steps: taken for one GELU and for twelve (GPT-2's
+    pow(x, 3.0) form); without the rule tanh stays (so the first assertion can fail)."""
+    graph = check_func(parse_program(text).funcs[0])
+
+    def ops(without=()):
+        run, _ = saturate_program(graph, load_rule_files([], without=without))
+        data = run.data()
+        result = extract_schedule(data, CPU)
+        return {result.choice[c].op for c in reachable_classes(data, result.choice)}
+
+    assert "tanh" not in ops() and {"exp", "div"} <= ops()
+    assert "tanh" in ops(without=("gelu-tanh-sigmoid",))
+
+
 
 LONG_MATMUL = "func f(a: f32[128, 3072], b: f32[3072, 768], bias: f32[768]) -> f32[128, 768] { " \
               "return add(matmul(a, b), bias) }"

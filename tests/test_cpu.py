@@ -543,3 +543,21 @@ def test_a_compiler_crash_builds_once_more_with_the_crash_flags_then_is_an_error
         else:
             with pytest.raises(StitchError, match="internal compiler error"):
                 stitch.compile(text, cache_dir=cache)
+
+
+@needs_cc
+def test_the_tanh_gelu_runs_as_a_sigmoid_and_agrees_with_the_reference_at_its_edges(cache):
+    """GPT-2's GELU compiles to x / (1 + exp(-2z)) (rules/algebra.rules, `gelu-tanh-sigmoid`) and
+    gives the tanh form's values: ordinary ones, where exp(-2z) overflows (x < -6), where tanh
+    rounds to -1, at +-inf (inf and NaN, as 0.5 x (1 + tanh z)), NaN, -0.0 and subnormals."""
+    f = stitch.compile("func g(x: f32[4, 48]) -> f32[4, 48] { return mul(mul(x, 0.5), add(tanh(mul(add(x, "
+                       "mul(pow(x, 3.0), 0.044715)), 0.7978845608)), 1.0)) }", cache_dir=cache)
+    source = f.native.source_path.read_text()
+    kernels = source[source.index("kernel_k0"):]  # (the prelude defines every helper)
+    assert "st_expv_f32(" in kernels and "st_tanh" not in kernels
+    x = np.linspace(-12, 12, 4 * 48, dtype=np.float32).reshape(4, 48)
+    x[0, :8] = [np.inf, -np.inf, np.nan, -0.0, 1e-40, -1e-40, 3e38, -3e38]
+    (got,) = f(x=x)
+    (want,) = evaluate(f.graph, {"x": x})
+    assert compare(got, want) == ""
+    assert got[0, 0] == np.inf and np.isnan(got[0, 1:3]).all() and got[0, 3] == 0 and np.signbit(got[0, 3])
