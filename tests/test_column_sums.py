@@ -49,11 +49,24 @@ def written(*nests) -> str:
     return "\n".join(k.lines)
 
 
-def test_the_rows_become_the_inner_loop_and_the_sums_stay_in_registers():
-    text = written(deviations(), squares())
-    assert "st_c0 += (st_w0 * st_w0);" in text  # the deviation just stored, not loaded again
-    assert text.index("for (int64_t c = 0; c < 64; c += 16)") < text.index("for (int64_t r = 0; r < 32; ++r)")
-    assert "st_f0 = (*(st_vf32 *)&b_m[c]);" in text  # the mean loaded once a block of columns
+@pytest.mark.parametrize("columns, blocks", [(64, 4), (128, 4), (32, 2), (96, 2), (16, 1), (48, 1)])
+def test_the_rows_become_the_inner_loop_and_the_sums_stay_in_registers(columns, blocks):
+    """Up to four blocks of 16 columns a pass over the rows (four sums' chains at once), each
+    statement written for every block in turn."""
+    rows = at(row_stride=max(64, columns))
+    text = written(deviations(columns=columns, index=rows), squares(columns=columns, index=rows))
+    names = [f"_{j}" for j in range(blocks)] if blocks > 1 else [""]
+    assert text.index(f"for (int64_t c = 0; c < {columns}; c += {16 * blocks})") < text.index(
+        "for (int64_t r = 0; r < 32; ++r)")
+    for j, name in enumerate(names):
+        at_j = f"c + {16 * j}" if j else "c"
+        assert f"st_c0{name} += (st_w0{name} * st_w0{name});" in text  # the deviation just stored, not loaded again
+        assert f"st_f0{name} = (*(st_vf32 *)&b_m[{at_j}]);" in text  # the mean loaded once a block of columns
+    assert f"st_c0_{blocks}" not in text
+    stores = [line for line in text.splitlines() if "st_vf32 st_w0" in line]
+    sums = [line for line in text.splitlines() if "+= (st_w0" in line]
+    assert len(stores) == len(sums) == blocks
+    assert text.index(stores[-1]) < text.index(sums[0])  # statement by statement
 
 
 @pytest.mark.parametrize("nests", [
@@ -79,10 +92,10 @@ def test_a_layer_norm_over_the_first_axis_equals_the_plain_loops_bit_for_bit(tmp
             "  return mul(mul(d, rsqrt(add(v, 1e-5))), g)\n}\n")
     taken = stitch.compile(text, cache_dir=tmp_path)
     if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
-        assert "st_c0 +=" in taken.native.source_path.read_text()
+        assert "st_c0" in taken.native.source_path.read_text()
     monkeypatch.setattr(_Kernel, "column_sums", lambda self, s, pad: False)
     plain = stitch.compile(text, cache_dir=tmp_path)
-    assert "st_c0 +=" not in plain.native.source_path.read_text()
+    assert "st_c0" not in plain.native.source_path.read_text()
     inputs = random_inputs(taken.graph, 7)
     inputs["x"] = inputs["x"] * np.float32(40) - np.float32(30)
     got, want = taken(**inputs), plain(**inputs)
@@ -128,5 +141,5 @@ def test_the_property_sees_column_sums(tmp_path_factory):
     above would prove little otherwise)."""
     if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
         pytest.skip("no AVX-512 here: column sums are not written")
-    seen = sources_holding(first_axis_programs(), "st_c0 +=", tmp_path_factory.mktemp("seen"))
+    seen = sources_holding(first_axis_programs(), "st_c0", tmp_path_factory.mktemp("seen"))
     assert sum(seen) >= len(seen) // 2, seen
