@@ -270,6 +270,30 @@ def test_a_large_output_is_streamed_out_whatever_its_alignment(cache):
 
 
 @needs_cc
+@pytest.mark.parametrize("text, prefetched", [
+    ("func f(x: f32[8, 2048], b: f32[2048]) -> f32[8, 2048] { return tanh(add(x, b)) }", True),
+    # the row read by its sum first (in the cache when it is streamed out)
+    ("func f(x: f32[8, 2048]) -> f32[8, 2048] { return mul(x, rsqrt(mean(mul(x, x), axes=[1], keepdims=true))) }",
+     False),
+    ("func f(x: f32[32, 512], b: f32[512]) -> f32[32, 512] { return tanh(add(x, b)) }", False),  # rows too short
+])
+def test_a_streamed_rows_long_reads_are_prefetched_ahead(text, prefetched, cache, monkeypatch):
+    """A row streamed out from the registers prefetches its global reads STREAM_PREFETCH elements
+    ahead where they run along it for twice that, move with the rows (not the bias every row
+    reads) and nothing else in the row's loop reads them; the values are the reference's."""
+    monkeypatch.setattr(c_source, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
+    f = stitch.compile(text, cache_dir=cache)
+    source = f.native.source_path.read_text()
+    if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
+        assert "_mm512_stream_ps(st_o" in source
+        ahead = re.findall(r"__builtin_prefetch\(&(b_\w+)\[[^\]]*p1 \+ (\d+)\], 0, 0\)", source)
+        assert ahead == ([("b_x", str(c_source.STREAM_PREFETCH))] if prefetched else [])
+    inputs = random_inputs(f.graph, 4)
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""
+
+
+@needs_cc
 @pytest.mark.parametrize("cols", [16, 23, 40, 129])
 def test_streamed_rows_are_the_same_wherever_the_output_starts(cols, cache, monkeypatch):
     """Rows streamed from the registers: the lines a row covers whole take non-temporal stores, the
