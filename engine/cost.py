@@ -346,11 +346,18 @@ def _gathered(r: Read) -> bool:
     return any(isinstance(t, Indirect) for ix in r.index for t, _ in ix.terms)
 
 
+def _narrows(g) -> bool:
+    """Whether `_spans` narrows an axis by the guard: one on `c*a + k` with c > 0. Another (a
+    concat's piece behind a reshape, guarded on `4*p0 + p1`) is not followed: the read's image
+    then counts the points it leaves out, an upper bound."""
+    return len(g.ix.terms) == 1 and isinstance(g.ix.terms[0][0], str) and g.ix.terms[0][1] > 0
+
+
 def _spans(r: Read, kernel: Kernel):
     """Each axis's inclusive range under the read's guards (a guard on `c*a + k` narrows `a`)."""
     narrowed: dict[str, tuple[int, int]] = {}
     for g in r.guards:
-        if len(g.ix.terms) == 1 and isinstance(g.ix.terms[0][0], str) and g.ix.terms[0][1] > 0:
+        if _narrows(g):
             (a, c), k = g.ix.terms[0], g.ix.const
             lo, hi = narrowed.get(a, (0, kernel.extents[a] - 1))
             narrowed[a] = (max(lo, -(-(g.lo - k) // c)), min(hi, -(-(g.hi - k) // c) - 1))
@@ -387,7 +394,7 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
     distinct = list(dict.fromkeys((r.index, r.guards) for r in reads))
     if len(distinct) == 1:
         r = reads[0]
-        return image(r, kernel, shape, tile), not _gathered(r)
+        return image(r, kernel, shape, tile), not _gathered(r) and all(_narrows(g) for g in r.guards)
     rs = [next(r for r in reads if (r.index, r.guards) == key) for key in distinct]
     exact = _pieces(rs, kernel, tile)
     if exact is not None:

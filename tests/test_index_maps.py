@@ -328,6 +328,25 @@ def test_model_pieces_have_no_copy_kernel(name, target):
 # -- every stage equals the reference ------------------------------------------------
 
 
+CONCAT_BEHIND_A_RESHAPE = """func f0(x0: bool[1, 1, 1], x1: f32[13, 2, 1], x2: f32[], x3: f32[8, 1, 1]) -> f32[2, 4] {
+  a = slice(x1, axes=[0, 1], starts=[0, 1], ends=[13, 2], steps=[2, 2])
+  d = where(concat(x0, less(1.0, neg(a)), axis=0), x2, x3)
+  return neg(reshape(d, shape=[2, 4]))
+}"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_read_guarded_along_two_axes_is_priced_as_an_upper_bound(target):
+    """Found by the property below: a concat's second piece behind a reshape is read under a guard
+    on 4*p0 + p1 >= 1, which the cost model does not follow (it narrows one axis at a time), so its
+    image counts the left-out point (101 bytes priced, 97 moved): the kernel's figure is an upper
+    bound and says so, not exact."""
+    c = compile_text(CONCAT_BEHIND_A_RESHAPE, target)
+    traffic = executes_like_the_reference(lower(c), c.graph, 0)
+    assert not all(kc.exact for kc in c.cost.kernels)
+    assert traffic.read + traffic.written <= c.cost.global_bytes
+
+
 @settings(max_examples=40)
 @given(graphs(dtypes=("f32", "i32", "bool"), max_ops=8, max_rank=3, max_dim=5, movement=True), st.integers(0, 1000),
        st.sampled_from(TARGETS))
