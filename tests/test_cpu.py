@@ -249,6 +249,23 @@ def test_register_blocked_matmul_equals_the_reference(template, t, i, k, j, vect
 
 
 @needs_cc
+@pytest.mark.parametrize("cols, rows, vectors", [(144, 8, 3), (128, 8, 3), (64, 6, 4), (112, 6, 4), (256, 6, 4)])
+def test_a_products_register_blocks_are_8_by_3_unless_a_lone_vector_is_left(cols, rows, vectors, cache,
+                                                                               monkeypatch):
+    """With 32 registers (16-lane vectors) a block is 8 rows x 3 vectors (B's panel read once per 8
+    rows) unless 3 leaves one vector over where 4 does not: 9 and 8 vectors take 3, 4, 7 and 16 take
+    4 (6 rows). The values are the reference's either way."""
+    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: 64)
+    f = stitch.compile(f"func f(a: f32[48, 96], b: f32[96, {cols}]) -> f32[48, {cols}] {{ return matmul(a, b) }}",
+                       cache_dir=cache)
+    source = f.native.source_path.read_text()
+    assert f"c{rows - 1}_{vectors - 1} = st_fma_f32" in source and f"c{rows}_0 = st_fma_f32" not in source
+    assert f"c0_{vectors} = st_fma_f32" not in source
+    inputs = random_inputs(f.graph, 1)
+    assert compare(f(**inputs)[0], evaluate(f.graph, inputs)[0]) == ""
+
+
+@needs_cc
 def test_a_large_output_is_streamed_out_whatever_its_alignment(cache):
     """Rows of 16 KiB of a 16 MiB output are written with non-temporal stores (from the registers
     on AVX-512, else from a row on the stack), the partial lines at each end by plain stores: an
