@@ -765,11 +765,11 @@ class _Kernel:
         parts = []
         for j in range(blocks):
             shift = {c: Ix.var(c, 1, 16 * j)}
-            leaves = [map_indices(leaf, lambda ix, m=shift: ix.substitute(m)) for leaf in body] if j else body
-            values = [self.vector_expr(leaf.value, c) for leaf in leaves]
+            shifted = [map_indices(leaf, lambda ix, m=shift: ix.substitute(m)) for leaf in body] if j else body
+            values = [self.vector_expr(leaf.value, c) for leaf in shifted]
             if None in values:
                 return False
-            parts.append(self._column_block(leaves, values, rows, f"_{j}" if blocks > 1 else "", written))
+            parts.append(self._column_block(shifted, values, rows, f"_{j}" if blocks > 1 else "", written))
         lines = [f"{pad}for (int64_t {c} = 0; {c} < {n}; {c} += {16 * blocks}) {{"]
         lines += [f"{pad}  {line}" for part in parts for line in part[0]]
         lines.append(f"{pad}  for (int64_t {rows} = 0; {rows} < {s.extent}; ++{rows}) {{")
@@ -862,6 +862,8 @@ class _Kernel:
         stays in the cache), where no other statement of the loop around the row reads them (an
         RMS norm's sum has just brought its row in: prefetching there cost 2% at 1 thread): the
         row's `vector_loop` prefetches them STREAM_PREFETCH ahead."""
+        if n < 2 * STREAM_PREFETCH:
+            return []
         around = next((u for u in reversed(loops) if u.extent > 1), None)
         others = set()
         for x in around.body if around else []:
@@ -874,7 +876,7 @@ class _Kernel:
                 continue
             b = self.buffers[ld.buffer]
             if (b.scope == "global" and b.dtype == "f32" and all(affine(ix) for ix in ld.index)
-                    and flat_coef(ld.index, var, b.shape) == 1 and n >= 2 * STREAM_PREFETCH
+                    and flat_coef(ld.index, var, b.shape) == 1
                     and any(u.extent > 1 and flat_coef(ld.index, u.var, b.shape) for u in loops)):
                 found.setdefault((ld.buffer, ld.index), ld)
         return list(found.values())
