@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 from ..engine.ir import dtype_bytes
 from ..engine.index import affine
-from ..lowering.loops import Accumulate, For, Ix, Load, Op, Select, index_vars, loads, map_indices
+from ..lowering.loops import Accumulate, Checked, For, Ix, Load, Op, Select, index_vars, loads, map_indices
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 C_FLOAT = {"f32": "float", "f64": "double"}
@@ -118,7 +118,7 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
         if (isinstance(b, Load) and contiguous_in(b.index, j.var) and not _uses(b.index, i.var)
                 and all(affine(ix) for ix in b.index) and dtype_of(b.buffer) == v.dtype
                 and not _expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
-                and _expr_dtype(a, dtype_of) == v.dtype):
+                and expr_dtype(a, dtype_of) == v.dtype):
             return MatmulNest(i, k, j, acc, a, b, tuple(units))
     return None
 
@@ -397,8 +397,13 @@ def _buffers(e) -> set[str]:
     return {load.buffer for load in loads(e)}
 
 
-def _expr_dtype(e, dtype_of) -> str:
-    return dtype_of(e.buffer) if isinstance(e, Load) else e.dtype
+def expr_dtype(e, dtype_of) -> str:
+    """The dtype of expression `e`, `dtype_of` giving a buffer's."""
+    if isinstance(e, Load):
+        return dtype_of(e.buffer)
+    if isinstance(e, Checked):  # a gather's checked read (hypothesis found it: an AttributeError)
+        return expr_dtype(e.value, dtype_of)
+    return e.dtype  # Op, Lit, Select
 
 
 def shift_ix(index: tuple[Ix, ...], by: dict[str, int]) -> tuple[Ix, ...]:

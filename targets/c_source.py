@@ -27,7 +27,7 @@ from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, L
                               perfect_nest)
 from ..lowering.liveness import buffers_read
 from ..lowering.overlap import Stages, scratch_layout, stages
-from .c_matmul import (contiguous_in, flat_coef, match_matmul, render_matmul, shift_ix, through_units,
+from .c_matmul import (contiguous_in, expr_dtype, flat_coef, match_matmul, render_matmul, shift_ix, through_units,
                        vector_typedefs)
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
@@ -1189,7 +1189,7 @@ class _Kernel:
         decls = []
         for n, op in order:
             args = [text[canon[id(a)]] if isinstance(a, Op) else self.operand(a) for a in op.args]
-            text[n] = _op(op, args, [_dtype_of(a, self.buffers) for a in op.args])
+            text[n] = _op(op, args, [expr_dtype(a, lambda name: self.buffers[name].dtype) for a in op.args])
             if uses.get(n, 0) > 1:
                 decls.append(f"{C_TYPES[op.dtype]} t{len(decls)}_ = {text[n]};")
                 text[n] = f"t{len(decls) - 1}_"
@@ -1407,14 +1407,6 @@ def _number_ops(root: Op) -> tuple[dict[int, int], list[tuple[int, Op]], dict[in
                     uses[canon[id(a)]] = uses.get(canon[id(a)], 0) + 1
         canon[id(e)] = numbers[structure]
     return canon, order, uses
-
-
-def _dtype_of(e, buffers) -> str:
-    if isinstance(e, Load):
-        return buffers[e.buffer].dtype
-    if isinstance(e, Checked):
-        return _dtype_of(e.value, buffers)
-    return e.dtype  # Op, Lit, Select
 
 
 def _op(e: Op, args: list[str], arg_dtypes: list[str]) -> str:

@@ -432,6 +432,25 @@ def test_an_index_out_of_range_in_a_fused_lookup_is_the_same_error(target, tmp_p
     assert "Traceback" not in err
 
 
+# A product whose left operand is a checked gather read (a table axis of size 1: the load no longer
+# reads the index, the check stays): c_matmul asked the Checked expression for a dtype it has no
+# field for (an AttributeError; hypothesis found it, test_bind)
+CHECKED_PRODUCT = """func f(i: i32[1], t: f32[6], w: f32[5, 2]) -> f32[] {
+  return sum(matmul(slice(gather(reshape(t, shape=[1, 1, 6]), i, axis=0), axes=[2], starts=[1], ends=[6]), w), axes=[0, 1, 2])
+}"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+def test_a_product_of_a_checked_gather_read(target, tmp_path):
+    program = stitch.compile(CHECKED_PRODUCT, target=target, cache_dir=tmp_path)
+    t = np.arange(6, dtype=np.float32)
+    w = np.arange(10, dtype=np.float32).reshape(5, 2)
+    (got,) = program(i=np.array([0], np.int32), t=t, w=w)
+    assert float(got) == float((t[1:] @ w).sum())
+    with pytest.raises(StitchError, match=r"index 1 is out of range for axis 0 of size 1"):
+        program(i=np.array([1], np.int32), t=t, w=w)
+
+
 def test_index_expressions_remember_their_hash_but_do_not_pickle_it():
     """engine/frozen.py: the hash is computed once; a pickled copy (another process, whose string
     hashes differ) computes its own."""
