@@ -311,6 +311,30 @@ def test_a_streamed_rows_long_reads_are_prefetched_ahead(text, prefetched, cache
 
 
 @needs_cc
+@pytest.mark.parametrize("text, ahead", [
+    # the row stored and summed at once (summed_row): its global read's next row
+    ("func f(x: f32[64, 1024]) -> f32[64, 1024] {\n  e = exp(sub(x, max(x, axes=[1], keepdims=true)))\n"
+     "  return div(e, sum(e, axes=[1], keepdims=true))\n}", [("b_x", 1024)]),
+    # a sum of exponentials alone (vector_sum)
+    ("func f(x: f32[64, 512]) -> f32[64] { return log(sum(exp(sub(x, max(x, axes=[1], keepdims=true))), axes=[1])) }",
+     [("b_x", 512)]),
+    # one row: no row after it
+    ("func f(x: f32[1, 1024]) -> f32[1] { return sum(exp(x), axes=[1]) }", []),
+])
+def test_a_row_of_exponentials_prefetches_the_next_row(text, ahead, cache):
+    """A row of exponentials prefetches, vector by vector, the line its contiguous global reads
+    take in the next iteration of the loop around the row; the values are the reference's."""
+    f = stitch.compile(text, cache_dir=cache)
+    source = f.native.source_path.read_text()
+    if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
+        found = re.findall(r"__builtin_prefetch\(&(b_\w+)\[[^\]]* \+ (\d+)\], 0, 3\); st_", source)
+        assert [(name, int(n)) for name, n in found] == ahead
+    inputs = random_inputs(f.graph, 5)
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""
+
+
+@needs_cc
 @pytest.mark.parametrize("cols", [16, 23, 40, 129])
 def test_streamed_rows_are_the_same_wherever_the_output_starts(cols, cache, monkeypatch):
     """Rows streamed from the registers: the lines a row covers whole take non-temporal stores, the
@@ -427,7 +451,8 @@ def test_rows_far_apart_are_prefetched_and_contiguous_rows_are_not(cache):
         assert "__builtin_prefetch(&b_x[" in f.native.source_path.read_text()
     assert "__builtin_prefetch(&b_out0[" in strided.native.source_path.read_text()
     assert "__builtin_prefetch(&b_out0[" not in streamed.native.source_path.read_text()
-    assert "__builtin_prefetch" not in contiguous.native.source_path.read_text()
+    # (softmax's rows of exponentials prefetch their next row, test_a_row_of_exponentials_...)
+    assert not re.search(r"\{ for \(int64_t \w+ = 0;[^\n]*__builtin_prefetch", contiguous.native.source_path.read_text())
     # each row's last element is prefetched too: a row starting mid-line spans a line more than
     # the line-sized steps reach
     rows = re.findall(r"for \(int64_t (\w+) = 0; \w+ < (\d+); \w+ \+= \d+\) __builtin_prefetch\(&b_x\[([^\]]*)\], 0, 3\); "
