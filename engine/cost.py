@@ -387,8 +387,8 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
     """(elements, exact?) of one input that one nest's reads touch, summed over tiles.
 
     One read: its image. Reads that differ only in one dimension, by an offset along one axis
-    (the pieces of a concat, x beside rotate_half(x)): exact, the union along that axis tile by
-    tile. Otherwise the images' sum, at most what the reads' boxes span in each tile
+    (the pieces of a concat, x beside rotate_half(x)): the union along that axis tile by tile,
+    exact unless a read is gathered (its index may repeat). Otherwise the images' sum, at most what the reads' boxes span in each tile
     (`_tile_hulls`): an upper bound (two reads of one tile may touch the same elements, two tiles
     may each read the same element: x + transpose(x))."""
     distinct = list(dict.fromkeys((r.index, r.guards) for r in reads))
@@ -396,9 +396,9 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
         r = reads[0]
         return image(r, kernel, shape, tile), not _gathered(r) and all(_narrows(g) for g in r.guards)
     rs = [next(r for r in reads if (r.index, r.guards) == key) for key in distinct]
-    exact = _pieces(rs, kernel, tile)
-    if exact is not None:
-        return exact, True
+    pieces = _pieces(rs, kernel, tile)
+    if pieces is not None:  # (a gathered index counts each point it reads: repeats once each)
+        return pieces, not any(_gathered(r) for r in rs)
     total = sum(image(r, kernel, shape, tile) for r in rs)
     return (total if any(_gathered(r) for r in rs) else min(total, _tile_hulls(rs, kernel, shape, tile))), False
 
