@@ -610,10 +610,16 @@ def matrix_dims(inst: Instance) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The axes of a product's rows and of its columns, as the matrix unit runs it: those of its
     output's last two dimensions (the others are its batch). Lowering records them on the
     product's nest, whose accumulator may be laid out otherwise (over the kernel's axes, after a
-    reshape), and the simulator counts tiles by them."""
-    rows = tuple(dict.fromkeys(inst.index[-2].axes())) if len(inst.index) >= 2 else ()
-    cols = tuple(dict.fromkeys(inst.index[-1].axes())) if inst.index else ()
-    return rows, cols
+    reshape), and the simulator counts tiles by them. A vector operand has no such dimension in
+    the output (numpy's matmul drops it): a vector times a batch of matrices has rows () and its
+    output's last two dimensions are the batch and the columns (hypothesis found the batch taken
+    for rows: no tile counted)."""
+    axes = [tuple(dict.fromkeys(ix.axes())) for ix in inst.index]
+    vector_a, vector_b = (len(ix) == 1 for ix in inst.operand_index[:2])
+    if vector_a or vector_b:
+        last = axes[-1] if axes else ()
+        return (() if vector_a else last), (() if vector_b else last)
+    return (axes[-2] if len(axes) >= 2 else ()), (axes[-1] if axes else ())
 
 
 def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, types) -> tuple[float, float]:
