@@ -389,8 +389,8 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
     One read: its image. Reads that differ only in one dimension, by an offset along one axis
     (the pieces of a concat, x beside rotate_half(x)): the union along that axis tile by tile,
     exact unless a read is gathered (its index may repeat). Otherwise the images' sum, at most
-    what the reads' boxes span in each tile (`_tile_hulls`): an upper bound (two reads of one tile may touch the same elements, two tiles
-    may each read the same element: x + transpose(x))."""
+    what the reads' boxes span in each tile (`_tile_hulls`): an upper bound (two reads of one tile
+    may touch the same elements, two tiles may each read the same element: x + transpose(x))."""
     distinct = list(dict.fromkeys((r.index, r.guards) for r in reads))
     if len(distinct) == 1:
         r = reads[0]

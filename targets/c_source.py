@@ -744,14 +744,15 @@ class _Kernel:
         if not (self.vector_bytes == 64 and s.kind == "serial" and s.extent >= 2 and len(s.body) >= 2):
             return False
         body, tail = list(s.body), s.body[-1]
+        out = self.row_store(tail)
+        if out is None or self.buffers[out.buffer].dtype != "f32" or tail.kind != "serial" or tail.extent % 16:
+            return False
         found = [(at, r) for at in range(len(body) - 1) if (r := self._summed_row(body, at)) is not None]
         if not found or found[-1][0] + found[-1][1].taken != len(body) - 1:
             return False
         at, row = found[-1]
-        out = self.row_store(tail)
         n = row.loop.extent
-        if (out is None or self.buffers[out.buffer].dtype != "f32" or tail.kind != "serial" or tail.extent != n
-                or n % 16 or not (_exponentials(row.leaf.value) or _exponentials(row.term))):
+        if tail.extent != n or not (_exponentials(row.leaf.value) or _exponentials(row.term)):
             return False
         # what the division reads of the body: the summed row at the element it is on, and the sum
         value = map_indices(out.value, lambda ix: ix.substitute({tail.var: Ix.var(row.loop.var)}))
@@ -768,8 +769,7 @@ class _Kernel:
         if division is None or sum_at not in division:
             return False
         division = division.replace(sum_at, "st_sum")
-        reads = [ld for ld in loads(row.leaf.value) if self.buffers[ld.buffer].scope == "global" and all(
-                 affine(ix) for ix in ld.index) and flat_coef(ld.index, row.loop.var, self.buffers[ld.buffer].shape) == 1]
+        reads = self.row_reads((row.leaf.value,), row.loop.var)
         v, i = row.loop.var, s.var
         depth = len(pad) // 2
         inner = loops + (s,)
@@ -961,6 +961,17 @@ class _Kernel:
         self.lines.append(f"{pad}#endif")
         return True
 
+    def row_reads(self, values, var: str) -> list[Load]:
+        """The global f32 reads of `values` that run along a row, contiguous in `var` (what
+        `long_row_reads`, `next_row_prefetch` and `pipelined_rows` prefetch or place)."""
+        found = []
+        for ld in (ld for e in values for ld in loads(e)):
+            b = self.buffers[ld.buffer]
+            if (b.scope == "global" and b.dtype == "f32" and all(affine(ix) for ix in ld.index)
+                    and flat_coef(ld.index, var, b.shape) == 1):
+                found.append(ld)
+        return found
+
     def long_row_reads(self, leaf, var: str, n: int, loops: tuple[For, ...]) -> list[Load]:
         """The global f32 reads of a streamed row that run along it (contiguous in `var`) for at least
         twice STREAM_PREFETCH elements and move with the loops around it (a bias read by every row
@@ -969,20 +980,16 @@ class _Kernel:
         row's `vector_loop` prefetches them STREAM_PREFETCH ahead."""
         if n < 2 * STREAM_PREFETCH:
             return []
-        around = next((u for u in reversed(loops) if u.extent > 1), None)
+        around = _around(loops)
         others = set()
         for x in around.body if around else []:
             inside = list(leaves([x]))
             if not any(y is leaf for y in inside):
                 others |= {b for y in inside for b in buffers_read(y)}
         found = {}
-        for ld in loads(leaf.value):
-            if ld.buffer in others:
-                continue
-            b = self.buffers[ld.buffer]
-            if (b.scope == "global" and b.dtype == "f32" and all(affine(ix) for ix in ld.index)
-                    and flat_coef(ld.index, var, b.shape) == 1
-                    and any(u.extent > 1 and flat_coef(ld.index, u.var, b.shape) for u in loops)):
+        for ld in self.row_reads((leaf.value,), var):
+            shape = self.buffers[ld.buffer].shape
+            if ld.buffer not in others and any(u.extent > 1 and flat_coef(ld.index, u.var, shape) for u in loops):
                 found.setdefault((ld.buffer, ld.index), ld)
         return list(found.values())
 
@@ -1200,14 +1207,12 @@ class _Kernel:
         a vector, time enough for the next row's lines to arrive before its first pass needs them
         (softmax 4096x1024, same arrays: 0.95x the time at 1 thread, 0.95-0.98x at 2; the softmax
         cross-entropy's rows of 512, whose 4 MiB stay in the last-level cache: 0.98-1.03x)."""
-        around = next((u for u in reversed(loops) if u.extent > 1), None)
+        around = _around(loops)
         if around is None:
             return ""
         found = {}
-        for ld in (ld for e in values for ld in loads(e)):
-            b = self.buffers[ld.buffer]
-            if (b.scope == "global" and b.dtype == "f32" and all(affine(ix) for ix in ld.index)
-                    and flat_coef(ld.index, row.var, b.shape) == 1 and flat_coef(ld.index, around.var, b.shape)):
+        for ld in self.row_reads(values, row.var):
+            if flat_coef(ld.index, around.var, self.buffers[ld.buffer].shape):
                 found.setdefault(ld.buffer, ld.index)
         return "".join(f"__builtin_prefetch(&{self.access(name, shift_ix(index, {around.var: 1}))}, 0, 3); "
                        for name, index in found.items())
@@ -1374,6 +1379,11 @@ class _SummedRow:
     value: str  # the row's 16-lane value
     terms: str  # the sum's 16-lane term, reading the stored vector as st_e
     taken: int  # statements the two loops and those between them are
+
+
+def _around(loops: tuple[For, ...]) -> For | None:
+    """The innermost of `loops` with more than one iteration: the loop whose iterations are rows."""
+    return next((u for u in reversed(loops) if u.extent > 1), None)
 
 
 def _select_on(e, var: str):
