@@ -276,7 +276,22 @@ PRELUDE = r"""
 (rule ((= t (Slice a ax st en sp))) ((is-movement t) (is-injective t)) :ruleset analysis)
 (rule ((= t (Concat a b k))) ((is-movement t) (is-injective t)) :ruleset analysis)
 (rule ((= t (Gather a i k))) ((is-movement t) (is-injective t)) :ruleset analysis)
-"""
+
+; literals folded: add, sub, mul or div of two float literals is a literal (a rule's right side
+; may write mul(?b, -2.0) for a scalar ?b; a program never does). Computed in f64 and kept only
+; where the result is a normal number of the dtype, so no overflow, underflow or signed zero
+; differs from the dtype's own arithmetic (which may differ by a rounding, as a rule may)
+(function normal-max (String) f64 :no-merge)
+(function normal-min (String) f64 :no-merge)
+(set (normal-max "f16") 65504.0) (set (normal-min "f16") 6.103515625e-05)
+(set (normal-max "f32") 3.4028234663852886e+38) (set (normal-min "f32") 1.1754943508222875e-38)
+(set (normal-max "f64") 1.7976931348623157e+308) (set (normal-min "f64") 2.2250738585072014e-308)
+""" + "".join(
+    f'(rule ((= t (Bin "{op}" (Global (Const a d)) (Global (Const b d)))) (= r ({fn} a b))\n'
+    f"       (<= (abs r) (normal-max d)) (>= (abs r) (normal-min d)))\n"
+    f"      ((union t (Const r d))) :ruleset analysis)\n"
+    for op, fn in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"))
+) + """"""
 
 
 def ivec(values) -> str:

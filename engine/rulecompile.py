@@ -288,7 +288,22 @@ class _Ctx:
     def _shape(self, var: str) -> str:
         return self._lookup("shape", var)
 
+    def _value(self, term_var: str) -> str:
+        """A query variable bound to the value of the literal in `term_var`'s e-class (the match
+        fails where the class holds none)."""
+        key = f"value:{term_var}"
+        if key not in self.bound:
+            v = self.new("va")
+            self.query.append(f"(= {term_var} (Const {v} {self.new('vd')}))")
+            self.bound[key] = v
+        return self.bound[key]
+
     def condition(self, c) -> None:
+        if c.name in ("==", "!=", "<", "<=", ">", ">=") and any(a.name == "value" for a in c.args):
+            left, right = (self._value(self.var(a.args[0].args[0])) if a.name == "value" else f64(a.args[0])
+                           for a in c.args)
+            self.query.append(f"({_CMP[c.name]} {left} {right})")
+            return
         if c.name in ("==", "!=", "<", "<=", ">", ">="):
             left, right = (self.cterm(a) for a in c.args)
             self.query.append(f"({_CMP[c.name]} {left} {right})")
@@ -299,6 +314,8 @@ class _Ctx:
         v = self.var(args[0])
         if c.name == "scalar":
             self.query.append(f"(= (vec-length {self._shape(v)}) 0)")
+        elif c.name == "literal":
+            self._value(v)
         elif c.name == "float":
             self.query.append(f"(float-dtype {self._dtype_expr_var(v)})")
         elif c.name == "same_shape":

@@ -137,6 +137,7 @@ PREDICATES = {
     "input": 1,  # a parameter of the program (read from global memory, computed by no kernel)
     "float": 1,  # a float dtype
     "same_shape": 2,
+    "literal": 1,  # a constant written in the program or by a rule: its value is known at compile time
 }
 # Properties are compared with == != < <= > >=.
 PROPERTIES = {
@@ -147,6 +148,7 @@ PROPERTIES = {
     "shape": 1,  # compared with shape(?y) or a list
     "space": 1,  # an iteration space of the value: a reduction's input shape, a matmul's [..., m, n, k], else its shape
     "len": 1,  # len(?ax): the length of a list attribute
+    "value": 1,  # value(?c): a literal's value, compared with a number (holds only where ?c is a literal)
 }
 OP_CLASS_PREDICATES = ("elementwise", "unary", "binary", "reduction", "matmul", "layout", "movement", "injective")
 
@@ -456,8 +458,11 @@ class _Validator:
                     raise self.error(f"{c.name} tests a tensor, but {a.args[0]} is an attribute", a.pos)
             return
         if c.name in ("==", "!=", "<", "<=", ">", ">="):
+            values = [a for a in c.args if a.name == "value"]
             for a in c.args:
-                self.term(a, bound)
+                self.term(a, bound, numbers=bool(values))
+            if values and not all(a.name == "value" or _is_number(a) for a in c.args):
+                raise self.error("value(?c) compares with a number: value(?c) > 0", values[0].pos)
             return
         close = difflib.get_close_matches(c.name, list(PREDICATES) + list(PROPERTIES), n=1)
         raise self.error(f"unknown condition '{c.name}'", c.pos, f"did you mean '{close[0]}'?" if close else "")
@@ -468,15 +473,16 @@ class _Validator:
             raise self.error(f"condition uses {name}, which the left side does not bind", a.pos)
         return bound[name]
 
-    def term(self, t: CFun, bound: dict[str, str]) -> None:
+    def term(self, t: CFun, bound: dict[str, str], numbers: bool = False) -> None:
         if t.name == "lit":
-            if isinstance(t.args[0], float):
-                raise self.error("conditions compare integers; write the number without a decimal point", t.pos)
+            if isinstance(t.args[0], float) and not numbers:
+                raise self.error("conditions compare integers; write the number without a decimal point "
+                                 "(a literal's value(?c) compares with any number)", t.pos)
             return
         if t.name == "var":
             if self.var(t, bound) != "attribute":
-                raise self.error(f"compare a property of {t.args[0]} (rank, dim, size, dtype, shape, space), not the tensor",
-                                 t.pos)
+                raise self.error(f"compare a property of {t.args[0]} (rank, dim, size, dtype, shape, space, "
+                                 "value), not the tensor", t.pos)
             return
         if t.name not in PROPERTIES:
             close = difflib.get_close_matches(t.name, list(PROPERTIES), n=1)
@@ -489,12 +495,17 @@ class _Validator:
         kind = self.var(first, bound)
         want = "attribute" if t.name == "len" else "tensor"
         if kind != want:
-            raise self.error(f"{t.name} takes a {want} variable, but {first.args[0]} is a {kind}", first.pos)
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise self.error(f"{t.name} takes a {want} variable, but {first.args[0]} is {article} {kind}", first.pos)
         if t.name == "len" and self.attr_kinds.get(first.args[0]) not in (None,) + LIST_KINDS:
             what = {"int": "one integer", "bool": "true or false", "dtype": "a dtype"}[self.attr_kinds[first.args[0]]]
             raise self.error(f"len takes a list attribute, but {first.args[0]} holds {what}", first.pos)
         if t.name == "dim" and (t.args[1].name != "lit" or not isinstance(t.args[1].args[0], int)):
             raise self.error("dim takes an integer axis: dim(?x, 0)", t.args[1].pos)
+
+
+def _is_number(t: CFun) -> bool:
+    return t.name == "lit" and isinstance(t.args[0], (int, float)) and not isinstance(t.args[0], bool)
 
 
 def _find_var(p: Pattern, name: str) -> Pos | None:

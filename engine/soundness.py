@@ -250,6 +250,8 @@ class _Facts:
         self.floats: set[str] = set()
         self.attr_fixed: dict[str, object] = {}
         self.attr_lens: dict[str, list[tuple[str, int]]] = {}
+        # literal(?c) and value(?c) comparisons: ?c is a scalar input whose values meet the tests
+        self.literals: dict[str, list[tuple[str, float]]] = {}
         self.op_choices = {name: self._op_candidates(name, p) for name, p in self.op_vars.items()}
         maybe = self.lhs_specs + [s for choices in self.op_choices.values() for s in choices]
         self.has_matmul = any(s.name == "matmul" for s in maybe)
@@ -298,8 +300,10 @@ class _Facts:
         fixed: dict[str, tuple] = {}
         dims: dict[str, dict[int, int]] = {v: {} for v in self.tensors}
         for c in self.rule.conds:
-            if c.name == "scalar":
+            if c.name in ("scalar", "literal"):
                 rank_tests[c.args[0].args[0]].append(("==", 0))
+            if c.name == "literal":
+                self.literals.setdefault(c.args[0].args[0], [])
             elif c.name == "same_shape":
                 parent[root(c.args[0].args[0])] = root(c.args[1].args[0])
             elif c.name == "float":
@@ -331,6 +335,10 @@ class _Facts:
                 parent[root(left.args[0].args[0])] = root(right.args[0].args[0])
             return
         value = _literal(right)
+        if left.name == "value":
+            rank_tests[left.args[0].args[0]].append(("==", 0))
+            self.literals.setdefault(left.args[0].args[0], []).append((op, value))
+            return
         if left.name == "var":  # an attribute variable
             if op == "==":
                 self.attr_fixed[left.args[0]] = value
@@ -412,7 +420,7 @@ def _probe(draw, facts: _Facts, reject, edge: bool = False) -> None:
     # Inputs anywhere in [-3, 3] first; if a side leaves its domain, positive ones. At edge values
     # every result counts, NaN and wrapped integers too.
     for positive in (False,) if edge else (False, True):
-        inputs = _draw_inputs(draw, params, positive, bounds, edge)
+        inputs = _draw_inputs(draw, params, positive, bounds, edge, facts.literals)
         try:
             values = evaluate(everything, inputs)
         except StitchError as err:  # an index out of range
@@ -672,6 +680,8 @@ def _holds(c: Cond, inst: _Instance) -> bool:
         # On an op variable the drawing already chose an op of the class; on a
         # tensor variable it holds for every instance (see the module docstring).
         return True
+    if c.name == "literal" or any(a.name == "value" for a in c.args):
+        return True  # the variable is a scalar input drawn with values that meet the tests
     names = [a.args[0] for a in c.args if a.name == "var"]
     if c.name == "scalar":
         return inst.types[names[0]].rank == 0
@@ -718,10 +728,15 @@ EDGE_VALUES = ("0, -0.0, 1, -1, +-inf, nan, +-max, +-max/2, +-sqrt(max)*2, +-(lo
 
 
 def _draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[str, int],
-                 edge: bool = False) -> dict[str, np.ndarray]:
+                 edge: bool = False, literals: dict[str, list] | None = None) -> dict[str, np.ndarray]:
     out = {}
+    literals = literals or {}
     for p in params:
         dt = p.type.dtype
+        if f"?{p.name}" in literals:
+            value = draw(_literal_values(dt, literals[f"?{p.name}"], positive, edge))
+            out[p.name] = np.array(value, dtype=np_dtype(dt))
+            continue
         if p.name in bounds:  # gather's indices, negative ones too
             elements = st.integers(-bounds[p.name], bounds[p.name] - 1)
         elif dt in FLOAT_DTYPES:
@@ -737,6 +752,37 @@ def _draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[s
         flat = draw(st.lists(elements, min_size=p.type.size, max_size=p.type.size))
         out[p.name] = np.array(flat, dtype=np_dtype(dt)).reshape(p.type.shape)
     return out
+
+
+def _literal_values(dt: str, tests: list[tuple[str, float]], positive: bool, edge: bool):
+    """Values of a literal that meet its value() tests: ordinary ones in the inputs' range where the
+    tests allow, else in the tests' own range; with `edge`, the finite edge values that meet them
+    too. Never -0.0, nan or inf, which no literal of the e-graph holds (egraph.const_term)."""
+    def ok(v) -> bool:
+        return bool(np.isfinite(v)) and not (v == 0 and np.signbit(v)) and all(_CMP[op](v, n) for op, n in tests)
+
+    lo, hi = (1 / 16 if positive else -3.0), 3.0
+    floor = max((n for op, n in tests if op in (">", ">=", "==")), default=-np.inf)
+    ceiling = min((n for op, n in tests if op in ("<", "<=", "==")), default=np.inf)
+    if max(lo, floor) > min(hi, ceiling):  # the tests leave the ordinary range: draw in theirs
+        lo, hi = -np.inf, np.inf
+    lo, hi = max(lo, floor), min(hi, ceiling)
+    if dt in FLOAT_DTYPES:
+        width = {"f16": 16, "f32": 32, "f64": 64}[dt]
+        t = np_dtype(dt).type
+        big = np.finfo(t).max
+        low, high = t(max(lo, -big)), t(min(hi, big))  # the bounds in the dtype, inside the range
+        low = low if low >= lo else np.nextafter(low, t(np.inf))
+        high = high if high <= hi else np.nextafter(high, t(-np.inf))
+        elements = st.floats(float(low), float(high), width=width, allow_subnormal=False)
+    else:
+        info = np.iinfo(np_dtype(dt))
+        elements = st.integers(int(max(np.ceil(lo), info.min)), int(min(np.floor(hi), info.max)))
+    if edge:
+        extremes = [v for v in edge_values(dt) if ok(v)]
+        if extremes:
+            elements = st.one_of(st.sampled_from(extremes), elements)
+    return elements.filter(ok)
 
 
 def _overflows(graph: Graph, values: list[np.ndarray]) -> bool:

@@ -424,7 +424,7 @@ ONE_GELU = ("func gelu(x: f32[64, 256], bias: f32[256]) -> f32[64, 256] { y = ad
 def test_the_tanh_gelu_is_taken_as_a_sigmoid(text):
     """`gelu-tanh-sigmoid`: 0.5 x (1 + tanh z) = x / (1 + exp(-2z)), an exp and a division where
     tanh costs an exp, a division and its own steps: taken for one GELU and for twelve (GPT-2's
-    pow(x, 3.0) form); without the rule tanh stays (so the first assertion can fail)."""
+    pow(x, 3.0) form); without the rules tanh stays (so the first assertion can fail)."""
     graph = check_func(parse_program(text).funcs[0])
 
     def ops(without=()):
@@ -434,7 +434,36 @@ def test_the_tanh_gelu_is_taken_as_a_sigmoid(text):
         return {result.choice[c].op for c in reachable_classes(data, result.choice)}
 
     assert "tanh" not in ops() and {"exp", "div"} <= ops()
-    assert "tanh" in ops(without=("gelu-tanh-sigmoid",))
+    assert "tanh" in ops(without=("gelu-tanh-sigmoid*",))
+
+
+def test_the_sigmoid_s_argument_is_three_multiplies_of_folded_literals():
+    """-2z = x (-2b + (-2ab) x^2): x*x, its product with -2ab and x times the sum, the scalars
+    folded into two literals (where (x + a x^3) b -2 took five multiplies)."""
+    graph = check_func(parse_program(ONE_GELU).funcs[0])
+    run, _ = saturate_program(graph, builtin_rule_files())
+    data = run.data()
+    result = extract_schedule(data, CPU)
+    nodes = [result.choice[c] for c in reachable_classes(data, result.choice)]
+    assert sorted(n.op for n in nodes if not n.is_placement and n.op not in ("param", "const")) == [
+        "add", "add", "add", "div", "exp", "mul", "mul", "mul"]
+    consts = {n.attr("value") for n in nodes if n.op == "const"}
+    b = 0.7978845608
+    assert {-2 * b, -2 * 0.044715 * b, 1.0} <= consts
+
+
+def test_a_gelu_with_scalar_parameters_still_becomes_a_sigmoid():
+    """With a and b parameters (`stitch import --keep-constants`) their values are not known, so
+    `gelu-tanh-sigmoid-literal` does not fire: `gelu-tanh-sigmoid` does, with its five multiplies."""
+    text = ONE_GELU.replace("bias: f32[256])", "bias: f32[256], a: f32[], b: f32[])")
+    text = text.replace("0.044715", "a").replace("0.7978845608", "b")
+    graph = check_func(parse_program(text).funcs[0])
+    run, report = saturate_program(graph, builtin_rule_files())
+    data = run.data()
+    result = extract_schedule(data, CPU)
+    ops = [result.choice[c].op for c in reachable_classes(data, result.choice)]
+    assert "tanh" not in ops and "exp" in ops and ops.count("mul") == 5
+    assert report.matches.get("gelu-tanh-sigmoid-literal", 0) == 0 and report.matches["gelu-tanh-sigmoid"] >= 1
 
 
 

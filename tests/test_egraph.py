@@ -379,3 +379,68 @@ def test_op_variables_expand_to_concat_and_gather_with_their_axis():
         forms = [n for n in data.classes[root] if n.op == op]
         assert sorted(data.classes[n.children[0]][0].op for n in forms) == ["global", "inline"]
         assert {n.attrs for n in forms} == {(("axis", 0),)}
+
+
+SCALE_TWICE = "rule scale-twice: mul(mul(?x, ?a), ?b) => mul(?x, mul(?a, ?b)) where scalar(?a), scalar(?b)"
+
+
+@pytest.mark.parametrize("dtype, a, b, folded", [
+    ("f32", "3.0", "0.5", 1.5),
+    ("f64", "-2.0", "0.25", -0.5),
+    ("f16", "3.0", "0.5", 1.5),
+    ("f32", "1e30", "1e30", None),  # over f32's largest: the dtype's product is inf
+    ("f16", "300.0", "300.0", None),  # 90000 is over f16's 65504
+    ("f32", "1e-30", "1e-30", None),  # under f32's smallest normal
+    ("f32", "0.0", "-1.0", None),  # -0.0, which an f64 in the e-graph cannot tell from 0.0
+    ("i32", "3", "5", None),  # integer arithmetic is not folded
+])
+def test_literal_arithmetic_a_rule_writes_folds_into_a_literal(dtype, a, b, folded):
+    """A rule's right side may multiply two scalars (`mul(?a, ?b)`); where both are literals the
+    analysis makes the product a literal of the dtype, only where it is a normal number of it."""
+    graph = graph_of(f"func f(x: {dtype}[4]) -> {dtype}[4] {{ return mul(mul(x, {a}), {b}) }}")
+    run, report = saturate_program(graph, [parse_rules(SCALE_TWICE, "s.rules")])
+    assert report.matches["scale-twice"] >= 1
+    data = run.data()
+    consts = {n.attr("value") for ns in data.classes.values() for n in ns if n.op == "const"}
+    assert consts == {float(a), float(b)} | ({folded} if folded is not None else set()), consts
+    extracted = choice_to_graph(data, extract_tree(data), graph)
+    if folded is not None:  # mul(x, 1.5): one multiply, of the folded literal
+        assert [n.op for n in extracted.nodes if n.op not in ("param", "const")] == ["mul"]
+    assert_same_outputs(graph, extracted, random_inputs(graph, 3))
+
+
+@pytest.mark.parametrize("rule, program, folded", [
+    ("add(add(?x, ?a), ?b) => add(?x, add(?a, ?b))", "add(add(x, 3.0), 0.5)", 3.5),
+    ("add(sub(?x, ?a), ?b) => add(?x, sub(?b, ?a))", "add(sub(x, 3.0), 0.5)", -2.5),
+    ("mul(div(?x, ?a), ?b) => mul(?x, div(?b, ?a))", "mul(div(x, 4.0), 3.0)", 0.75),
+])
+def test_sums_differences_and_quotients_of_literals_fold_too(rule, program, folded):
+    rf = parse_rules(f"rule r: {rule} where scalar(?a), scalar(?b)", "r.rules")
+    graph = graph_of(f"func f(x: f32[4]) -> f32[4] {{ return {program} }}")
+    run, report = saturate_program(graph, [rf])
+    data = run.data()
+    assert report.matches["r"] >= 1
+    assert folded in {n.attr("value") for ns in data.classes.values() for n in ns if n.op == "const"}
+    extracted = choice_to_graph(data, extract_tree(data), graph)
+    assert len([n for n in extracted.nodes if n.op not in ("param", "const")]) == 1
+    assert_same_outputs(graph, extracted, random_inputs(graph, 4))
+
+
+@pytest.mark.parametrize("condition, scaled", [
+    ("value(?c) > 0", {0}),
+    ("value(?c) < 0", {1}),
+    ("value(?c) == 2.5", {0}),
+    ("value(?c) >= -2.5, value(?c) < 1", {1}),
+    ("literal(?c)", {0, 1}),
+    ("scalar(?c)", {0, 1, 2}),
+])
+def test_value_conditions_match_literals_in_their_range_only(condition, scaled):
+    """`literal(?c)` holds where ?c's e-class holds a literal, `value(?c)` compares that literal's
+    value; neither holds for a scalar parameter, whose value is not known at compile time."""
+    graph = graph_of("func f(x: f32[4], s: f32[]) -> (f32[4], f32[4], f32[4]) "
+                     "{ return relu(mul(x, 2.5)), relu(mul(x, -2.5)), relu(mul(x, s)) }")
+    rf = parse_rules(f"rule r: relu(mul(?x, ?c)) => mul(relu(?x), ?c) where {condition}", "r.rules")
+    run, _ = saturate_program(graph, [rf])
+    data = run.data()
+    rewritten = {i for i, root in enumerate(data.roots) if any(n.op == "mul" for n in data.classes[root])}
+    assert rewritten == scaled

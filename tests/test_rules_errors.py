@@ -52,6 +52,12 @@ BAD_RULES = [
     ("rule a: slice(?x, axes=[0, 1], starts=[0], ends=[1]) => ?x\n", "1:9", "one entry per sliced axis"),
     ("rule a: concat(?x, ?y, axis=?k) => ?x where len(?k) == 1\n", "1:49", "?k holds one integer"),
     ("rule a: exp(?x) => ?x where movment(?x)\n", "1:29", "did you mean 'movement'"),
+    # a literal's value: compared with numbers only, of a tensor variable
+    ("rule a: exp(?x) => ?x where value(?x) > rank(?x)\n", "1:29", "value(?c) compares with a number"),
+    ("rule a: exp(?x) => ?x where value(?x) == f32\n", "1:29", "value(?c) compares with a number"),
+    ("rule a: sum(?x, axes=?a) => ?x where value(?a) > 0\n", "1:44", "value takes a tensor variable, but ?a is an attribute"),
+    ("rule a: exp(?x) => ?x where literal(?y)\n", "1:37", "which the left side does not bind"),
+    ("rule a: exp(?x) => ?x where rank(?x) > value(?x)\n", "1:40", "value(?c) compares with a number"),
 ]
 
 

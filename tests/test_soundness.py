@@ -100,6 +100,18 @@ def test_conditions_steer_the_instances():
     assert check_rule(r, examples()).status == "ok"
 
 
+def test_a_literal_s_value_conditions_draw_its_values():
+    """`value(?c) > 0` makes ?c a scalar drawn in its range (and at the edge values in it): scaling
+    commutes with relu for positive factors only, and the checker finds the negative ones the
+    looser bound lets in."""
+    text = "rule r: relu(mul(?x, ?c)) => mul(relu(?x), ?c) where float(?c), "
+    assert check_rule(rule(text + "value(?c) > 0"), examples()).status == "ok"
+    assert check_rule(rule(text + "value(?c) >= 100, value(?c) < 1000"), examples()).status == "ok"
+    loose = check_rule(rule(text + "value(?c) > -1"), examples())
+    assert loose.status == "unsound" and "c = -" in loose.render(), loose.render()
+    assert check_rule(rule(text + "literal(?c)"), examples()).status == "unsound"
+
+
 def test_unsatisfiable_conditions_skip_the_rule():
     verdict = check_rule(rule("rule r: add(?x, ?y) => add(?y, ?x) where scalar(?x), rank(?x) == 2"), examples())
     assert verdict.status == "skipped" and "no rank satisfies" in verdict.detail
