@@ -280,7 +280,8 @@ PRELUDE = r"""
 ; literals folded: add, sub, mul or div of two float literals is a literal (a rule's right side
 ; may write mul(?b, -2.0) for a scalar ?b; a program never does). Computed in f64 and kept only
 ; where the result is a normal number of the dtype, so no overflow, underflow or signed zero
-; differs from the dtype's own arithmetic (which may differ by a rounding, as a rule may)
+; differs from the dtype's own arithmetic at run time (the value may differ from it by a
+; rounding, as any rule's may)
 (function normal-max (String) f64 :no-merge)
 (function normal-min (String) f64 :no-merge)
 (set (normal-max "f16") 65504.0) (set (normal-min "f16") 6.103515625e-05)

@@ -300,7 +300,8 @@ class _Ctx:
 
     def condition(self, c) -> None:
         if c.name in ("==", "!=", "<", "<=", ">", ">=") and any(a.name == "value" for a in c.args):
-            left, right = (self._value(self.var(a.args[0].args[0])) if a.name == "value" else f64(a.args[0])
+            # (+ 0.0: -0.0 compares as 0.0 does, and egglog's f64 cannot tell them apart anyway)
+            left, right = (self._value(self.var(a.args[0].args[0])) if a.name == "value" else f64(a.args[0] + 0.0)
                            for a in c.args)
             self.query.append(f"({_CMP[c.name]} {left} {right})")
             return

@@ -302,8 +302,8 @@ class _Facts:
         for c in self.rule.conds:
             if c.name in ("scalar", "literal"):
                 rank_tests[c.args[0].args[0]].append(("==", 0))
-            if c.name == "literal":
-                self.literals.setdefault(c.args[0].args[0], [])
+                if c.name == "literal":
+                    self.literals.setdefault(c.args[0].args[0], [])
             elif c.name == "same_shape":
                 parent[root(c.args[0].args[0])] = root(c.args[1].args[0])
             elif c.name == "float":

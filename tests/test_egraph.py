@@ -428,6 +428,7 @@ def test_sums_differences_and_quotients_of_literals_fold_too(rule, program, fold
 
 @pytest.mark.parametrize("condition, scaled", [
     ("value(?c) > 0", {0}),
+    ("value(?c) > -0.0", {0}),  # compares as 0.0 does
     ("value(?c) < 0", {1}),
     ("value(?c) == 2.5", {0}),
     ("value(?c) >= -2.5, value(?c) < 1", {1}),

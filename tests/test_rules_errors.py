@@ -58,6 +58,7 @@ BAD_RULES = [
     ("rule a: sum(?x, axes=?a) => ?x where value(?a) > 0\n", "1:44", "value takes a tensor variable, but ?a is an attribute"),
     ("rule a: exp(?x) => ?x where literal(?y)\n", "1:37", "which the left side does not bind"),
     ("rule a: exp(?x) => ?x where rank(?x) > value(?x)\n", "1:40", "value(?c) compares with a number"),
+    ("rule a: exp(?x) => ?x where value(?x) < 1e999\n", "1:41", "too large for any float type"),
 ]
 
 
