@@ -292,7 +292,7 @@ PRELUDE = r"""
     f"       (<= (abs r) (normal-max d)) (>= (abs r) (normal-min d)))\n"
     f"      ((union t (Const r d))) :ruleset analysis)\n"
     for op, fn in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"))
-) + """"""
+)
 
 
 def ivec(values) -> str:

@@ -1155,7 +1155,7 @@ class _Kernel:
         self.lines += ["  " * depth + line for line in lines]
         return True
 
-    def simd_reduce(self, s, pad: str, loops: tuple[For, ...] = ()) -> bool:
+    def simd_reduce(self, s, pad: str, loops: tuple[For, ...]) -> bool:
         """A reduction over an innermost reduce loop into one element, vectorized into a scalar."""
         if not (isinstance(s, For) and s.kind == "reduce" and len(s.body) == 1):
             return False
@@ -1184,7 +1184,7 @@ class _Kernel:
         return True
 
     def vector_sum(self, s: For, leaf: Accumulate, target: str, lines: list[str], pad: str,
-                   loops: tuple[For, ...] = ()) -> list[str]:
+                   loops: tuple[For, ...]) -> list[str]:
         """`lines` (the sum as gcc vectorizes it), or for an f32 sum of exponentials (or tanh) with a
         16-lane form on AVX-512 a sum of st_expv_f32's (st_tanhv_f32's) vectors (gcc's vectors of
         st_expf cannot use vscalefps: a softmax cross-entropy's exponentials took ~1.45 cycles an
