@@ -27,6 +27,7 @@ from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, L
                               perfect_nest)
 from ..lowering.liveness import buffers_read
 from ..lowering.overlap import Stages, scratch_layout, stages
+from .c_passes import pipelined_passes
 from .c_matmul import (contiguous_in, expr_dtype, flat_coef, match_matmul, render_matmul, shift_ix, through_units,
                        vector_typedefs)
 
@@ -643,7 +644,8 @@ class _Kernel:
             if (self.split(s, pad) or self.matmul(s, pad) or self.f16_matmul(s, pad) or self.column_sums(s, pad)
                     or self.simd_reduce(s, pad, loops) or self.vector_loop(s, pad, loops) or self.stream(s, pad)):
                 continue
-            if isinstance(s, For) and self.pipelined_rows(s, pad, loops):
+            if isinstance(s, For) and (self.pipelined_rows(s, pad, loops)
+                                       or pipelined_passes(self, s, pad, loops, C_TYPES, _exponentials)):
                 continue
             if isinstance(s, For):
                 self.prefetch(s, loops, pad)
@@ -1217,14 +1219,16 @@ class _Kernel:
         return "".join(f"__builtin_prefetch(&{self.access(name, shift_ix(index, {around.var: 1}))}, 0, 3); "
                        for name, index in found.items())
 
-    def float_extremum(self, leaf: Accumulate, target: str, ctype: str, head: str, pad: str, loop: For) -> None:
+    def float_extremum(self, leaf: Accumulate, target: str, ctype: str, head: str, pad: str, loop: For,
+                       first: list[str] | None = None) -> None:
         """max/min into a scalar as the prelude's st_max/st_min define them, in plain vector reductions
         combined after the loop: the extremum of the non-NaN values and an any-NaN flag. Only when the
         extremum is a zero does the sign matter (+0.0 is the larger zero, whatever order the lanes
         combine in): then a second pass looks for a zero of the winning sign. Tracking that sign in
         the first pass cost softmax's row maximum three instructions a vector (0.93x the kernel's
         time without it, one and two threads). An f32 extremum over 16-lane vectors (`vector_expr`)
-        is written with two vectors of lanes and a NaN mask (`extremum_lanes`)."""
+        is written with two vectors of lanes and a NaN mask (`extremum_lanes`); `first`, when given,
+        sets `acc` and `nan` instead (`pipelined_passes`: from lanes it kept)."""
         if leaf.op == "max":
             cmp, start, zero, other = ">", "-INFINITY", f"!__builtin_signbit(v)", f"-({ctype})0"
             winner = f"({ctype})0"
@@ -1233,7 +1237,7 @@ class _Kernel:
             winner = f"-({ctype})0"
         dtype = self.buffers[leaf.buffer].dtype
         value = self.expr(leaf.value)
-        first = self.extremum_lanes(leaf, loop, value, start, cmp, pad) or [
+        first = first or self.extremum_lanes(leaf, loop, value, start, cmp, pad) or [
             f"{pad}  #pragma omp simd reduction({leaf.op}:acc) reduction(|:nan)",
             f"{pad}  {head} {{ {ctype} v = {value}; nan |= v != v; acc = v {cmp} acc ? v : acc; }}"]
         self.lines += [f"{pad}{{ {ctype} acc = {start}; int nan = 0;", *first,
