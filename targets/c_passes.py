@@ -126,13 +126,14 @@ def _plan(k, s: For, exponentials) -> tuple[list[_Pass], dict[str, _Copies]] | N
 
 def _is_pass(k, x, n: int, exponentials) -> bool:
     """Whether `x` is a reduction over the row's n columns into one f32 element with a 16-lane form
-    (n a multiple of 16)."""
+    (n a multiple of 16) whose terms do not read its own sum (16 lanes add terms of the start)."""
     if not (isinstance(x, For) and x.kind == "reduce" and x.extent == n and n % 16 == 0
             and len(x.body) == 1 and isinstance(x.body[0], Accumulate)):
         return False
     acc = x.body[0]
     if (acc.op not in ("sum", "max", "min") or k.buffers[acc.buffer].dtype != "f32"
-            or any(x.var in index_vars(ix) for ix in acc.index) or (acc.op != "sum" and exponentials(acc.value))):
+            or any(x.var in index_vars(ix) for ix in acc.index) or (acc.op != "sum" and exponentials(acc.value))
+            or any(ld.buffer == acc.buffer for ld in loads(acc.value))):
         return False
     return k.vector_expr(acc.value, x.var) is not None
 

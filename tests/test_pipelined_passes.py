@@ -103,6 +103,8 @@ def test_a_sum_beside_the_rows_sum_of_its_terms_needs_no_copy():
     xent(third=reduce("c", "y", "sum", op("mul", load("x", "c"), Load("y", (ZERO,))), 64, (R,))),
     # a row copied on chip between the passes (a loop that is not a reduction)
     xent()[:4] + [For("c", 64, "serial", [Store("x", (R, Ix.var("c")), load("w", "c"))])] + xent()[4:],
+    # the weighted sum's terms read the sum itself
+    xent(third=reduce("c", "y", "sum", op("mul", load("x", "c"), Load("y", (R,))), 64, (R,))),
     # a maximum of exponentials (not a pass: the exponentials' 16 lanes are for sums)
     [start("m", float("-inf")), reduce("a", "m", "max", op("exp", load("x", "a"))), start("s", 0.0),
      reduce("b", "s", "sum", op("exp", op("sub", load("x", "b"), load("m"))))],
