@@ -792,7 +792,8 @@ class _Kernel:
             first = self.access(reads[0].buffer, _at(reads[0].index, v, 0))
             self.lines.append(f"{pad}    if ({i} > 0 && {i} < {s.extent}) {{ int64_t st_d = (int64_t)(((uintptr_t)(st_o + st_h) - "
                               f"(uintptr_t)&{first}) & 4095);")
-            self.lines.append(f"{pad}      st_k = st_d < {ROW_STORE_GAP} ? ({ROW_STORE_GAP} - st_d + 63) / 64 * 16 : 0; "
+            # (st_d + 64: a store up to 63 bytes behind the read overlaps it, and comes first in the step)
+            self.lines.append(f"{pad}      st_d = (st_d + 64) & 4095; st_k = st_d < {ROW_STORE_GAP + 64} ? ({ROW_STORE_GAP + 64} - st_d + 63) / 64 * 16 : 0; "
                               f"if (st_k > {n - 16}) st_k = {n - 16}; }}")  # (the last line's part: in the loop)
         self.lines.append(f"{pad}    if ({i} > 0) {{")
         self.lines.append(f"{pad}      if (st_h) st_store_lanes(st_o, ST_ROW(0), 0, st_h);")
@@ -921,7 +922,9 @@ class _Kernel:
         (STREAM_BYTES): its whole lines one vector each; its partial first and last lines from the
         16 elements at the row's start and at its end, by plain stores of 8, 4, 2 and 1 lanes
         (st_store_lanes), so every element comes from the same vector code wherever the output
-        array starts. NT stores from a row held on the stack first (`stream`) stall while its
+        array starts; rows of 2 * STREAM_GROUP vectors and more in groups of STREAM_GROUP, each
+        group's values computed before the previous group's stores (4 KiB aliasing, at
+        STREAM_GROUP). NT stores from a row held on the stack first (`stream`) stall while its
         16 KiB drain; from the registers they overlap the arithmetic. A masked store beside NT stores made layernorm
         512x64x256 four times slower on Zen 4 (in a C model as in the kernel). Other rows of
         exponentials are stored plainly, their last iterations by the scalar loop (st_expf and
@@ -951,10 +954,24 @@ class _Kernel:
         self.lines.append(f"{pad}#define ST_ROW({v}) ((__m512)({value}))")
         self.lines.append(f"{pad}{{ float *st_o = &{start}; int64_t st_h = (int64_t)((-(uintptr_t)st_o & 63) >> 2), {v} = st_h;")
         self.lines.append(f"{pad}  if (st_h) st_store_lanes(st_o, ST_ROW(0), 0, st_h);")
-        ahead = "".join(f"__builtin_prefetch(&{self.access(ld.buffer, shift_ix(ld.index, {v: STREAM_PREFETCH}))}, 0, 0); "
-                        for ld in self.long_row_reads(leaf, v, n, loops))
+        reads = self.long_row_reads(leaf, v, n, loops)
+
+        def ahead(at: int) -> str:  # prefetches for the vector `at` elements past `v`
+            return "".join(f"__builtin_prefetch(&{self.access(ld.buffer, shift_ix(ld.index, {v: STREAM_PREFETCH + at}))}, 0, 0); "
+                           for ld in reads)
+        g = 16 * STREAM_GROUP
+        if STREAM_GROUP > 1 and n >= 2 * g:
+            # groups of STREAM_GROUP vectors, the next group's computed before this one's stores
+            group = lambda name, at: ", ".join(f"{name}{k} = ST_ROW({v} + {at + 16 * k})" for k in range(STREAM_GROUP))
+            stores = " ".join(f"_mm512_stream_ps(st_o + {v} + {16 * k}, st_a{k});" for k in range(STREAM_GROUP))
+            shift = " ".join(f"st_a{k} = st_b{k};" for k in range(STREAM_GROUP))
+            self.lines.append(f"{pad}  if ({v} + {2 * g} <= {n}) {{ __m512 {group('st_a', 0)};")
+            self.lines.append(f"{pad}    for (; {v} + {2 * g} <= {n}; {v} += {g}) {{ "
+                              + "".join(ahead(16 * k) for k in range(STREAM_GROUP))
+                              + f"__m512 {group('st_b', g)}; {stores} {shift} }}")
+            self.lines.append(f"{pad}    {stores} {v} += {g}; }}")
         stream = f"_mm512_stream_ps(st_o + {v}, ST_ROW({v}));"
-        self.lines.append(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) " + (f"{{ {ahead}{stream} }}" if ahead else stream))
+        self.lines.append(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) " + (f"{{ {ahead(0)}{stream} }}" if reads else stream))
         self.lines.append(f"{pad}  if ({v} < {n}) st_store_lanes(st_o + {n - 16}, ST_ROW({n - 16}), {v} - {n - 16}, 16); }}")
         self.lines.append(f"{pad}#undef ST_ROW")
         self.lines.append(f"{pad}#else")
@@ -1505,7 +1522,10 @@ SUMMED_ROW_BETWEEN = 4
 # the arrays fell: 4-12 bytes, as fast as the rows one after the other; 32-128 bytes, 1.07-1.3x
 # slower; 160-512 bytes, 0.83-0.93x the time; elsewhere 0.79-0.81x. With the division run ahead
 # to this gap, numpy's usual placement (both arrays 16 bytes into a page: 48 bytes apart at the
-# row's first whole line) 0.87-0.89x at 1 thread and 2 (384 and 768: 0.90 and 0.91x).
+# row's first whole line) 0.87-0.89x at 1 thread and 2 (384 and 768: 0.90 and 0.91x). A store
+# up to 63 bytes behind the read overlaps the read that follows it in the same step: the output 16
+# bytes before the input in its page (a 64-byte aligned output beside numpy's input) took 2.4 ms
+# at 2 threads against 0.7 elsewhere, so it is run ahead too.
 ROW_STORE_GAP = 512
 STREAM_ROW = 8 << 10
 STREAM_ROW_BYTES = 16 << 10
@@ -1528,6 +1548,16 @@ PREFETCH_MIN_ROWS = 4
 # fresh ones 6 times: 256, 512, 1024, 2048 floats ahead 0.91, 0.89, 0.90, 0.94x the time at 2
 # threads; 0.93, 0.91, 0.92, 0.91x at 1; as generated, 0.88x and 0.92x).
 STREAM_PREFETCH = 512
+
+# A streamed row's vectors in groups of 8, each group's values computed before the previous
+# group's stores. A load waits for an earlier store whose address matches it in its last 12 bits
+# (4 KiB aliasing) until that store is done, and a row's store waits on its whole exp or tanh: with
+# the output 48 bytes past an input in its page, each vector waited on the one before. bias+GELU
+# 4096x4096 at 2 threads, its output at 7-10 offsets in the page from the input's (-16 to +2048
+# bytes): 3.0-14.5 ms a vector at a time (4.2 with the bias 240 bytes behind the output), 3.0-3.2
+# ms in these groups (3.1-3.9 in one process whose bias fell worse); plain groups of 8 (each
+# group's loads before its own stores) 2.9-3.8 ms (bench/placement.py).
+STREAM_GROUP = 8
 
 
 def _literal(value, dtype: str) -> str:

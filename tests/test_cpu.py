@@ -304,7 +304,9 @@ def test_a_streamed_rows_long_reads_are_prefetched_ahead(text, prefetched, cache
     if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
         assert "_mm512_stream_ps(st_o" in source
         ahead = re.findall(r"__builtin_prefetch\(&(b_\w+)\[[^\]]*p1 \+ (\d+)\], 0, 0\)", source)
-        assert ahead == ([("b_x", str(c_source.STREAM_PREFETCH))] if prefetched else [])
+        # (a vector at a time, and each vector of a group of STREAM_GROUP)
+        group = {("b_x", str(c_source.STREAM_PREFETCH + 16 * k)) for k in range(c_source.STREAM_GROUP)}
+        assert set(ahead) == (group if prefetched else set())
     inputs = random_inputs(f.graph, 4)
     for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
         assert compare(got, want) == ""
@@ -365,7 +367,8 @@ def test_pipelined_rows_compute_the_rows_one_after_the_other_do(rows, cols, stre
     rng = np.random.default_rng(3)
     n = rows * cols
     x_block, out_block = np.empty(n + 1024, np.float32), np.empty(n + 2048, np.float32)
-    for x_at, gap in [(0, 0), (4, 0), (12, 16), (16, 48), (0, 1024), (60, 4032), (8, 4), (16, 2000), (8, 272), (0, 256)]:
+    for x_at, gap in [(0, 0), (4, 0), (12, 16), (16, 48), (0, 1024), (60, 4032), (8, 4), (16, 2000), (8, 272), (0, 256),
+                      (4, 4080), (0, 4048), (12, 4064)]:  # (the output just behind the input: run ahead too)
         x = x_block[x_at:x_at + n].reshape(rows, cols)
         x[...] = rng.standard_normal((rows, cols)).astype(np.float32) * 20
         x[1, 3] = np.nan
@@ -404,28 +407,36 @@ def test_rows_are_pipelined_only_where_the_division_reads_the_row_and_its_sum(te
 
 
 @needs_cc
-@pytest.mark.parametrize("cols", [16, 23, 40, 129])
+@pytest.mark.parametrize("cols", [16, 23, 40, 129, 256, 300, 383, 1040])
 def test_streamed_rows_are_the_same_wherever_the_output_starts(cols, cache, monkeypatch):
     """Rows streamed from the registers: the lines a row covers whole take non-temporal stores, the
-    partial ones at its ends plain stores of the lanes inside it. At each of the 16 starting
-    offsets in a line the output holds every element, bit for bit the same (one vector code for all,
-    tanh included), and nothing is written before or after it."""
+    partial ones at its ends plain stores of the lanes inside it; rows of 256 and more in groups of
+    STREAM_GROUP vectors, each computed before the group before it is stored. At each of the 16
+    starting offsets in a line, and 48 bytes past the input in its page, the output holds every
+    element, bit for bit the same (one vector code for all, tanh included) and the same as a
+    vector at a time, and nothing is written before or after it."""
     monkeypatch.setattr(c_source, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
     text = f"func f(x: f32[6, {cols}], b: f32[{cols}]) -> f32[6, {cols}] {{ return tanh(add(mul(x, x), b)) }}"
     f = stitch.compile(text, cache_dir=cache)
+    monkeypatch.setattr(c_source, "STREAM_GROUP", 1)
+    single = stitch.compile(text, cache_dir=cache)
     if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
         assert "_mm512_stream_ps(st_o" in f.native.source_path.read_text()
+        assert ("__m512 st_b0 = " in f.native.source_path.read_text()) == (cols >= 256)
+        assert "__m512 st_b0 = " not in single.native.source_path.read_text()
     inputs = random_inputs(f.graph, 2)
     (want,) = evaluate(f.graph, inputs)
-    first = None
-    for offset in range(16):
-        block = np.full(6 * cols + 32, np.nan, np.float32)
-        start = (-block.ctypes.data % 64) // 4 + offset
+    (one_at_a_time,) = single(**inputs)
+    x = inputs["x"]
+    past_input = (x.ctypes.data + 48) % 4096  # (a load there waits on the store before it)
+    for offset in [*range(16), None]:
+        block = np.full(6 * cols + 1056, np.nan, np.float32)
+        start = ((-block.ctypes.data % 64) // 4 + offset if offset is not None
+                 else (past_input - block.ctypes.data) % 4096 // 4)
         out = block[start:start + 6 * cols].reshape(6, cols)
         f(out=[out], **inputs)
         assert compare(out, want) == ""
-        first = out.copy() if first is None else first
-        np.testing.assert_array_equal(out, first)
+        np.testing.assert_array_equal(out, one_at_a_time)
         assert np.isnan(block[:start]).all() and np.isnan(block[start + 6 * cols:]).all()
 
 
