@@ -1549,15 +1549,17 @@ PREFETCH_MIN_ROWS = 4
 # threads; 0.93, 0.91, 0.92, 0.91x at 1; as generated, 0.88x and 0.92x).
 STREAM_PREFETCH = 512
 
-# A streamed row's vectors in groups of 8, each group's values computed before the previous
+# A streamed row's vectors in groups of 4, each group's values computed before the previous
 # group's stores. A load waits for an earlier store whose address matches it in its last 12 bits
 # (4 KiB aliasing) until that store is done, and a row's store waits on its whole exp or tanh: with
 # the output 48 bytes past an input in its page, each vector waited on the one before. bias+GELU
-# 4096x4096 at 2 threads, its output at 7-10 offsets in the page from the input's (-16 to +2048
-# bytes): 3.0-14.5 ms a vector at a time (4.2 with the bias 240 bytes behind the output), 3.0-3.2
-# ms in these groups (3.1-3.9 in one process whose bias fell worse); plain groups of 8 (each
-# group's loads before its own stores) 2.9-3.8 ms (bench/placement.py).
-STREAM_GROUP = 8
+# 4096x4096 at 2 threads, its output at 6-10 offsets in the page from the input's (-16 to +2048
+# bytes): 3.0-14.5 ms a vector at a time (4.2 with the output 240 bytes past the input), 3.1-3.2
+# ms in groups of 4 or 8 (3.5 at -16 in one process, where the bias fell); plain groups of 8 (each
+# group's loads before its own stores) 2.9-3.8 ms. rmsnorm 2.3-4.6 ms a vector at a time, 2.3-3.0
+# in groups of 4, and groups of 8 4-6% slower than 4 with the output at the input's place in the
+# page, as numpy's large arrays fall (bench/placement.py).
+STREAM_GROUP = 4
 
 
 def _literal(value, dtype: str) -> str:
