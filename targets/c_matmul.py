@@ -181,10 +181,11 @@ def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: 
     full_rows = n_i - n_i % mr
     ahead = _ahead(nest, kernel, full_rows // mr, nest.j.extent // (nv * lanes))
     if full_rows:
-        lines += ahead.start(pad)
+        start = ahead.start(pad)  # (in a block of its own: a tile may hold several products)
+        lines += [f"{pad}{{"] + start if start else []
         lines.append(f"{pad}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
         lines += _row_block(nest, kernel, pad + "  ", mr, nv, vec, dtype, ahead)
-        lines.append(f"{pad}}}")
+        lines.append(f"{pad}}}" + ("}" if start else ""))
     if n_i % mr:
         lines.append(f"{pad}{{ const int64_t {i} = {full_rows};")
         lines += _row_block(nest, kernel, pad + "  ", n_i % mr, nv, vec, dtype)

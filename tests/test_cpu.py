@@ -640,6 +640,26 @@ def test_a_product_prefetches_the_next_block_of_a_weight_laid_out_at_bind(k, j, 
 
 
 @needs_cc
+def test_two_products_of_bound_weights_in_one_tile_each_prefetch_their_own(cache):
+    """Attention's scores from x's two projections (Whisper's encoder layer): one kernel holds both
+    products, each reading its weight laid out at bind and prefetching the block after its own, each
+    pointer in a block of its own (the C once declared both in one scope and did not compile)."""
+    text = """func m(x: f32[1, 128, 768], wq: f32[768, 768], wk: f32[768, 768]) -> f32[1, 12, 128, 128] {
+      q = transpose(reshape(matmul(x, wq), shape=[1, 128, 12, 64]), perm=[0, 2, 1, 3])
+      k = transpose(reshape(matmul(x, wk), shape=[1, 128, 12, 64]), perm=[0, 2, 3, 1])
+      return matmul(q, k)
+    }"""
+    rng = np.random.default_rng(0)
+    weights = {n: (rng.standard_normal((768, 768)) / 27.7).astype(np.float32) for n in ("wq", "wk")}
+    x = rng.standard_normal((1, 128, 768)).astype(np.float32)
+    f = stitch.compile(text, target="cpu", cache_dir=cache, weights=weights)
+    assert len(f.compiled.schedule.kernels) == 1
+    assert f.native.source_path.read_text().count("const char *st_ahead =") == 2
+    (got,) = f(x=x)
+    assert compare(got, evaluate(f.graph, {"x": x} | weights)[0]) == ""
+
+
+@needs_cc
 @pytest.mark.parametrize("t", ["f32", "f64"])
 def test_a_matmul_walked_in_chunks_equals_the_reference(t, cache, tmp_path):
     """A 32 KB target forces K = 1024 into chunks; the epilogue (bias, residual, relu) runs once
