@@ -15,7 +15,7 @@ import numpy as np
 from ..engine.ir import FLOAT_DTYPES
 from .onnx_import import (FOLD_LIMIT, NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axes,
                           normal_axis, onnx_dtype)
-from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
+from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS, slice_ranges
 
 
 class Node:
@@ -271,6 +271,101 @@ def convert_gemm(b, node, ins):
         c = ins[2] if beta == 1.0 else b.op("mul", [ins[2], const(float_scalar(b, y, beta))], node.out)
         y = b.op("add", [y, c], node.out)
     return [y]
+
+
+def convert_conv(b, node, ins):
+    """Conv (group 1 or depthwise, any number of spatial axes) as one product: the input's patches laid out as rows
+    (im2col) times the weight as a [C*K, M] matrix, K the kernel's positions. Patches that tile the
+    input (stride = kernel, no padding or dilation: ViT's patch embedding) are a reshape and a
+    transpose of it; otherwise each kernel position is a strided slice of the input (zero-padded by
+    a concat), the K slices stacked on a last axis (Whisper's k=3 convolutions: 3 slices). A
+    depthwise Conv (group = channels, one output channel each) multiplies the stacked slices by
+    each channel's K weights and sums over K: no product."""
+    from ..engine.interp import np_dtype
+
+    x, w = ins[0], ins[1]
+    xt, wt = b.type_of(x), b.type_of(w)
+    dtype = float_of(b, x)
+    if xt.rank < 3 or wt.rank != xt.rank:
+        raise invalid(f"Conv of an input of rank {xt.rank} with a weight of rank {wt.rank}")
+    n, c, spatial = xt.shape[0], xt.shape[1], xt.shape[2:]
+    m, kernel = wt.shape[0], wt.shape[2:]
+    d = len(spatial)
+    group = node.attr("group", 1)
+    depthwise = group == c > 1 and m == c  # each channel convolved with its own kernel
+    if group != 1 and not depthwise:
+        raise Unsupported("op", f"Conv with group {group} of {c} channels into {m} (stitch imports group 1, "
+                                "and depthwise with one output channel per input channel)")
+    if wt.shape[1] * group != c or list(node.attr("kernel_shape") or kernel) != list(kernel):
+        raise invalid(f"Conv weight {list(wt.shape)} in {group} group(s) for an input of {c} channels")
+    strides = list(node.attr("strides") or [1] * d)
+    dilations = list(node.attr("dilations") or [1] * d)
+    pads = list(node.attr("pads") or [0] * (2 * d))
+    if len(strides) != d or len(dilations) != d or len(pads) != 2 * d or min(strides + dilations) < 1 or min(pads) < 0:
+        raise invalid(f"Conv strides {strides}, dilations {dilations}, pads {pads} for {d} spatial axes")
+    span = [(k - 1) * dl + 1 for k, dl in zip(kernel, dilations)]
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto == "VALID":
+        pads = [0] * (2 * d)
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = [max((-(-i // st) - 1) * st + sp - i, 0) for i, st, sp in zip(spatial, strides, span)]
+        small = [t // 2 for t in total]
+        big = [t - h for t, h in zip(total, small)]
+        pads = (small + big) if auto == "SAME_UPPER" else (big + small)
+    elif auto != "NOTSET":
+        raise invalid(f"Conv auto_pad '{auto}'")
+    padded = [i + pads[a] + pads[a + d] for a, i in enumerate(spatial)]
+    out = [(p - sp) // st + 1 for p, sp, st in zip(padded, span, strides)]
+    if min(out) < 1:
+        raise invalid(f"Conv kernel {list(kernel)} (dilated {span}) is larger than the padded input {padded}")
+    k, positions = math.prod(kernel), math.prod(out)
+    hint = node.out
+    if not any(pads) and dilations == [1] * d and strides == list(kernel) and not depthwise:
+        # patches that tile the input: [N, C, o1, k1, o2, k2, ...] -> [N, o1, o2, ..., C, k1, k2, ...]
+        cut = slice_ranges(b, x, {2 + a: range(o * st) for a, (o, st) in enumerate(zip(out, strides))}, hint)
+        split = reshape(b, cut, (n, c) + tuple(v for o, kk in zip(out, kernel) for v in (o, kk)), hint)
+        perm = (0,) + tuple(2 + 2 * a for a in range(d)) + (1,) + tuple(3 + 2 * a for a in range(d))
+        rows = b.op("transpose", [split], hint, perm=perm)
+    else:
+        if any(pads):  # zeros on each side of each padded axis
+            for a in range(d):
+                before, after = pads[a], pads[a + d]
+                shape = list(b.type_of(x).shape)
+                parts = []
+                for width in (before, None, after):
+                    if width is None:
+                        parts.append(x)
+                    elif width:
+                        parts.append(Known(np.zeros(shape[:2 + a] + [width] + shape[3 + a:], np_dtype(dtype))))
+                if len(parts) > 1:
+                    x = b.emit("concat", parts, hint, axis=2 + a)
+        taps = []
+        for at in np.ndindex(*kernel):  # one strided slice of the input per kernel position
+            ranges = {2 + a: range(t * dl, t * dl + (o - 1) * st + 1, st)
+                      for a, (t, dl, o, st) in enumerate(zip(at, dilations, out, strides))}
+            taps.append(reshape(b, slice_ranges(b, x, ranges, hint), (n, c, *out, 1), hint))
+        stacked = taps[0] if k == 1 else b.emit("concat", taps, hint, axis=2 + d)
+        if depthwise:  # [N, C, *out, K] times each channel's K weights, summed over K
+            taps_w = (Known(w.array.reshape((c,) + (1,) * d + (k,)), param=w.param, name=w.name) if isinstance(w, Known)
+                      else reshape(b, w, (c,) + (1,) * d + (k,), hint))
+            if dtype == "f16":  # multiplied and summed in f32, rounded once (as an f16 product is)
+                stacked, taps_w = cast(b, stacked, "f32", hint), cast(b, taps_w, "f32", hint)
+            y = b.op("sum", [b.op("mul", [stacked, taps_w], hint)], hint, axes=(2 + d,))
+            y = cast(b, y, dtype, hint) if dtype == "f16" else y
+            if len(ins) > 2 and ins[2] is not None:
+                y = b.op("add", [y, reshape(b, ins[2], (c,) + (1,) * d, hint)], hint)
+            return [y]
+        rows = b.op("transpose", [stacked], hint, perm=(0,) + tuple(range(2, 2 + d)) + (1, 2 + d))
+    rows = reshape(b, rows, (n, positions, c * k), hint)
+    if isinstance(w, Known):  # the weight as [C*K, M], laid out at import
+        matrix = Known(np.ascontiguousarray(w.array.reshape(m, c * k).T), param=w.param, name=w.name)
+    else:
+        matrix = b.op("transpose", [reshape(b, w, (m, c * k), hint)], hint, perm=(1, 0))
+    y = b.op("matmul", [rows, matrix], hint)  # [N, positions, M]
+    if len(ins) > 2 and ins[2] is not None:
+        y = b.op("add", [y, ins[2]], hint)
+    y = b.op("transpose", [y], hint, perm=(0, 2, 1))
+    return [reshape(b, y, (n, m, *out), hint)]
 
 
 def float_scalar(b: Builder, like: Value, value: float) -> float:
@@ -574,6 +669,7 @@ CONVERTERS = {
     "CastLike": convert_castlike,
     "MatMul": convert_matmul,
     "Gemm": convert_gemm,
+    "Conv": convert_conv,
     "Transpose": convert_transpose,
     "Reshape": convert_reshape,
     "Expand": convert_expand,

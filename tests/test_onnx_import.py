@@ -170,6 +170,79 @@ def test_gemm_matches_onnx(attrs, c_shape):
     assert_matches_onnx(single("Gemm", a_shape, 13, extra, **attrs), {"x": x_of(*a_shape), **dict(extra)})
 
 
+def conv_model(x_shape, w, bias=None, dtype=F32, **attrs):
+    """One Conv of a graph input x by the initializer w (and bias b)."""
+    names = ["x", "w"] + (["b"] if bias is not None else [])
+    inits = [("w", w)] + ([("b", bias)] if bias is not None else [])
+    return model_of([helper.make_node("Conv", names, ["y"], **attrs)], [("x", dtype, list(x_shape))],
+                    [("y", dtype, None)], inits)
+
+
+CONVS = {  # name: (input shape, weight shape, bias?, attributes)
+    "patches": ((2, 3, 32, 32), (8, 3, 16, 16), True, {"strides": [16, 16]}),  # ViT's patch embedding
+    "patches_cut": ((1, 3, 35, 33), (4, 3, 8, 8), False, {"strides": [8, 8]}),  # rows and columns left over
+    "k3_pad1": ((1, 6, 20), (5, 6, 3), True, {"pads": [1, 1]}),  # Whisper's first
+    "k3_pad1_stride2": ((1, 5, 20), (5, 5, 3), True, {"pads": [1, 1], "strides": [2]}),  # and second
+    "asymmetric_dilated": ((1, 2, 9, 11), (3, 2, 3, 2), False, {"pads": [2, 0, 1, 3], "dilations": [2, 1],
+                                                              "strides": [1, 2]}),
+    "same_lower": ((1, 2, 7, 8), (4, 2, 4, 3), True, {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    "same_upper_1x1": ((2, 4, 5, 5), (3, 4, 1, 1), False, {"auto_pad": "SAME_UPPER"}),
+    "valid_3d": ((1, 2, 5, 6, 4), (2, 2, 2, 3, 2), True, {"auto_pad": "VALID"}),
+    "depthwise": ((2, 6, 12), (6, 1, 4), True, {"group": 6, "pads": [3, 0]}),  # a causal depthwise conv
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONVS))
+def test_conv_matches_onnx(name):
+    x_shape, w_shape, with_bias, attrs = CONVS[name]
+    bias = x_of(w_shape[0]) if with_bias else None
+    model = conv_model(x_shape, x_of(*w_shape), bias, **attrs)
+    assert_matches_onnx(model, {"x": x_of(*x_shape)}, rtol=1e-4, atol=1e-5)
+    imported = import_onnx(model)
+    program = imported.text
+    padded = {"k3_pad1", "k3_pad1_stride2", "asymmetric_dilated", "same_lower", "depthwise"}
+    assert bool(set(imported.weights) - {"w", "b"}) == (name in padded), program  # zeros beside the input
+    assert ("matmul" in program) == (name != "depthwise"), program  # a depthwise conv is no product
+    # tiling patches: a reshape and a transpose; a 1x1 kernel: the input itself
+    assert ("slice" in program) == (name not in ("patches", "same_upper_1x1")), program
+
+
+def test_conv_f16_depthwise_rounds_once():
+    """Each output sums its K products in f32 and is rounded to f16 once, as ONNX's reference does."""
+    x = x_of(1, 4, 16, dtype=np.float16)
+    model = conv_model(x.shape, x_of(4, 1, 5, dtype=np.float16), dtype=TensorProto.FLOAT16, group=4)
+    assert_matches_onnx(model, {"x": x}, rtol=1e-3, atol=1e-3)
+
+
+def test_conv_groups_other_than_depthwise_are_refused():
+    model = conv_model((1, 4, 10), x_of(4, 2, 3), group=2)
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    assert [(p.op_type, p.kind) for p in err.value.problems] == [("Conv", "op")]
+    assert "Conv with group 2 of 4 channels into 4" in str(err.value)
+
+
+@pytest.mark.parametrize("attrs,why", [({"strides": [2]}, "Conv strides [2]"),
+                                       ({"kernel_shape": [3, 3]}, "Conv weight [3, 2, 5, 5]")])
+def test_conv_attributes_that_break_the_specification_are_invalid(attrs, why):
+    model = conv_model((1, 2, 6, 6), x_of(3, 2, 5, 5), **attrs)
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    assert [p.kind for p in err.value.problems] == ["invalid"] and why in str(err.value)
+
+
+def test_a_patch_embedding_compiles_to_one_product_of_the_bound_weight():
+    """ViT's patch embedding on the CPU: the reshaped input times the weight bound at compile time."""
+    x_shape, w_shape, _, attrs = CONVS["patches"]
+    model = conv_model(x_shape, x_of(*w_shape), x_of(w_shape[0]), **attrs)
+    x = x_of(*x_shape)
+    imported = import_onnx(model)
+    f = stitch.compile(imported.text, target="cpu", weights=imported.weights)
+    assert len(f.compiled.schedule.kernels) == 1
+    (got,) = f(**{imported.inputs["x"]: x})
+    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("target,want", [([0, -1], (3, 20)), ([-1], (60,)), ([5, 0, 3], (5, 4, 3))])
 def test_reshape_target_from_an_initializer(target, want):
     node = helper.make_node("Reshape", ["x", "shape"], ["y"])
@@ -298,13 +371,13 @@ def test_names_are_sanitized_and_round_trip():
 
 def test_every_unsupported_node_is_listed_at_once():
     nodes = [helper.make_node("Cos", ["x"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"]),
-             helper.make_node("Conv", ["b", "b"], ["c"], name="second"), helper.make_node("Relu", ["x"], ["d"])]
+             helper.make_node("ConvTranspose", ["b", "b"], ["c"], name="second"), helper.make_node("Relu", ["x"], ["d"])]
     model = model_of(nodes, [("x", F32, [3])], [("c", F32, None), ("d", F32, None)])
     with pytest.raises(OnnxImportError) as err:
         import_onnx(model)
     problems = [(p.node, p.op_type, p.kind) for p in err.value.problems]
-    assert problems == [("first", "Cos", "op"), ("second", "Conv", "op")]
-    assert "Cos 'first'" in str(err.value) and "Conv 'second'" in str(err.value)
+    assert problems == [("first", "Cos", "op"), ("second", "ConvTranspose", "op")]
+    assert "Cos 'first'" in str(err.value) and "ConvTranspose 'second'" in str(err.value)
 
 
 def test_dynamic_shapes_and_unsupported_dtypes_are_listed():
