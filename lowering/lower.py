@@ -392,9 +392,13 @@ class _KernelLowering:
         axes = packed_operand(self.k, inst)
         name = f"{self.name}_pack{inst.key}"
         dtype = self.types[inst.node.children[1]].dtype
-        self.temporaries.append(Buffer(name, "global", dtype, tuple(self.k.extents[a] for a in axes)))
+        # a chunked reduction's axis: one chunk of it, packed in the chunk loop (the whole axis
+        # would not fit where the plan chunks it)
+        chunk = self.kc.chunked
+        self.temporaries.append(Buffer(name, "global", dtype, tuple(self.extent(a) if a == chunk else self.k.extents[a]
+                                                                    for a in axes)))
         self.forwardable[name] = "local"
-        at = tuple(self.at(Ix.var(a)) for a in axes)
+        at = tuple(Ix.var(a) if a == chunk else self.at(Ix.var(a)) for a in axes)
         stmts.append(self.nest(_reading_order(axes, b), Store(name, at, b)))
         return Load(name, at)
 
