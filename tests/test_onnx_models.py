@@ -42,7 +42,8 @@ def load(name: str):
 def test_every_model_and_exporter_is_there():
     models = {n.rsplit("-", 1)[0] for n in NAMES}
     assert models == {"transformer_encoder_layer", "gpt2_block", "gpt2_model", "gpt2_model_masked", "bert_layer",
-                      "bert_model", "llama_layer_rotary_given", "llama_layer_rotary_inside", "llama_model"}
+                      "bert_model", "llama_layer_rotary_given", "llama_layer_rotary_inside", "llama_model",
+                      "opt_layer", "vit_model", "whisper_encoder"}
     assert len(NAMES) == 2 * len(models)  # torchscript and dynamo each
 
 

@@ -236,6 +236,49 @@ def llama_model(s: Size, rng):
     return wrap(lambda m, ids: m(input_ids=ids, use_cache=False))(model), {"input_ids": ids_input(s, rng)}
 
 
+def opt_layer(s: Size, rng):
+    """OPT's decoder layer: its Linear weights exported as [out, in], read through a transpose."""
+    from transformers import OPTConfig
+    from transformers.models.opt.modeling_opt import OPTDecoderLayer
+
+    config = OPTConfig(vocab_size=s.vocab, hidden_size=s.hidden, num_hidden_layers=1, num_attention_heads=s.heads,
+                       ffn_dim=s.intermediate, dropout=0.0, attention_dropout=0.0,
+                       max_position_embeddings=max(2 * s.seq, 64), use_cache=False)
+    config._attn_implementation = "eager"
+    return wrap(lambda m, x: m(x))(OPTDecoderLayer(config, 0)), {"hidden_states": hidden_input(s, rng)}
+
+
+def vit_model(s: Size, rng):
+    """A 1-layer ViTModel from pixels: a Conv2d patch embedding (stride = kernel), the class token,
+    positions, the layer, the final norm. 224x224 images in patches of 16 at bench size (197 tokens),
+    32x32 in patches of 8 for the fixtures."""
+    import torch
+    from transformers import ViTConfig, ViTModel
+
+    image, patch = (224, 16) if s.seq >= 128 else (32, 8)
+    config = ViTConfig(hidden_size=s.hidden, num_hidden_layers=1, num_attention_heads=s.heads, image_size=image,
+                       patch_size=patch, intermediate_size=s.intermediate, hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0)
+    pixels = torch.from_numpy(rng.standard_normal((s.batch, 3, image, image)).astype(np.float32))
+    return wrap(lambda m, px: m(pixel_values=px))(ViTModel(config, add_pooling_layer=False)), {"pixel_values": pixels}
+
+
+def whisper_encoder(s: Size, rng):
+    """Whisper's encoder with one layer, from 80 mel bins of 2 x seq frames: two Conv1d of kernel 3
+    (the second of stride 2), GELU, positions, the layer, the final norm."""
+    import torch
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    config = WhisperConfig(vocab_size=s.vocab, d_model=s.hidden, encoder_layers=1, encoder_attention_heads=s.heads,
+                           encoder_ffn_dim=s.intermediate, num_mel_bins=80, max_source_positions=s.seq,
+                           dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    config._attn_implementation = "eager"
+    features = torch.from_numpy(rng.standard_normal((s.batch, 80, 2 * s.seq)).astype(np.float32))
+    return wrap(lambda m, f: m(f))(WhisperEncoder(config)), {"input_features": features}
+
+
 MODELS = {
     "transformer_encoder_layer": transformer_encoder_layer,
     "gpt2_block": gpt2_block,
@@ -246,6 +289,9 @@ MODELS = {
     "llama_layer_rotary_given": llama_layer_rotary_given,
     "llama_layer_rotary_inside": llama_layer_rotary_inside,
     "llama_model": llama_model,
+    "opt_layer": opt_layer,
+    "vit_model": vit_model,
+    "whisper_encoder": whisper_encoder,
 }
 
 
