@@ -274,13 +274,13 @@ def convert_gemm(b, node, ins):
 
 
 def convert_conv(b, node, ins):
-    """Conv (group 1 or depthwise, any number of spatial axes) as one product: the input's patches laid out as rows
-    (im2col) times the weight as a [C*K, M] matrix, K the kernel's positions. Patches that tile the
-    input (stride = kernel, no padding or dilation: ViT's patch embedding) are a reshape and a
-    transpose of it; otherwise each kernel position is a strided slice of the input (zero-padded by
-    a concat), the K slices stacked on a last axis (Whisper's k=3 convolutions: 3 slices). A
-    depthwise Conv (group = channels, one output channel each) multiplies the stacked slices by
-    each channel's K weights and sums over K: no product."""
+    """Conv (group 1 or depthwise, any number of spatial axes). Group 1 is one product: the input's
+    patches laid out as rows (im2col) times the weight as a [C*K, M] matrix, K the kernel's
+    positions. Patches that tile the input (stride = kernel, no padding or dilation: ViT's patch
+    embedding) are a reshape and a transpose of it; otherwise each kernel position is a strided
+    slice of the input (zero-padded by a concat), the K slices stacked on a last axis (Whisper's
+    k=3 convolutions: 3 slices). A depthwise Conv (group = channels, one output channel each)
+    multiplies the stacked slices by each channel's K weights and sums over K: no product."""
     from ..engine.interp import np_dtype
 
     x, w = ins[0], ins[1]
