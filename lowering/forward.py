@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .liveness import buffers_touched
-from .loops import Accumulate, Buffer, Checked, For, Ix, Load, LoopProgram, Op, Select, Store, leaves
+from .loops import Buffer, For, Ix, Load, LoopProgram, Store, leaves, map_index_loads, map_loads
 
 
 def forward_buffers(program: LoopProgram) -> LoopProgram:
@@ -73,23 +73,18 @@ def _local(index: tuple[Ix, ...], tile_vars: set[str]) -> tuple[Ix, ...]:
 
 
 def _rewrite(s, name: str, tile_vars: set[str]):
+    """`s` with every access to `name` indexed within the tile: its loads, those inside a gathered
+    index too (a gather of indices this kernel computes, MPNet's position ids: read at the global
+    position, they read past the tile's buffer)."""
     if isinstance(s, For):
         return For(s.var, s.extent, s.kind, [_rewrite(b, name, tile_vars) for b in s.body])
-    value = _rewrite_expr(s.value, name, tile_vars)
-    index = _local(s.index, tile_vars) if s.buffer == name else s.index
+
+    def local(load: Load) -> Load:
+        return Load(load.buffer, _local(load.index, tile_vars)) if load.buffer == name else load
+
+    value = map_loads(s.value, local)
+    index = tuple(map_index_loads(ix, local) for ix in s.index)
+    index = _local(index, tile_vars) if s.buffer == name else index
     if isinstance(s, Store):
         return Store(s.buffer, index, value)
     return replace(s, index=index, value=value)
-
-
-def _rewrite_expr(e, name: str, tile_vars: set[str]):
-    if isinstance(e, Load):
-        return Load(e.buffer, _local(e.index, tile_vars)) if e.buffer == name else e
-    if isinstance(e, Op):
-        return Op(e.op, tuple(_rewrite_expr(a, name, tile_vars) for a in e.args), e.dtype)
-    if isinstance(e, Select):
-        return Select(e.ix, e.split, _rewrite_expr(e.low, name, tile_vars), _rewrite_expr(e.high, name, tile_vars),
-                      e.dtype)
-    if isinstance(e, Checked):
-        return Checked(e.check, _rewrite_expr(e.value, name, tile_vars))
-    return e

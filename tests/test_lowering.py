@@ -127,6 +127,30 @@ def test_a_transposed_operand_is_packed_reading_its_rows():
     assert_close(outs, evaluate(c.graph, inputs))
 
 
+@pytest.mark.parametrize("target", TARGETS, ids=["cpu", "accel"])
+def test_a_gathered_index_held_in_the_tile_is_read_within_the_tile(target):
+    """MPNet's position ids: a cumsum (a product with a triangle) of the input's mask, held on chip
+    for one tile of 32 positions, read as the gather's index. Forwarding the held buffer to the
+    tile's size rewrote its loads, but not those inside the gathered index: they read at the
+    global position (32*p1o + p1) past the buffer's end, and the gather failed on a garbage index."""
+    text = """func f(ids: i64[1, 128], tri: i32[128, 128], words: f32[1024, 768], table: f32[514, 768]) -> f32[1, 128, 768] {
+  m = cast(equal(equal(ids, 1), false), dtype=i32)
+  c = mul(matmul(m, tri), m)
+  return add(gather(words, ids, axis=0), gather(table, add(cast(c, dtype=i64), 1), axis=0))
+}"""
+    graph = next(iter(check_program(parse_program(text)).values()))
+    _, program = lowered(graph, target)
+    held = {b.name: b.shape for k in program.kernels for b in k.allocs if b.scope != "global"}
+    rng = np.random.default_rng(3)
+    inputs = {"ids": rng.integers(0, 4, (1, 128)).astype(np.int64), "tri": np.triu(np.ones((128, 128), np.int32)),
+              "words": rng.standard_normal((1024, 768)).astype(np.float32),
+              "table": rng.standard_normal((514, 768)).astype(np.float32)}
+    outs, _ = execute(program, inputs)
+    assert_close(outs, evaluate(graph, inputs))
+    if target.name == "cpu":  # the index held per tile (the case the fix is about)
+        assert any(shape[-1] < 128 for name, shape in held.items() if "_v" in name), held
+
+
 @settings(max_examples=15)
 @given(graphs(dtypes=("f32",), max_ops=8, max_rank=3, max_dim=6), st.sampled_from(TARGETS))
 def test_lowering_pipeline_verifies_and_merging_never_grows(graph, target):
