@@ -113,8 +113,6 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
     if not all(affine(ix) for ix in acc.index):  # the blocks shift C's and B's indices by constants
         return None
     for a, b in (v.args, v.args[::-1]):
-        if _computed(a) and MAX_ROWS * k.extent * dtype_bytes(v.dtype) > A_SCRATCH_BYTES:
-            continue  # its rows would not fit the stack
         if (isinstance(b, Load) and contiguous_in(b.index, j.var) and not _uses(b.index, i.var)
                 and all(affine(ix) for ix in b.index) and dtype_of(b.buffer) == v.dtype
                 and not _expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
@@ -286,17 +284,25 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec
     lanes = vec.lanes
     width = nv * lanes
     full = n_j - n_j % width
-    lines = _precompute_a(nest, kernel, pad, rows, dtype)
-    a = "a_pre" if lines else None
-    if full:
-        lines.append(f"{pad}for (int64_t {j} = 0; {j} < {full}; {j} += {width}) {{")
-        lines += _tile(nest, kernel, pad + "  ", rows, nv, vec, dtype, a, ahead)
-        lines.append(f"{pad}}}")
     left_vectors = (n_j - full) // lanes
+    steps = _a_chunk(nest, dtype)
+    chunked = steps < nest.k.extent
+    inner = pad + "  " if chunked else pad
+    span = _KSpan("st_k0", steps) if chunked else _KSpan("0", nest.k.extent)
+    k_end = nest.k.extent
+    lines = [f"{pad}for (int64_t st_k0 = 0; st_k0 < {k_end}; st_k0 += {steps}) {{",
+             f"{inner}const int64_t st_k1 = st_k0 + {steps} < {k_end} ? st_k0 + {steps} : {k_end};"] if chunked else []
+    lines += _precompute_a(nest, kernel, inner, rows, dtype, span)
+    a = "a_pre" if _computed(nest.a) else None
+    if full:
+        lines.append(f"{inner}for (int64_t {j} = 0; {j} < {full}; {j} += {width}) {{")
+        lines += _tile(nest, kernel, inner + "  ", rows, nv, vec, dtype, a, span, ahead)
+        lines.append(f"{inner}}}")
     if left_vectors:
-        lines.append(f"{pad}{{ const int64_t {j} = {full};")
-        lines += _tile(nest, kernel, pad + "  ", rows, left_vectors, vec, dtype, a)
-        lines.append(f"{pad}}}")
+        lines.append(f"{inner}{{ const int64_t {j} = {full};")
+        lines += _tile(nest, kernel, inner + "  ", rows, left_vectors, vec, dtype, a, span)
+        lines.append(f"{inner}}}")
+    lines += [f"{pad}}}"] if chunked else []
     start = full + left_vectors * lanes
     if start < n_j:
         k = nest.k
@@ -309,8 +315,38 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec
     return lines
 
 
-def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str) -> list[str]:
-    """A computed A (not a plain load) for these rows and every k, once, in vectorized loops.
+@dataclass(frozen=True)
+class _KSpan:
+    """The k steps one pass of a row block's tiles takes: all of k from 0, or (where a computed A's
+    rows would not fit A_SCRATCH_BYTES for all of k) `steps` from the chunk loop's `start` to its
+    st_k1 (a loop bound gcc's `omp simd` takes)."""
+
+    start: str
+    steps: int
+
+    def loop(self, k: For) -> str:
+        """The C head of a loop over these steps (`k` the nest's k loop)."""
+        if self.start == "0":
+            return f"for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var})"
+        return f"for (int64_t {k.var} = {self.start}; {k.var} < st_k1; ++{k.var})"
+
+    def at(self, k: For) -> str:
+        """k's position in a_pre."""
+        return k.var if self.start == "0" else f"{k.var} - {self.start}"
+
+
+def _a_chunk(nest: MatmulNest, dtype: str) -> int:
+    """The k steps each pass over the tiles takes: all of k unless A is computed and MAX_ROWS rows of
+    it would not fit A_SCRATCH_BYTES (a grouped Conv's windows: 6,144 k of 8 rows, 196 KB), then
+    as many as fit. The accumulators go to their buffer and back once per pass."""
+    size = dtype_bytes(dtype)
+    if not _computed(nest.a) or MAX_ROWS * nest.k.extent * size <= A_SCRATCH_BYTES:
+        return nest.k.extent
+    return A_SCRATCH_BYTES // (MAX_ROWS * size)
+
+
+def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str, span: _KSpan) -> list[str]:
+    """A computed A (not a plain load) for these rows and the span's k, once, in vectorized loops.
 
     Inside the tile A is a scalar per row and k; a transcendental there would
     run one element at a time (and again for every block of columns).
@@ -318,13 +354,12 @@ def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str) -> 
     if not _computed(nest.a):
         return []
     k = nest.k
-    lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{k.extent}];"]
+    lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{span.steps}];"]
     for r in range(rows):
         enter, leave = _row_scope(nest.i.var, r)
         lines += [f"{pad}{enter}"] if enter else []
         lines.append(f"{pad}#pragma omp simd")
-        lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) "
-                     f"a_pre[{r}][{k.var}] = {kernel.expr(nest.a)};")
+        lines.append(f"{pad}{span.loop(k)} a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};")
         lines += [f"{pad}{leave}"] if leave else []
     return lines
 
@@ -350,7 +385,7 @@ def _at_row(i: str, r: int, text: str) -> str:
 
 
 def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
-          a_pre: str | None, ahead: _Ahead = _Ahead()) -> list[str]:
+          a_pre: str | None, span: _KSpan, ahead: _Ahead = _Ahead()) -> list[str]:
     """One rows x nv-vector block of C in registers across the whole k loop."""
     vt, lanes = vec.type, vec.lanes
     ct = C_FLOAT[dtype]
@@ -361,14 +396,14 @@ def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec, dty
         return "&" + kernel.access(nest.acc.buffer, shift_ix(nest.acc.index, {i: r, j: v * lanes}))
 
     lines = [f"{pad}{vt} {', '.join(f'{name} = *({vt} *){c_addr(r, v)}' for (r, v), name in c.items())};"]
-    lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
+    lines.append(f"{pad}{span.loop(k)} {{")
     if ahead.step:
         lines.append(ahead.line(pad + "  ", i, rows, j, nv * lanes, k.var, k.extent))
     for v in range(nv):
         b = _shift(nest.b, {j: v * lanes})
         lines.append(f"{pad}  {vt} b{v} = *({vt} *)&{kernel.expr(b)};")
     for r in range(rows):
-        a = f"{a_pre}[{r}][{k.var}]" if a_pre else kernel.expr(_shift(nest.a, {i: r}))  # an affine load
+        a = f"{a_pre}[{r}][{span.at(k)}]" if a_pre else kernel.expr(_shift(nest.a, {i: r}))  # an affine load
         lines.append(f"{pad}  {ct} a{r} = {a};")
         lines.append(f"{pad}  " + " ".join(f"{c[r, v]} = {vec.fma}(a{r}, b{v}, {c[r, v]});" for v in range(nv)))
     lines.append(f"{pad}}}")

@@ -249,6 +249,24 @@ def test_register_blocked_matmul_equals_the_reference(template, t, i, k, j, vect
 
 
 @needs_cc
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize("t, k", [("f32", 2100), ("f64", 1100), ("f32", 5000)])
+def test_a_computed_a_too_long_for_the_stack_is_precomputed_one_chunk_of_k_at_a_time(t, k, vector_bytes, cache,
+                                                                                      monkeypatch):
+    """8 rows of exp(a) over all of k would pass A_SCRATCH_BYTES (a grouped Conv's windows: 6,144
+    k): the micro-kernel still runs, precomputing A for one chunk of k after the other (the last
+    chunk short), the sums carried in the accumulator between chunks."""
+    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: vector_bytes)
+    f = stitch.compile(f"func f(a: {t}[9, {k}], b: {t}[{k}, 40]) -> {t}[9, 40] {{ return matmul(exp(mul(a, 0.01)), b) }}",
+                       cache_dir=cache)
+    source = f.native.source_path.read_text()
+    assert f"st_vf{t[1:]} c0_0" in source and "st_k0 += " in source
+    inputs = random_inputs(f.graph, 5)
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
+        assert compare(got, want) == ""
+
+
+@needs_cc
 @pytest.mark.parametrize("cols, rows, vectors", [(144, 8, 3), (128, 8, 3), (64, 6, 4), (112, 6, 4), (256, 6, 4)])
 def test_a_products_register_blocks_are_8_by_3_unless_a_lone_vector_is_left(cols, rows, vectors, cache,
                                                                                monkeypatch):
