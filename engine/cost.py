@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..targets.target import Target
-from .index import Indirect, Ix, interval
+from .index import Indirect, Ix, Mod, interval
 from .ir import TensorType, dtype_bytes
 from .maps import Guard
 from .ops import ACCUMULATING, REDUCE, is_injective
@@ -573,7 +573,10 @@ def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, tar
     columns = _vector_columns(f, target)
     for axis in grow:
         for size in divisors(kernel.extents[axis])[1:]:
-            if axis in columns and size % target.vector_lanes and size != kernel.extents[axis]:
+            group = columns.get(axis)
+            if group is not None and size % target.vector_lanes and size != (group or kernel.extents[axis]):
+                continue
+            if group and group % size:  # a tile within one group's columns
                 continue
             trial = dict(tile, **{axis: size})
             fp_trial = footprint(kernel, trial, types, target.alignment, ins, f)
@@ -584,13 +587,25 @@ def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, tar
     return tile, fp
 
 
-def _vector_columns(f: _Facts, target: Target) -> set[str]:
+def _vector_columns(f: _Facts, target: Target) -> dict[str, int]:
     """The axes along a matmul's columns on a target without a matrix unit: the product runs in
     vectors of `vector_lanes` columns, and columns left over a whole vector run one at a time, so a
-    tile along them is a whole number of vectors (or the whole axis)."""
+    tile along them is a whole number of vectors (or the whole axis). Each axis maps to 0, or to
+    G where the columns are the axis modulo G (a grouped Conv's product: the axis is the output's
+    channels, G each group's): a tile then divides G, as a tile across groups reads another row
+    of A per group and the micro-kernel does not take it (as 16 or 48 of 48, not 32)."""
     if target.matrix is not None:
-        return set()
-    return {a for inst, _ in f.matmuls if inst.index for a, c in inst.index[-1].terms if c == 1 and isinstance(a, str)}
+        return {}
+    out: dict[str, int] = {}
+    for inst, _ in f.matmuls:
+        for atom, c in (inst.index[-1].terms if inst.index else ()):
+            if c == 1 and isinstance(atom, str):
+                out.setdefault(atom, 0)
+            elif c == 1 and isinstance(atom, Mod) and len(atom.x.terms) == 1 and atom.x.const == 0:
+                ((a, coef),) = atom.x.terms
+                if coef == 1 and isinstance(a, str):
+                    out[a] = atom.d
+    return out
 
 
 def rereads(axes, parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> int:

@@ -120,8 +120,14 @@ class Instance:
 
     @cached_property
     def axes(self) -> tuple[str, ...]:
-        """The kernel axes its value varies along, in first-use order."""
-        return index_axes(self.index)
+        """The kernel axes its value varies along, in first-use order; a matmul's columns last (its
+        accumulator's rows contiguous, as the micro-kernel wants, also where a batch dimension is
+        a part of the columns' axis: a grouped Conv's groups)."""
+        axes = index_axes(self.index)
+        if self.node.op == "matmul" and self.index:
+            cols = set(self.index[-1].axes())
+            axes = tuple(a for a in axes if a not in cols) + tuple(a for a in axes if a in cols)
+        return axes
 
     @property
     def gathered(self) -> Indirect:

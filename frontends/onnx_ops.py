@@ -274,13 +274,13 @@ def convert_gemm(b, node, ins):
 
 
 def convert_conv(b, node, ins):
-    """Conv (group 1 or depthwise, any number of spatial axes). Group 1 is one product: the input's
-    patches laid out as rows (im2col) times the weight as a [C*K, M] matrix, K the kernel's
-    positions. Patches that tile the input (stride = kernel, no padding or dilation: ViT's patch
-    embedding) are a reshape and a transpose of it; otherwise each kernel position is a strided
-    slice of the input (zero-padded by a concat), the K slices stacked on a last axis (Whisper's
-    k=3 convolutions: 3 slices). A depthwise Conv (group = channels, one output channel each)
-    multiplies the stacked slices by each channel's K weights and sums over K: no product."""
+    """Conv (any group, any number of spatial axes). The input, zero-padded by a concat, has each
+    spatial axis split into (output position, tap) by `windows`: index maps, no copy. Group 1 is
+    one product: the windows laid out as rows (im2col, [N, positions, C*K], K the kernel's
+    positions) times the weight as a [C*K, M] matrix; other groups are one product with the groups
+    as a batch axis (wav2vec2's positional Conv: 16 groups). A depthwise Conv (group = channels,
+    one output channel each) multiplies the windows by each channel's weights and sums over the
+    taps: no product."""
     from ..engine.interp import np_dtype
 
     x, w = ins[0], ins[1]
@@ -293,10 +293,8 @@ def convert_conv(b, node, ins):
     d = len(spatial)
     group = node.attr("group", 1)
     depthwise = group == c > 1 and m == c  # each channel convolved with its own kernel
-    if group != 1 and not depthwise:
-        raise Unsupported("op", f"Conv with group {group} of {c} channels into {m} (stitch imports group 1, "
-                                "and depthwise with one output channel per input channel)")
-    if wt.shape[1] * group != c or list(node.attr("kernel_shape") or kernel) != list(kernel):
+    if (group < 1 or wt.shape[1] * group != c or m % group
+            or list(node.attr("kernel_shape") or kernel) != list(kernel)):
         raise invalid(f"Conv weight {list(wt.shape)} in {group} group(s) for an input of {c} channels")
     strides = list(node.attr("strides") or [1] * d)
     dilations = list(node.attr("dilations") or [1] * d)
@@ -320,52 +318,69 @@ def convert_conv(b, node, ins):
         raise invalid(f"Conv kernel {list(kernel)} (dilated {span}) is larger than the padded input {padded}")
     k, positions = math.prod(kernel), math.prod(out)
     hint = node.out
-    if not any(pads) and dilations == [1] * d and strides == list(kernel) and not depthwise:
-        # patches that tile the input: [N, C, o1, k1, o2, k2, ...] -> [N, o1, o2, ..., C, k1, k2, ...]
-        cut = slice_ranges(b, x, {2 + a: range(o * st) for a, (o, st) in enumerate(zip(out, strides))}, hint)
-        split = reshape(b, cut, (n, c) + tuple(v for o, kk in zip(out, kernel) for v in (o, kk)), hint)
-        perm = (0,) + tuple(2 + 2 * a for a in range(d)) + (1,) + tuple(3 + 2 * a for a in range(d))
-        rows = b.op("transpose", [split], hint, perm=perm)
+    for a in range(d):  # zeros on each side of each padded axis
+        before, after = pads[a], pads[a + d]
+        shape = list(b.type_of(x).shape)
+        parts = [x] if before == after == 0 else []
+        if before or after:
+            for width in (before, None, after):
+                if width is None:
+                    parts.append(x)
+                elif width:
+                    parts.append(Known(np.zeros(shape[:2 + a] + [width] + shape[3 + a:], np_dtype(dtype))))
+            x = b.emit("concat", parts, hint, axis=2 + a)
+    for a in range(d):  # [N, C, o1, k1, ..., od, kd]: each spatial axis split into (output position, tap)
+        x = windows(b, x, 2 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
+    if depthwise:  # the windows times each channel's K weights, summed over the taps
+        taps_w = (Known(w.array.reshape((c,) + tuple(v for kk in kernel for v in (1, kk))), param=w.param, name=w.name)
+                  if isinstance(w, Known) else reshape(b, w, (c,) + tuple(v for kk in kernel for v in (1, kk)), hint))
+        if dtype == "f16":  # multiplied and summed in f32, rounded once (as an f16 product is)
+            x, taps_w = cast(b, x, "f32", hint), cast(b, taps_w, "f32", hint)
+        y = b.op("sum", [b.op("mul", [x, taps_w], hint)], hint, axes=tuple(3 + 2 * a for a in range(d)))
+        y = cast(b, y, dtype, hint) if dtype == "f16" else y
+        if len(ins) > 2 and ins[2] is not None:
+            y = b.op("add", [y, reshape(b, ins[2], (c,) + (1,) * d, hint)], hint)
+        return [y]
+    # rows [N, o1, ..., od, C, k1, ..., kd]: one row of C*K values per output position
+    rows = b.op("transpose", [x], hint, perm=(0,) + tuple(2 + 2 * a for a in range(d)) + (1,)
+                + tuple(3 + 2 * a for a in range(d)))
+    if group == 1:
+        rows = reshape(b, rows, (n, positions, c * k), hint)
+    else:  # [N, G, positions, C/G*K]: one product per group, the groups a batch axis
+        rows = b.op("transpose", [reshape(b, rows, (n, positions, group, c // group * k), hint)], hint,
+                    perm=(0, 2, 1, 3))
+    lead = (group,) if group > 1 else ()
+    if isinstance(w, Known):  # the weight as [G, C/G*K, M/G] ([C*K, M] for group 1), laid out at import
+        matrix = Known(np.ascontiguousarray(np.swapaxes(w.array.reshape(lead + (m // group, c // group * k)), -1, -2)),
+                       param=w.param, name=w.name)
     else:
-        if any(pads):  # zeros on each side of each padded axis
-            for a in range(d):
-                before, after = pads[a], pads[a + d]
-                shape = list(b.type_of(x).shape)
-                parts = []
-                for width in (before, None, after):
-                    if width is None:
-                        parts.append(x)
-                    elif width:
-                        parts.append(Known(np.zeros(shape[:2 + a] + [width] + shape[3 + a:], np_dtype(dtype))))
-                if len(parts) > 1:
-                    x = b.emit("concat", parts, hint, axis=2 + a)
-        taps = []
-        for at in np.ndindex(*kernel):  # one strided slice of the input per kernel position
-            ranges = {2 + a: range(t * dl, t * dl + (o - 1) * st + 1, st)
-                      for a, (t, dl, o, st) in enumerate(zip(at, dilations, out, strides))}
-            taps.append(reshape(b, slice_ranges(b, x, ranges, hint), (n, c, *out, 1), hint))
-        stacked = taps[0] if k == 1 else b.emit("concat", taps, hint, axis=2 + d)
-        if depthwise:  # [N, C, *out, K] times each channel's K weights, summed over K
-            taps_w = (Known(w.array.reshape((c,) + (1,) * d + (k,)), param=w.param, name=w.name) if isinstance(w, Known)
-                      else reshape(b, w, (c,) + (1,) * d + (k,), hint))
-            if dtype == "f16":  # multiplied and summed in f32, rounded once (as an f16 product is)
-                stacked, taps_w = cast(b, stacked, "f32", hint), cast(b, taps_w, "f32", hint)
-            y = b.op("sum", [b.op("mul", [stacked, taps_w], hint)], hint, axes=(2 + d,))
-            y = cast(b, y, dtype, hint) if dtype == "f16" else y
-            if len(ins) > 2 and ins[2] is not None:
-                y = b.op("add", [y, reshape(b, ins[2], (c,) + (1,) * d, hint)], hint)
-            return [y]
-        rows = b.op("transpose", [stacked], hint, perm=(0,) + tuple(range(2, 2 + d)) + (1, 2 + d))
-    rows = reshape(b, rows, (n, positions, c * k), hint)
-    if isinstance(w, Known):  # the weight as [C*K, M], laid out at import
-        matrix = Known(np.ascontiguousarray(w.array.reshape(m, c * k).T), param=w.param, name=w.name)
-    else:
-        matrix = b.op("transpose", [reshape(b, w, (m, c * k), hint)], hint, perm=(1, 0))
-    y = b.op("matmul", [rows, matrix], hint)  # [N, positions, M]
+        matrix = b.op("transpose", [reshape(b, w, lead + (m // group, c // group * k), hint)], hint,
+                      perm=tuple(range(len(lead))) + (len(lead) + 1, len(lead)))
+    y = b.op("matmul", [rows, matrix], hint)  # [N, positions, M] ([N, G, positions, M/G] in groups)
     if len(ins) > 2 and ins[2] is not None:
-        y = b.op("add", [y, ins[2]], hint)
-    y = b.op("transpose", [y], hint, perm=(0, 2, 1))
+        y = b.op("add", [y, reshape(b, ins[2], lead + (1,) * bool(lead) + (m // group,), hint)], hint)
+    y = b.op("transpose", [y], hint, perm=(0,) + tuple(range(1, len(lead) + 1)) + (len(lead) + 2, len(lead) + 1))
     return [reshape(b, y, (n, m, *out), hint)]
+
+
+def windows(b: Builder, x: Value, axis: int, count: int, k: int, stride: int, dilation: int, hint: str) -> Value:
+    """`x` with `axis` split into [count, k] windows: [..., o, t, ...] reads x[..., o * stride + t * dilation, ...].
+    Windows that tile the axis (stride = k, dilation 1) are a reshape of it, one tap (k = 1) a strided slice.
+    Others come from rows of length L + stride laid over copies of the axis (length L): row o starts
+    o * stride further along, and its first (k - 1) * dilation + 1 values are the window. The reshapes'
+    div/mod simplify away (o * stride + t * dilation < L), so the index map is affine: no copy, no select."""
+    shape = b.type_of(x).shape
+    before, length, after = shape[:axis], shape[axis], shape[axis + 1:]
+    if k == 1 or (stride == k and dilation == 1):
+        r = range(0, (count - 1) * stride + 1, stride) if k == 1 else range(count * k)
+        return reshape(b, slice_ranges(b, x, {axis: r}, hint), before + (count, k) + after, hint)
+    row = length + stride
+    copies = -(-count * row // length)
+    x = b.op("broadcast_to", [reshape(b, x, before + (1, length) + after, hint)], hint,
+             shape=before + (copies, length) + after)
+    x = slice_ranges(b, reshape(b, x, before + (copies * length,) + after, hint), {axis: range(count * row)}, hint)
+    x = reshape(b, x, before + (count, row) + after, hint)
+    return slice_ranges(b, x, {axis + 1: range(0, (k - 1) * dilation + 1, dilation)}, hint)
 
 
 def float_scalar(b: Builder, like: Value, value: float) -> float:
