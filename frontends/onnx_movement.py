@@ -1,4 +1,5 @@
-"""The ONNX data-movement ops: Gather, GatherElements, GatherND, Slice, Split, Concat, Trilu.
+"""The ONNX data-movement ops: Gather, GatherElements, GatherND, Slice, Split, Concat, Trilu, Pad, Tile
+(and CumSum, a product with a known triangle).
 
 Exports read tensors at positions known at import time far more often than at
 run-time positions (q/k/v picks, position embeddings of a static sequence,
@@ -326,6 +327,109 @@ def convert_trilu(b, node, ins):
     return [b.op("where", [Known(mask, name=f"{node.out}_mask"), x, Known(np.asarray(zero))], node.out)]
 
 
+PAD_MODES = ("constant", "edge", "reflect", "wrap")
+
+
+def convert_pad(b, node, ins):
+    """Pad as a concat per padded axis: the input between its borders, each border a known constant
+    tensor (constant), the edge slice broadcast (edge), a reversed slice (reflect) or the other end's
+    slice (wrap); negative pads crop (a slice). Swin's windows and ConvBERT's span convolution pad."""
+    from ..engine.interp import np_dtype
+
+    x = ins[0]
+    t = b.type_of(x)
+    mode = node.attr("mode", "constant")
+    if mode not in PAD_MODES:
+        raise invalid(f"Pad mode '{mode}'")
+    if node.opset < 11:
+        pads, value = list(node.attr("pads") or []), node.attr("value", 0.0)
+    else:
+        pads = b.static_ints(ins[1], "pads")
+        given = ins[2] if len(ins) > 2 else None
+        value = given.array.reshape(-1)[0].item() if isinstance(given, Known) and given.array.size else (
+            given if given is not None and not isinstance(given, Known) else 0)  # a value known at run time
+    if len(ins) > 3 and ins[3] is not None:
+        axes = [normal_axis(a, t.rank, "Pad axes") for a in b.static_ints(ins[3], "axes")]
+    else:
+        axes = list(range(t.rank))
+    if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
+        raise invalid(f"Pad of {len(pads)} pads for axes {axes}")
+    for k, a in enumerate(axes):
+        before, after = pads[k], pads[k + len(axes)]
+        length = b.type_of(x).shape[a]
+        if before < 0 or after < 0:  # crop first
+            x = slice_ranges(b, x, {a: range(max(-before, 0), length - max(-after, 0))}, node.out)
+            before, after, length = max(before, 0), max(after, 0), b.type_of(x).shape[a]
+        if not (before or after):
+            continue
+        if mode in ("reflect", "wrap") and max(before, after) > length - (mode == "reflect"):
+            raise Unsupported("shape", f"Pad '{mode}' of {before}, {after} on an axis of {length}")
+        shape = list(b.type_of(x).shape)
+
+        def border(width: int, first: bool) -> Value:
+            if mode == "constant" and not isinstance(value, (int, float, bool)):  # a run-time scalar
+                one = reshaped(b, value, (1,) * t.rank, node.out)
+                return b.op("broadcast_to", [one], node.out, shape=tuple(shape[:a] + [width] + shape[a + 1:]))
+            if mode == "constant":
+                return Known(np.full(shape[:a] + [width] + shape[a + 1:], value, np_dtype(t.dtype)),
+                             name=node.out)
+            if mode == "edge":
+                edge = slice_ranges(b, x, {a: range(0, 1) if first else range(length - 1, length)}, node.out)
+                return b.op("broadcast_to", [edge], node.out, shape=tuple(shape[:a] + [width] + shape[a + 1:]))
+            if mode == "reflect":
+                r = range(width, 0, -1) if first else range(length - 2, length - 2 - width, -1)
+            else:
+                r = range(length - width, length) if first else range(0, width)
+            return slice_ranges(b, x, {a: r}, node.out)
+
+        parts = ([border(before, True)] if before else []) + [x] + ([border(after, False)] if after else [])
+        x = b.emit("concat", parts, node.out, axis=a)
+    return [x]
+
+
+def convert_tile(b, node, ins):
+    """Tile as a broadcast: each repeated axis [d] viewed as [1, d], broadcast to [r, d] and merged
+    into r * d (an index map: position i reads i mod d)."""
+    x = ins[0]
+    t = b.type_of(x)
+    repeats = b.static_ints(ins[1], "repeats")
+    if len(repeats) != t.rank or min(repeats, default=1) < 0:
+        raise invalid(f"Tile of {t} by repeats {repeats}")
+    if 0 in repeats:
+        raise Unsupported("shape", "Tile by 0 (stitch tensors are never empty)")
+    if all(r == 1 for r in repeats):
+        return [x]
+    split = tuple(v for r, d in zip(repeats, t.shape) for v in ((1, d) if r > 1 else (d,)))
+    wide = tuple(v for r, d in zip(repeats, t.shape) for v in ((r, d) if r > 1 else (d,)))
+    spread = b.op("broadcast_to", [reshaped(b, x, split, node.out)], node.out, shape=wide)
+    return [reshaped(b, spread, tuple(r * d for r, d in zip(repeats, t.shape)), node.out)]
+
+
+def convert_cumsum(b, node, ins):
+    """CumSum as a product with a known triangle of ones along the axis (moved last): output j sums
+    inputs i <= j (i < j exclusive; i >= j, i > j reversed). n^2 multiply-adds for n positions, no
+    scan: MPNet's position ids, a cumsum over the sequence's mask, are 128 of them."""
+    from ..engine.interp import np_dtype
+
+    x = ins[0]
+    t = b.type_of(x)
+    if t.rank == 0:
+        raise invalid("CumSum of a scalar")
+    if t.dtype == "bool":
+        raise Unsupported("dtype", "CumSum of bool (ONNX takes numbers)")
+    (axis,) = b.static_ints(ins[1], "axis")[:1] or [None]
+    a = normal_axis(axis, t.rank, "CumSum axis")
+    n = t.shape[a]
+    i, j = np.indices((n, n))
+    keep = {(0, 0): i <= j, (1, 0): i < j, (0, 1): i >= j, (1, 1): i > j}[(node.attr("exclusive", 0),
+                                                                             node.attr("reverse", 0))]
+    ones = Known(keep.astype(np_dtype(t.dtype)), name=f"{node.out}_triangle")
+    perm = tuple(k for k in range(t.rank) if k != a) + (a,)
+    moved = x if a == t.rank - 1 else b.op("transpose", [x], node.out, perm=perm)
+    y = b.op("matmul", [moved, ones], node.out)
+    return [y if a == t.rank - 1 else b.op("transpose", [y], node.out, perm=tuple(int(p) for p in np.argsort(perm)))]
+
+
 MOVEMENT_CONVERTERS = {
     "Gather": convert_gather,
     "GatherElements": convert_gather_elements,
@@ -334,6 +438,9 @@ MOVEMENT_CONVERTERS = {
     "Split": convert_split,
     "Concat": convert_concat,
     "Trilu": convert_trilu,
+    "Pad": convert_pad,
+    "Tile": convert_tile,
+    "CumSum": convert_cumsum,
 }
 
 

@@ -1,4 +1,4 @@
-"""ONNX data movement: Gather, GatherElements, GatherND, Slice, Split, Concat, Trilu against onnx's reference
+"""ONNX data movement: Gather, GatherElements, GatherND, Slice, Split, Concat, Trilu, Pad, Tile, CumSum against onnx's reference
 evaluator (numpy where the evaluator is wrong), in every form: run-time and known positions, weights, folding."""
 
 from __future__ import annotations
@@ -245,3 +245,71 @@ def test_trilu_of_a_run_time_tensor(upper, k):
     node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
     model = model_of([node], [("x", F32, [2, 4, 5])], [("y", F32, None)], [("k", np.array(k, np.int64))])
     assert_matches_onnx(model, {"x": x_of(2, 4, 5)})
+
+
+# -- Pad, Tile, CumSum ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,pads,axes", [
+    ("constant", [1, 0, 2, 0, 3, 1], None),
+    ("edge", [2, 1, 0, 0, 3, 2], None), ("reflect", [0, 2, 3, 0], [1, 2]), ("wrap", [1, 0, 2, 3], [2, 1]),
+])
+def test_pad_every_mode(mode, pads, axes):
+    """Swin pads its windows (constant), ConvBERT its span convolution; the others for completeness."""
+    inputs = ["x", "pads", "value"] + (["axes"] if axes else [])
+    inits = [("pads", np.array(pads, np.int64)), ("value", np.array(0.5, np.float32))]
+    inits += [("axes", np.array(axes, np.int64))] if axes else []
+    model = model_of([helper.make_node("Pad", inputs, ["y"], mode=mode)], [("x", F32, [3, 4, 5])], [("y", F32, None)],
+                     inits, opset=19)
+    assert_matches_onnx(model, {"x": x_of(3, 4, 5)})
+    assert "concat" in ops_of(import_onnx(model))
+
+
+def test_negative_pads_crop():
+    """(onnx's reference evaluator refuses negative pads: numpy's pad says what the crop and pad make)"""
+    model = model_of([helper.make_node("Pad", ["x", "pads", "value", "axes"], ["y"])], [("x", F32, [3, 4, 5])],
+                     [("y", F32, None)], [("pads", np.array([-1, 2, 1, -2], np.int64)),
+                                          ("value", np.array(0.5, np.float32)), ("axes", np.array([0, -1], np.int64))])
+    x = x_of(3, 4, 5)
+    (got,) = run_imported(model, {"x": x})
+    np.testing.assert_array_equal(got, np.pad(x[1:, :, :-2], ((0, 1), (0, 0), (2, 0)), constant_values=0.5))
+
+
+def test_pad_by_a_value_given_at_run_time_and_before_opset_11():
+    model = model_of([helper.make_node("Pad", ["x", "pads", "v"], ["y"])], [("x", F32, [2, 3]), ("v", F32, [])],
+                     [("y", F32, None)], [("pads", np.array([1, 0, 0, 2], np.int64))], opset=18)
+    assert_matches_onnx(model, {"x": x_of(2, 3), "v": np.array(-3.0, np.float32)})
+    old = model_of([helper.make_node("Pad", ["x"], ["y"], pads=[0, 1, 2, 0], value=2.0)], [("x", F32, [2, 3])],
+                   [("y", F32, None)], opset=2)
+    assert_matches_onnx(old, {"x": x_of(2, 3)})
+
+
+@pytest.mark.parametrize("pads,why", [([1, 1], "Pad of 2 pads for axes [0, 1]"),
+                                      ([0, 4, 0, 0], "Pad 'reflect' of 4, 0 on an axis of 3")])
+def test_pad_that_cannot_be_done_is_refused_clearly(pads, why):
+    model = model_of([helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")], [("x", F32, [2, 3])],
+                     [("y", F32, None)], [("pads", np.array(pads, np.int64))], opset=18)
+    with pytest.raises(OnnxImportError) as err:
+        import_onnx(model)
+    assert why in str(err.value)
+
+
+@pytest.mark.parametrize("repeats", [[1, 3, 2], [2, 1, 1], [1, 1, 1]])
+def test_tile_is_a_broadcast_no_copy(repeats):
+    """GPT-J's and DeBERTa's repeats: a reshape, a broadcast_to and a reshape, read as index maps."""
+    model = model_of([helper.make_node("Tile", ["x", "r"], ["y"])], [("x", F32, [2, 3, 4])], [("y", F32, None)],
+                     [("r", np.array(repeats, np.int64))])
+    assert_matches_onnx(model, {"x": x_of(2, 3, 4)})
+    assert set(ops_of(import_onnx(model))) <= {"reshape", "broadcast_to"}
+
+
+@pytest.mark.parametrize("dtype,axis,exclusive,reverse", [
+    (np.float32, 1, 0, 0), (np.float32, 0, 1, 1), (np.int64, -1, 1, 0), (np.int32, 1, 0, 1)])
+def test_cumsum_is_a_product_with_a_triangle(dtype, axis, exclusive, reverse):
+    """MPNet's position ids: the cumsum of the sequence's mask (int32)."""
+    x = (RNG.integers(-5, 6, (3, 7)) if dtype != np.float32 else x_of(3, 7)).astype(dtype)
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], exclusive=exclusive, reverse=reverse)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = model_of([node], [("x", t, [3, 7])], [("y", t, None)], [("axis", np.array(axis, np.int64))])
+    assert_matches_onnx(model, {"x": x})
+    assert "matmul" in ops_of(import_onnx(model))
