@@ -334,8 +334,6 @@ def convert_pad(b, node, ins):
     """Pad as a concat per padded axis: the input between its borders, each border a known constant
     tensor (constant), the edge slice broadcast (edge), a reversed slice (reflect) or the other end's
     slice (wrap); negative pads crop (a slice). Swin's windows and ConvBERT's span convolution pad."""
-    from ..engine.interp import np_dtype
-
     x = ins[0]
     t = b.type_of(x)
     mode = node.attr("mode", "constant")
@@ -359,32 +357,40 @@ def convert_pad(b, node, ins):
         length = b.type_of(x).shape[a]
         if before < 0 or after < 0:  # crop first
             x = slice_ranges(b, x, {a: range(max(-before, 0), length - max(-after, 0))}, node.out)
-            before, after, length = max(before, 0), max(after, 0), b.type_of(x).shape[a]
-        if not (before or after):
-            continue
-        if mode in ("reflect", "wrap") and max(before, after) > length - (mode == "reflect"):
-            raise Unsupported("shape", f"Pad '{mode}' of {before}, {after} on an axis of {length}")
-        shape = list(b.type_of(x).shape)
-
-        def border(width: int, first: bool) -> Value:
-            if mode == "constant" and not isinstance(value, (int, float, bool)):  # a run-time scalar
-                one = reshaped(b, value, (1,) * t.rank, node.out)
-                return b.op("broadcast_to", [one], node.out, shape=tuple(shape[:a] + [width] + shape[a + 1:]))
-            if mode == "constant":
-                return Known(np.full(shape[:a] + [width] + shape[a + 1:], value, np_dtype(t.dtype)),
-                             name=node.out)
-            if mode == "edge":
-                edge = slice_ranges(b, x, {a: range(0, 1) if first else range(length - 1, length)}, node.out)
-                return b.op("broadcast_to", [edge], node.out, shape=tuple(shape[:a] + [width] + shape[a + 1:]))
-            if mode == "reflect":
-                r = range(width, 0, -1) if first else range(length - 2, length - 2 - width, -1)
-            else:
-                r = range(length - width, length) if first else range(0, width)
-            return slice_ranges(b, x, {a: r}, node.out)
-
-        parts = ([border(before, True)] if before else []) + [x] + ([border(after, False)] if after else [])
-        x = b.emit("concat", parts, node.out, axis=a)
+        x = pad_axis(b, x, a, max(before, 0), max(after, 0), mode, value, node.out)
     return [x]
+
+
+def pad_axis(b: Builder, x: Value, a: int, before: int, after: int, mode: str, value, hint: str) -> Value:
+    """`x` with `before` and `after` (>= 0) elements added on axis `a` in a Pad mode (see convert_pad);
+    `value` a number or a run-time scalar (constant). Conv pads with it too."""
+    from ..engine.interp import np_dtype
+
+    if not (before or after):
+        return x
+    t = b.type_of(x)
+    length = t.shape[a]
+    if mode in ("reflect", "wrap") and max(before, after) > length - (mode == "reflect"):
+        raise Unsupported("shape", f"Pad '{mode}' of {before}, {after} on an axis of {length}")
+    shape = list(t.shape)
+
+    def border(width: int, first: bool) -> Value:
+        wide = tuple(shape[:a] + [width] + shape[a + 1:])
+        if mode == "constant" and not isinstance(value, (int, float, bool)):  # a run-time scalar
+            return b.op("broadcast_to", [reshaped(b, value, (1,) * t.rank, hint)], hint, shape=wide)
+        if mode == "constant":
+            return Known(np.full(wide, value, np_dtype(t.dtype)), name=hint)
+        if mode == "edge":
+            edge = slice_ranges(b, x, {a: range(0, 1) if first else range(length - 1, length)}, hint)
+            return b.op("broadcast_to", [edge], hint, shape=wide)
+        if mode == "reflect":
+            r = range(width, 0, -1) if first else range(length - 2, length - 2 - width, -1)
+        else:
+            r = range(length - width, length) if first else range(0, width)
+        return slice_ranges(b, x, {a: r}, hint)
+
+    parts = ([border(before, True)] if before else []) + [x] + ([border(after, False)] if after else [])
+    return b.emit("concat", parts, hint, axis=a)
 
 
 def convert_tile(b, node, ins):

@@ -15,7 +15,7 @@ import numpy as np
 from ..engine.ir import FLOAT_DTYPES
 from .onnx_import import (FOLD_LIMIT, NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axes,
                           normal_axis, onnx_dtype)
-from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS, slice_ranges
+from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS, pad_axis, slice_ranges
 
 
 class Node:
@@ -281,8 +281,6 @@ def convert_conv(b, node, ins):
     as a batch axis (wav2vec2's positional Conv: 16 groups). A depthwise Conv (group = channels,
     one output channel each) multiplies the windows by each channel's weights and sums over the
     taps: no product."""
-    from ..engine.interp import np_dtype
-
     x, w = ins[0], ins[1]
     xt, wt = b.type_of(x), b.type_of(w)
     dtype = float_of(b, x)
@@ -319,21 +317,13 @@ def convert_conv(b, node, ins):
     k, positions = math.prod(kernel), math.prod(out)
     hint = node.out
     for a in range(d):  # zeros on each side of each padded axis
-        before, after = pads[a], pads[a + d]
-        shape = list(b.type_of(x).shape)
-        parts = [x] if before == after == 0 else []
-        if before or after:
-            for width in (before, None, after):
-                if width is None:
-                    parts.append(x)
-                elif width:
-                    parts.append(Known(np.zeros(shape[:2 + a] + [width] + shape[3 + a:], np_dtype(dtype))))
-            x = b.emit("concat", parts, hint, axis=2 + a)
+        x = pad_axis(b, x, 2 + a, pads[a], pads[a + d], "constant", 0, hint)
     for a in range(d):  # [N, C, o1, k1, ..., od, kd]: each spatial axis split into (output position, tap)
         x = windows(b, x, 2 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
     if depthwise:  # the windows times each channel's K weights, summed over the taps
-        taps_w = (Known(w.array.reshape((c,) + tuple(v for kk in kernel for v in (1, kk))), param=w.param, name=w.name)
-                  if isinstance(w, Known) else reshape(b, w, (c,) + tuple(v for kk in kernel for v in (1, kk)), hint))
+        per_tap = (c,) + tuple(v for kk in kernel for v in (1, kk))
+        taps_w = (Known(w.array.reshape(per_tap), param=w.param, name=w.name) if isinstance(w, Known)
+                  else reshape(b, w, per_tap, hint))
         if dtype == "f16":  # multiplied and summed in f32, rounded once (as an f16 product is)
             x, taps_w = cast(b, x, "f32", hint), cast(b, taps_w, "f32", hint)
         y = b.op("sum", [b.op("mul", [x, taps_w], hint)], hint, axes=tuple(3 + 2 * a for a in range(d)))
