@@ -285,13 +285,11 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec
     width = nv * lanes
     full = n_j - n_j % width
     left_vectors = (n_j - full) // lanes
-    steps = _a_chunk(nest, dtype)
-    chunked = steps < nest.k.extent
-    inner = pad + "  " if chunked else pad
-    span = _KSpan("st_k0", steps) if chunked else _KSpan("0", nest.k.extent)
-    k_end = nest.k.extent
+    span = _KSpan(_a_chunk(nest, dtype), nest.k.extent)
+    inner = pad + "  " if span.chunked else pad
+    steps, k_end = span.steps, nest.k.extent
     lines = [f"{pad}for (int64_t st_k0 = 0; st_k0 < {k_end}; st_k0 += {steps}) {{",
-             f"{inner}const int64_t st_k1 = st_k0 + {steps} < {k_end} ? st_k0 + {steps} : {k_end};"] if chunked else []
+             f"{inner}const int64_t st_k1 = st_k0 + {steps} < {k_end} ? st_k0 + {steps} : {k_end};"] if span.chunked else []
     lines += _precompute_a(nest, kernel, inner, rows, dtype, span)
     a = "a_pre" if _computed(nest.a) else None
     if full:
@@ -302,7 +300,7 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec
         lines.append(f"{inner}{{ const int64_t {j} = {full};")
         lines += _tile(nest, kernel, inner + "  ", rows, left_vectors, vec, dtype, a, span)
         lines.append(f"{inner}}}")
-    lines += [f"{pad}}}"] if chunked else []
+    lines += [f"{pad}}}"] if span.chunked else []
     start = full + left_vectors * lanes
     if start < n_j:
         k = nest.k
@@ -317,22 +315,26 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec
 
 @dataclass(frozen=True)
 class _KSpan:
-    """The k steps one pass of a row block's tiles takes: all of k from 0, or (where a computed A's
-    rows would not fit A_SCRATCH_BYTES for all of k) `steps` from the chunk loop's `start` to its
-    st_k1 (a loop bound gcc's `omp simd` takes)."""
+    """The k steps one pass of a row block's tiles takes: all of k, or (where a computed A's rows
+    would not fit A_SCRATCH_BYTES for all of k) `steps` from the chunk loop's st_k0 to its st_k1 (a
+    loop bound gcc's `omp simd` takes)."""
 
-    start: str
     steps: int
+    extent: int  # all of k
+
+    @property
+    def chunked(self) -> bool:
+        return self.steps < self.extent
 
     def loop(self, k: For) -> str:
         """The C head of a loop over these steps (`k` the nest's k loop)."""
-        if self.start == "0":
+        if not self.chunked:
             return f"for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var})"
-        return f"for (int64_t {k.var} = {self.start}; {k.var} < st_k1; ++{k.var})"
+        return f"for (int64_t {k.var} = st_k0; {k.var} < st_k1; ++{k.var})"
 
     def at(self, k: For) -> str:
         """k's position in a_pre."""
-        return k.var if self.start == "0" else f"{k.var} - {self.start}"
+        return f"{k.var} - st_k0" if self.chunked else k.var
 
 
 def _a_chunk(nest: MatmulNest, dtype: str) -> int:
