@@ -55,6 +55,13 @@ def x_of(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
+def assert_close_to_sums(got, want):
+    """Compare f32 sums of many products: both sides round each partial sum, in different orders,
+    so an element near zero amid sums of magnitude ~100 may differ by ~1e-4 (seen in CI on 3,072
+    products). The absolute tolerance scales with the largest sum; the relative one stays tight."""
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * float(np.abs(want).max()))
+
+
 def single(op, shape=(3, 4, 5), opset=21, extra_inputs=(), **attrs):
     """A one-node model on a float input x (and extra (name, array) inputs given as graph inputs)."""
     names = ["x"] + [n for n, _ in extra_inputs]
@@ -253,7 +260,7 @@ def test_a_grouped_conv_runs_the_micro_kernel_one_group_per_tile():
     source = f.native.source_path.read_text()
     assert "c0_0 = st_fma_f32" in source and "st_k0 += " in source
     (got,) = f(**{imported.inputs["x"]: x})
-    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
 
 
 def test_a_patch_embedding_compiles_to_one_product_of_the_bound_weight():
@@ -265,7 +272,7 @@ def test_a_patch_embedding_compiles_to_one_product_of_the_bound_weight():
     f = stitch.compile(imported.text, target="cpu", weights=imported.weights)
     assert len(f.compiled.schedule.kernels) == 1
     (got,) = f(**{imported.inputs["x"]: x})
-    np.testing.assert_allclose(got, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)  # sums of 768 products up to ~70
+    assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
 
 
 @pytest.mark.parametrize("target,want", [([0, -1], (3, 20)), ([-1], (60,)), ([5, 0, 3], (5, 4, 3))])
