@@ -292,6 +292,7 @@ def cmd_eval(args) -> int:
 def cmd_compile(args) -> int:
     """`stitch compile`: the pipeline's stages as far as --emit asks, that stage printed."""
     from ..targets.target import load_target
+    from .fold import fold_bound
     from .pipeline import check_entry, compile_graph, load_rule_files, lower_program, read_file, saturate_program
     from .pictures import egraph_dot, schedule_dot
     from .printer import print_func
@@ -306,6 +307,10 @@ def cmd_compile(args) -> int:
     limits = compile_limits(args)
     rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules),
                                  unsafe_fp=args.unsafe_fp)
+    bound = tuple(load_weights(args.weights, graph)) if args.weights else ()
+    if bound:  # what the weights alone compute is a weight of its own (engine/fold.py), as `run` compiles it
+        folded = fold_bound(graph, bound)
+        graph, bound = folded.graph, bound + folded.names
     if args.emit == "egraph" and not args.json:
         run, report = saturate_program(graph, rule_files, limits)
         print(report.render())
@@ -320,7 +325,6 @@ def cmd_compile(args) -> int:
     if args.emit == "ir":
         return 0
     if args.json or args.emit in ("loops", "c"):
-        bound = tuple(load_weights(args.weights, graph)) if args.weights else ()
         loops = lower_program(compiled, limits, bound)
     if args.json:
         print(json.dumps(compile_json(compiled, loops), indent=2))

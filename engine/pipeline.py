@@ -33,6 +33,7 @@ from .cost import ScheduleCost, schedule_cost
 from .egraph_data import EGraphData
 from .errors import StitchError, StitchWarning
 from .extract import MOST_FUSED, extract_schedule, extract_tree
+from .fold import fold_bound, fold_values
 from .graph import Graph
 from .interp import bind_weights
 from .ir import Pos, Program
@@ -234,10 +235,12 @@ def lower_program(compiled: Compiled, limits: Limits, bound: tuple[str, ...] = (
 
 
 def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None = None,
-          cflags: str | list[str] | None = None, weights: dict | None = None) -> CompiledProgram:
+          cflags: str | list[str] | None = None, weights: dict | None = None,
+          graph: Graph | None = None) -> CompiledProgram:
     """What runs `loops` on the compiled target: C built and loaded on a cpu target (the numpy executor
     where no C compiler exists), the simulator on an accel target, with the weights bound (the
-    program's prologue run on them once). Build time counts as compile time."""
+    program's prologue run on them once). Build time counts as compile time. `graph` is the
+    program as its caller wrote it (default: the compiled one), whose parameters a call is checked against."""
     from ..lowering.bind import bind
 
     target = compiled.target
@@ -256,7 +259,8 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
     start = time.perf_counter()
     bound = bind(loops, weights or {})
     compiled.seconds += time.perf_counter() - start
-    return CompiledProgram(compiled.graph, compiled, loops, native, executor, weights=tuple(weights or {}), bound=bound)
+    return CompiledProgram(graph or compiled.graph, compiled, loops, native, executor, weights=tuple(weights or {}),
+                           bound=bound)
 
 
 @allows_deep_recursion
@@ -281,6 +285,10 @@ def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), buil
     tgt = load_target(target)
     rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp)
     limits = limits or Limits()
-    compiled = compile_graph(graph, rule_files, tgt, limits)
+    folded = fold_bound(graph, tuple(weights))
+    compiled = compile_graph(folded.graph, rule_files, tgt, limits)
+    start = time.perf_counter()
+    weights = weights | fold_values(folded, weights)  # (binding: what the weights alone compute, once)
+    compiled.seconds += time.perf_counter() - start
     loops = lower_program(compiled, limits, tuple(weights))
-    return build(compiled, loops, cache_dir, cflags, weights)
+    return build(compiled, loops, cache_dir, cflags, weights, graph)
