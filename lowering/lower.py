@@ -504,6 +504,8 @@ class _KernelLowering:
             split = self.types[inst.node.children[0]].shape[axis]
             at = self.at(inst.index[axis])
             low, high = (self.narrow(at, split, side, lambda i=i: self.operand(inst, i)) for i, side in enumerate("<>"))
+            if low == high:  # both sides read the same (a window's taps of one padded input): no choice to make
+                return low
             return Select(at, split, low, high, dtype)
         args = tuple(self.operand(inst, i) for i in range(len(inst.operands)))
         return Op(op, args, dtype)
