@@ -767,7 +767,14 @@ def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, ta
         elements, sure = nest_image(rs, kernel, t.shape, tile)
         exact = exact and sure
         n = elements * dtype_bytes(t.dtype)
-        n *= rereads(tuple(dict.fromkeys(a for r in rs for a in r.axes)), parallel, kernel, tile)
+        axes = tuple(dict.fromkeys(a for r in rs for a in r.axes))
+        along = {a: -(-kernel.extents[a] // tile[a]) for a in parallel if a in tile}
+        own = math.prod(k for a, k in along.items() if a in axes)  # tiles reading disjoint parts
+        # a tile's part larger than on-chip memory does not stay there for the next tile: read again
+        # by each tile along the axes it does not vary along (wav2vec2's strided conv read its 16.8 MB
+        # input once per column tile)
+        n *= (math.prod(k for a, k in along.items() if a not in axes) if n > own * target.onchip_bytes
+              else rereads(axes, parallel, kernel, tile))
         reads += n
         moved += n * max(line_factor(r.index, t.dtype) for r in rs)
     partial = frozenset(key for key, axes in f.partial_axes.items()

@@ -331,21 +331,32 @@ def convert_conv(b, node, ins):
         if len(ins) > 2 and ins[2] is not None:
             y = b.op("add", [y, reshape(b, ins[2], (c,) + (1,) * d, hint)], hint)
         return [y]
-    # rows [N, o1, ..., od, C, k1, ..., kd]: one row of C*K values per output position
-    rows = b.op("transpose", [x], hint, perm=(0,) + tuple(2 + 2 * a for a in range(d)) + (1,)
-                + tuple(3 + 2 * a for a in range(d)))
+    # rows [N, o1, ..., od, C, k1, ..., kd]: one row of C*K values per output position; taps first
+    # ([N, o..., k..., C]) where a window is a concat of slices, so that its select is on a range of
+    # k (the lowering narrows each tap's side to its own C values: no div/mod left in the rows;
+    # wav2vec2's strided Conv1d, 3 taps, 206 -> ms)
+    taps_first = any(sliced(kk, st, dl) for kk, st, dl in zip(kernel, strides, dilations))
+    o_axes, k_axes = tuple(2 + 2 * a for a in range(d)), tuple(3 + 2 * a for a in range(d))
+    rows = b.op("transpose", [x], hint, perm=(0,) + o_axes + (k_axes + (1,) if taps_first else (1,) + k_axes))
     if group == 1:
         rows = reshape(b, rows, (n, positions, c * k), hint)
+    elif taps_first:  # [N, positions, K, G, C/G] -> [N, G, positions, K*C/G]
+        rows = b.op("transpose", [reshape(b, rows, (n, positions, k, group, c // group), hint)], hint,
+                    perm=(0, 3, 1, 2, 4))
+        rows = reshape(b, rows, (n, group, positions, k * (c // group)), hint)
     else:  # [N, G, positions, C/G*K]: one product per group, the groups a batch axis
         rows = b.op("transpose", [reshape(b, rows, (n, positions, group, c // group * k), hint)], hint,
                     perm=(0, 2, 1, 3))
     lead = (group,) if group > 1 else ()
-    if isinstance(w, Known):  # the weight as [G, C/G*K, M/G] ([C*K, M] for group 1), laid out at import
-        matrix = Known(np.ascontiguousarray(np.swapaxes(w.array.reshape(lead + (m // group, c // group * k)), -1, -2)),
-                       param=w.param, name=w.name)
+    # the weight as [G, C/G*K, M/G] ([C*K, M] for group 1; K*C/G rows taps first), laid out at import
+    per_group = (group, m // group, c // group, k)
+    order = (0, 3, 2, 1) if taps_first else (0, 2, 3, 1)
+    if isinstance(w, Known):
+        matrix = Known(np.ascontiguousarray(w.array.reshape(per_group).transpose(order).reshape(
+            lead + (c // group * k, m // group))), param=w.param, name=w.name)
     else:
-        matrix = b.op("transpose", [reshape(b, w, lead + (m // group, c // group * k), hint)], hint,
-                      perm=tuple(range(len(lead))) + (len(lead) + 1, len(lead)))
+        matrix = reshape(b, b.op("transpose", [reshape(b, w, per_group, hint)], hint, perm=order),
+                         lead + (c // group * k, m // group), hint)
     y = b.op("matmul", [rows, matrix], hint)  # [N, positions, M] ([N, G, positions, M/G] in groups)
     if len(ins) > 2 and ins[2] is not None:
         y = b.op("add", [y, reshape(b, ins[2], lead + (1,) * bool(lead) + (m // group,), hint)], hint)
@@ -356,6 +367,11 @@ def convert_conv(b, node, ins):
 # Whisper's k=3 convolutions as windows over copies: the search stored the first product's output
 # before its bias and GELU and recomputed them per tap in the second's im2col (3.7 ms, 0.63 as slices)
 SLICED_TAPS = 4
+
+
+def sliced(k: int, stride: int, dilation: int) -> bool:
+    """Whether `windows` makes an axis's windows of k taps as a concat of strided slices."""
+    return 1 < k <= SLICED_TAPS and not (stride == k and dilation == 1)
 
 
 def windows(b: Builder, x: Value, axis: int, count: int, k: int, stride: int, dilation: int, hint: str) -> Value:
@@ -372,7 +388,7 @@ def windows(b: Builder, x: Value, axis: int, count: int, k: int, stride: int, di
     if k == 1 or (stride == k and dilation == 1):
         r = range(0, (count - 1) * stride + 1, stride) if k == 1 else range(count * k)
         return reshape(b, slice_ranges(b, x, {axis: r}, hint), before + (count, k) + after, hint)
-    if k <= SLICED_TAPS:  # one strided slice per tap, stacked
+    if sliced(k, stride, dilation):  # one strided slice per tap, stacked
         taps = [reshape(b, slice_ranges(b, x, {axis: range(t * dilation, t * dilation + (count - 1) * stride + 1,
                                                            stride)}, hint), before + (count, 1) + after, hint)
                 for t in range(k)]

@@ -512,16 +512,29 @@ class _KernelLowering:
 
     def narrow(self, at: Ix, split: int, side: str, build):
         """`build()` (a concat's side) with the loop variable of its index `at` narrowed to where
-        that side is read: `at < split` ('<') or `at >= split` ('>'). Only an index of one variable
-        with a positive step narrows; any other builds as it is."""
-        if len(at.terms) != 1 or not isinstance(at.terms[0][0], str) or at.terms[0][1] <= 0:
+        that side is read: `at < split` ('<') or `at >= split` ('>'). An index of one variable with
+        a positive step narrows, or of the floor quotient of one (`c * ((a*v + b) // d) + const`, a
+        window's tap taken from a row of taps-first conv values); any other builds as it is."""
+        if len(at.terms) != 1 or at.terms[0][1] <= 0:
             return build()
-        (v, c), = at.terms
+        (term, c), = at.terms
+        a, b, d = 1, 0, 1  # at = c * ((a*v + b) // d) + const
+        if isinstance(term, FloorDiv):
+            inner = term.x
+            if len(inner.terms) != 1 or not isinstance(inner.terms[0][0], str) or inner.terms[0][1] <= 0:
+                return build()
+            b, d = inner.const, term.d
+            (term, a), = inner.terms
+        elif not isinstance(term, str):
+            return build()
+        v = term
         lo, hi = self.span(v)
-        if side == "<":  # c*v + const <= split - 1
-            hi = min(hi, (split - 1 - at.const) // c)
-        else:  # c*v + const >= split
-            lo = max(lo, -(-(split - at.const) // c))
+        if side == "<":  # c*q + const <= split - 1, q = (a*v + b) // d: a*v + b < (q_max + 1) * d
+            q = (split - 1 - at.const) // c
+            hi = min(hi, ((q + 1) * d - 1 - b) // a)
+        else:  # c*q + const >= split: a*v + b >= q_min * d
+            q = -(-(split - at.const) // c)
+            lo = max(lo, -(-(q * d - b) // a))
         if lo > hi:
             return build()  # this side is never read here: nothing to narrow to
         before = self.narrowed.get(v)

@@ -357,6 +357,12 @@ def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str, spa
         return []
     k = nest.k
     lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{span.steps}];"]
+    if not _along_k(nest):  # rows inside: each k reads one place for all the rows (a conv's taps
+        # first: k walks channels 32 KB apart, the rows neighbouring positions), not a line per row
+        lines.append(f"{pad}{span.loop(k)} {{")
+        for r in range(rows):
+            lines.append(f"{pad}  {_at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};')}")
+        return lines + [f"{pad}}}"]
     for r in range(rows):
         enter, leave = _row_scope(nest.i.var, r)
         lines += [f"{pad}{enter}"] if enter else []
@@ -364,6 +370,13 @@ def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str, spa
         lines.append(f"{pad}{span.loop(k)} a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};")
         lines += [f"{pad}{leave}"] if leave else []
     return lines
+
+
+def _along_k(nest: MatmulNest) -> bool:
+    """Whether some load of a computed A reads consecutive elements along k (a row's values in a
+    row-major matrix): then A is computed row by row in vector loops along k."""
+    k = nest.k.var
+    return any(ld.index and ld.index[-1].coef(k) == 1 for ld in loads(nest.a))
 
 
 def _computed(a) -> bool:

@@ -245,6 +245,32 @@ def _selects(e) -> bool:
     return isinstance(e, Select) or (isinstance(e, Op) and any(_selects(a) for a in e.args))
 
 
+def test_a_strided_conv_reads_its_windows_at_affine_indices_a_tap_at_a_time(tmp_path):
+    """wav2vec2's feature-extractor Conv1d (3 taps, stride 2), small. The rows of the product put
+    the taps first (k = tap * C + channel), so each tap's side of the windows' concat is narrowed to
+    its own C values of k and reads x at an affine index (channel-major, `k % 3` selected the tap
+    and every read kept div/mod: 230 -> 158 ms at 512 channels and 8,207 positions). A, computed,
+    is gathered a k at a time for all 8 rows of a block (neighbouring positions of one channel's
+    line), not a row at a time across channels 32 KB apart (-> 115 ms). x, 8.4 MB here, does not
+    fit on chip: the cost model prices it read again by every tile of columns (it read it once)."""
+    from stitch.engine.index import affine
+    from stitch.lowering.loops import leaves, loads
+
+    model = conv_model((1, 256, 8207), x_of(512, 256, 3), None, strides=[2])
+    imported = import_onnx(model)
+    f = stitch.compile(imported.text, cache_dir=tmp_path, weights=imported.weights)
+    reads = [ld for k in f.loops.kernels for leaf in leaves(k.body) for ld in loads(leaf.value) if ld.buffer == "x"]
+    assert reads and all(affine(ix) for ld in reads for ix in ld.index)
+    source = f.native.source_path.read_text()
+    assert "{ const int64_t st_row = p2 + 1; { const int64_t p2 = st_row; a_pre[1][r0] =" in source
+    (kernel,) = f.compiled.cost.kernels
+    columns = -(-512 // kernel.tile["p1"])
+    assert columns > 1 and kernel.bytes_read >= 256 * 8207 * 4 * columns
+    x = x_of(1, 256, 8207)
+    (got,) = f(**{imported.inputs["x"]: x})
+    assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
 def test_a_grouped_conv_of_a_weight_given_at_run_time_matches_onnx():
     """The weight a graph input: laid out as [G, C/G*K, M/G] in the program, not at import."""
     x, w = x_of(1, 6, 9), x_of(4, 3, 3)
