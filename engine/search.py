@@ -56,13 +56,6 @@ EXHAUSTIVE_LIMIT = 2048
 STEEPEST_LIMIT = 48
 # ... and passes repeat until one takes no move, or this many have run.
 GREEDY_ROUNDS = 4
-# A value fused into its readers is stored in global memory instead (`_split_pass`: a kernel of
-# its own, which a descent from the fused start never makes) only when that saves at least this
-# share of the cycles of the kernels the move re-forms. Where it pays, it pays many times over (a padded input read
-# through the padding's selects by each of a window's taps: 7.2 ms fused, 0.51 stored, at 3,072
-# channels); where the model sees a few percent, the store is a copy kernel the model overprices
-# the fused reads against (an unpadded window's taps: estimated 8% saved, measured 0.45 -> 0.76 ms).
-SPLIT_MARGIN = 0.25
 
 # Narrowing keeps, of the e-nodes that differ only in how a fused operand is held, the one
 # whose placements rank lowest, edge by edge (the cost model's dominant answer, module
@@ -96,7 +89,6 @@ class Move:
     roots: list[str]  # the values that end a kernel
     per_root: dict[str, Kernel]  # each root's kernel, before merging
     kernels: list[Kernel]  # the merged kernels, in run order
-    before: float = 0.0  # cycles of the kernels the move re-forms, before it
 
 
 class Space:
@@ -401,11 +393,6 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
         state = min(ends, key=lambda end: order_key(space.price(end.choice)[0]))  # the first of equals
         state.fine = True  # then hold fused values another way where it pays
         _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1)
-        # then store fused values in global memory where that pays (a padded input read by every
-        # tap of a window: each read a chain of selects fused, one plain load stored)
-        if _split_pass(state, by_sig):
-            _first_improvement(state, lambda: list(reversed(state.roots)), by_sig, GREEDY_ROUNDS)
-            _first_improvement(state, state.held, by_sig, 1)
     cost, schedule = space.price(state.choice)
     return SearchResult(state.choice, schedule, cost, space.evaluated, False)
 
@@ -430,17 +417,6 @@ def _first_improvement(state: _State, producers, by_sig, rounds: int) -> None:
                 improved = True
         if not improved:
             return
-
-
-def _split_pass(state: _State, by_sig) -> bool:
-    """One pass over the values fused into their readers, storing each in global memory (its own
-    kernel's root) where that pays: the reverse of a fusing move, which a descent from the fused
-    start never takes. Whether anything was split."""
-    moves = [m for p in state.fused() for m in [state.split_move(p, by_sig)] if m is not None]
-    if not moves:
-        return False
-    state.take(min(moves, key=lambda m: m.delta))
-    return True
 
 
 class _State:
@@ -575,41 +551,6 @@ class _State:
                     break
         return out
 
-    def fused(self) -> list[str]:
-        """Values (not inputs, not stored) some reader reads fused, in a fixed order."""
-        out = []
-        for producer, consumers in self.readers.items():
-            if producer in self.roots or producer in self.space.params or producer in self.outputs:
-                continue
-            if any(self.space.edge(c)[1] == producer and self.space.edge(c)[0] != "global"
-                   for consumer in dict.fromkeys(consumers) for c in self.choice[consumer].children):
-                out.append(producer)
-        return sorted(out)
-
-    def split_move(self, producer: str, by_sig) -> Move | None:
-        """The move that stores `producer` in global memory, every reader reading it from there,
-        if it pays; else None."""
-        space = self.space
-        trial = dict(self.choice)
-        changed = set()
-        for consumer in dict.fromkeys(self.readers.get(producer, ())):
-            node = trial[consumer]
-            op, attrs, edges = space.signature(node)
-            stored = tuple((True, v) if v == producer else (g, v) for g, v in edges)
-            if stored == edges:
-                continue
-            alt = next((n for n in by_sig[consumer].get((op, attrs, stored), ())
-                        if all(space.edge(b)[0] == "global" if space.edge(a)[1] == producer
-                               else space.edge(a) == space.edge(b) for a, b in zip(node.children, n.children))), None)
-            if alt is None:
-                return None
-            trial[consumer] = alt
-            changed.add(consumer)
-        if not changed:
-            return None
-        move = self._evaluate((trial, changed), producer)
-        return move if move is not None and -move.delta >= SPLIT_MARGIN * move.before > 0 else None
-
     def _keeps(self, consumer: str, node: ENode, producer: str) -> bool:
         if self.fine:
             return self.space.keeps_placement(consumer, node, producer)
@@ -654,7 +595,7 @@ class _State:
         cost = sum(space.price_kernel(k).cycles for k in new)
         if math.isnan(cost - old):
             return None
-        return Move(cost - old, choice, roots, per_root, kernels, old)
+        return Move(cost - old, choice, roots, per_root, kernels)
 
     def _stored(self) -> set[str]:
         return {cid for k in self.kernels for cid in k.roots}

@@ -106,8 +106,14 @@ def _pipeline(program: LoopProgram, target: Target) -> LoopProgram:
     return pipeline_tiles(program, target.onchip_bytes) if target.pipeline_tiles else program
 
 
+def _delinearize(program: LoopProgram, target: Target) -> LoopProgram:
+    from .delinearize import split_merged_loops
+
+    return split_merged_loops(program)
+
+
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize]
 
 
 @allows_deep_recursion

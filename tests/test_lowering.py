@@ -343,3 +343,35 @@ def test_the_generated_c_is_the_same_in_every_process(name):
         assert proc.returncode == 0, proc.stderr
         sources.add(proc.stdout)
     assert len(sources) == 1
+
+
+
+def _divs(program) -> int:
+    """How many div/mod atoms the program's loads and stores hold."""
+    from stitch.engine.index import FloorDiv, Mod
+    from stitch.lowering.loops import leaves, loads
+
+    count = 0
+    for k in program.kernels:
+        for leaf in leaves(k.body):
+            for ix in list(leaf.index) + [ix for ld in loads(leaf.value) for ix in ld.index]:
+                count += sum(isinstance(t, (FloorDiv, Mod)) for t, _ in ix.terms)
+    return count
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+@pytest.mark.parametrize("other, divs", [("b", False), ("reshape(c, shape=[16, 64])", True)])
+def test_a_loop_over_a_merged_axis_runs_as_the_two_axes_it_merged(target, other, divs):
+    """A reshape's merged axis read through v // 8 and v % 8 (and v itself) runs as two loops, the
+    div and mod gone (lowering/delinearize.py); a loop whose divs differ (// 8 and // 16) is left
+    as it is. Values are unchanged either way."""
+    text = ("func f(a: f32[16, 8, 8], b: f32[16, 64], c: f32[16, 4, 16]) -> f32[16, 64] {\n"
+            f"  return add(exp(reshape(a, shape=[16, 64])), {other})\n}}\n")
+    graph = check_program(parse_program(text))["f"]
+    program = lower(compile_graph(graph, builtin_rule_files(), load_target(target)))
+    assert (_divs(program) > 0) == divs, print_loops(program)
+    assert ("_hi in" in print_loops(program)) != divs
+    inputs = random_inputs(graph, 1)
+    got, _ = execute(program, inputs)
+    for g, w in zip(got, evaluate(graph, inputs)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
