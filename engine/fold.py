@@ -23,6 +23,7 @@ The pass depends only on which parameters are bound, not on their values, so
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
 import numpy as np
 
 from .graph import Graph, Node
@@ -150,4 +151,3 @@ def _values(graph: Graph, points: list[int]) -> Graph:
     params = [new_id[i] for i in order if graph.nodes[i].op == "param"]
     return Graph(f"{graph.name}_weights", nodes, params, [new_id[i] for i in points],
                  [graph.nodes[i].attr("name") for i in order if graph.nodes[i].op == "param"])
-

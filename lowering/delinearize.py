@@ -17,13 +17,14 @@ from dataclasses import replace
 
 from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify_in
 from ..targets.c_matmul import match_matmul
-from .loops import For, LoopProgram, Stmt, leaves, map_indices
+from .loops import For, LoopProgram, Stmt, expr_vars, leaves, map_indices
 
 
 def split_merged_loops(program: LoopProgram) -> LoopProgram:
-    """Not a tile loop (the runtime hands them out), nor a reduction's loop, nor any loop of a
-    product's i / k / j nest, which the C backend runs as its register-blocked micro-kernel (split,
-    a conv's k over taps-first rows ran one element at a time: 115 -> 238 ms)."""
+    """`program` with its loops over merged axes split: serial loops only, not a tile loop (the
+    runtime hands them out) nor a reduction's, and no loop of a product's i / k / j nest, which the
+    C backend runs as its register-blocked micro-kernel (split, a conv's k over taps-first rows ran
+    one element at a time: 115 -> 238 ms)."""
     kernels = []
     for k in program.kernels:
         buffers = {b.name: b for b in program.params + program.intermediates + program.output_buffers + k.allocs}
@@ -60,7 +61,7 @@ def _divisor(loop: For) -> int | None:
                     ok = False
                 else:
                     visit(t.x)
-            elif isinstance(t, Indirect) and loop.var in _names(t):
+            elif isinstance(t, Indirect) and loop.var in expr_vars(t.value):
                 ok = False
         return ix
 
@@ -70,12 +71,6 @@ def _divisor(loop: For) -> int | None:
         return None
     (d,) = found
     return d if 1 < d < loop.extent and loop.extent % d == 0 else None
-
-
-def _names(t: Indirect) -> set[str]:
-    from .loops import expr_vars
-
-    return expr_vars(t.value)
 
 
 def _split(loop: For, d: int, around: dict[str, int]) -> For:
