@@ -530,3 +530,33 @@ def test_a_value_computed_twice_keeps_every_placement_of_what_it_reads(text):
         result = extract_schedule(data, target)
         assert result.exhaustive
         assert result.cost.cycles == pytest.approx(brute_force(data, target), rel=1e-9)
+
+
+def test_an_input_too_large_to_stay_on_chip_is_read_again_by_every_tile_of_columns():
+    """A product whose rows are all in each tile reads all of its left operand per tile: where that
+    is larger than on-chip memory it does not stay there for the next tile of columns, so each one
+    reads it again (wav2vec2's strided conv, 8.4 MB of windows' input here, was priced read once)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from stitch.engine import cost
+    from stitch.engine.testing import compile_text
+    from stitch.frontends.onnx_import import import_onnx
+
+    w = np.random.default_rng(0).standard_normal((512, 256, 3)).astype(np.float32)
+    f32 = TensorProto.FLOAT
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], strides=[2])], "g",
+        [helper.make_tensor_value_info("x", f32, [1, 256, 8207])], [helper.make_tensor_value_info("y", f32, None)],
+        [helper.make_tensor("w", f32, w.shape, w.flatten())]), opset_imports=[helper.make_opsetid("", 17)])
+    target = load_target("cpu")
+    c = compile_text(import_onnx(model).text, target)
+    (kernel,) = c.schedule.kernels
+    f = cost.facts(kernel, c.schedule.types).on(target)
+    priced = [cost._kernel_cost(kernel, order, grow, c.schedule.types, target, f)
+              for order, grow in cost.tile_orders(kernel, cost.parallel_axes(kernel, f), c.schedule.types, target)]
+    x_bytes = 256 * 8207 * 4
+    tall = [kc for kc in priced if kc.tile.get("p2") == 4103 and kc.tile["p1"] < 512]
+    assert tall and x_bytes > target.onchip_bytes
+    for kc in tall:
+        assert kc.bytes_read >= x_bytes * (512 // kc.tile["p1"])
