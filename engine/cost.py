@@ -288,7 +288,22 @@ def region(read: Read, kernel: Kernel, tiled: set[str], shape: tuple[int, ...]) 
 def image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] | None = None) -> int:
     """Elements of the input one read touches over the whole kernel: the product of its axes'
     ranges (an injective index map), at most its bounding box, taken tile by tile (`tile`) where
-    the box is the smaller: each tile reads its own box."""
+    the box is the smaller: each tile reads its own box. Cached: a kernel is priced in every tile
+    order and chunk size, which often choose the same tile (a conv's windows, summed box by box,
+    took 3 ms an image)."""
+    key = (r, kernel, shape, tuple(sorted(tile.items())) if tile else None)
+    if key not in _IMAGES:
+        if len(_IMAGES) > IMAGE_CACHE:
+            _IMAGES.clear()
+        _IMAGES[key] = _image(r, kernel, shape, tile)
+    return _IMAGES[key]
+
+
+IMAGE_CACHE = 1 << 14  # images kept (a compile prices a few thousand kernels; emptied when full)
+_IMAGES: dict[tuple, int] = {}
+
+
+def _image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] | None) -> int:
     span = _spans(r, kernel)
     n = _points(r.axes, span)
     if _gathered(r):  # tiles may read a row again: at most one element per point, not the box
