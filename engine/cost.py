@@ -729,8 +729,8 @@ def chunk_axis(kernel: Kernel, f: _Facts, target: Target) -> str:
 
 
 def _map_chain(kernel: Kernel, inst: Instance) -> set[int] | None:
-    """The index-map instances between a matmul and the global values it reads, or None when an
-    operand is computed (or held) in the kernel."""
+    """The index-map instances between a matmul and the global values it reads (a concat's select
+    among them), or None when an operand is computed (or held) in the kernel."""
     if any(kind not in ("global", "inline") for kind, _ in inst.operands):
         return None
     chain = {key for kind, ref in inst.operands if kind == "inline" for key in kernel.inlined(ref)}
