@@ -107,7 +107,7 @@ def _with_params(graph: Graph, points: list[int]) -> Graph:
             name, k = f"{base}{k}", k + 1
         taken.add(name)
         names[i] = name
-    live = _live(graph, set(points))
+    live = _reached(graph, graph.outputs, set(points))
     order = graph.params + points + [n.id for n in graph.nodes if n.op != "param" and n.id in live
                                       and n.id not in names]
     new_id = {old: new for new, old in enumerate(order)}
@@ -123,9 +123,9 @@ def _with_params(graph: Graph, points: list[int]) -> Graph:
                  graph.param_names + [names[i] for i in points])
 
 
-def _live(graph: Graph, cut: set[int]) -> set[int]:
-    """The nodes the outputs read, not looking past the nodes in `cut`."""
-    live, todo = set(), list(graph.outputs)
+def _reached(graph: Graph, roots: list[int], cut: set[int] = frozenset()) -> set[int]:
+    """The nodes `roots` read, themselves included, not looking past the nodes in `cut`."""
+    live, todo = set(), list(roots)
     while todo:
         i = todo.pop()
         if i in live:
@@ -138,13 +138,7 @@ def _live(graph: Graph, cut: set[int]) -> set[int]:
 
 def _values(graph: Graph, points: list[int]) -> Graph:
     """The graph of the bound parameters that computes the points (its outputs, in order)."""
-    cone, todo = set(), list(points)
-    while todo:
-        i = todo.pop()
-        if i not in cone:
-            cone.add(i)
-            todo.extend(graph.nodes[i].inputs)
-    order = sorted(cone)
+    order = sorted(_reached(graph, points))
     new_id = {old: new for new, old in enumerate(order)}
     nodes = [replace(graph.nodes[old], id=new_id[old], inputs=tuple(new_id[i] for i in graph.nodes[old].inputs))
              for old in order]
