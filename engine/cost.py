@@ -365,7 +365,7 @@ def _narrows(g) -> bool:
     """Whether `_spans` narrows an axis by the guard: one on `c*a + k` with c > 0. Another (a
     concat's piece behind a reshape, guarded on `4*p0 + p1`) is not followed: the read's image
     then counts the points it leaves out, an upper bound."""
-    return len(g.ix.terms) == 1 and isinstance(g.ix.terms[0][0], str) and g.ix.terms[0][1] > 0
+    return g.ix.stepped is not None
 
 
 def _spans(r: Read, kernel: Kernel):
@@ -616,10 +616,8 @@ def _vector_columns(f: _Facts, target: Target) -> dict[str, int]:
         for atom, c in (inst.index[-1].terms if inst.index else ()):
             if c == 1 and isinstance(atom, str):
                 out.setdefault(atom, 0)
-            elif c == 1 and isinstance(atom, Mod) and len(atom.x.terms) == 1 and atom.x.const == 0:
-                ((a, coef),) = atom.x.terms
-                if coef == 1 and isinstance(a, str):
-                    out[a] = atom.d
+            elif c == 1 and isinstance(atom, Mod) and atom.x.label is not None:
+                out[atom.x.label] = atom.d
     return out
 
 

@@ -91,6 +91,13 @@ class Ix:
             return self.terms[0][0]
         return None
 
+    @property
+    def stepped(self) -> tuple[str, int] | None:
+        """(axis, step) when this is step * axis + const for one axis with step > 0; else None."""
+        if len(self.terms) == 1 and isinstance(self.terms[0][0], str) and self.terms[0][1] > 0:
+            return self.terms[0]
+        return None
+
     def coef(self, name: str) -> int:
         return dict(self.terms).get(name, 0)
 

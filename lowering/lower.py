@@ -526,11 +526,9 @@ class _KernelLowering:
         (term, c), = at.terms
         a, b, d = 1, 0, 1  # at = c * ((a*v + b) // d) + const
         if isinstance(term, FloorDiv):
-            inner = term.x
-            if len(inner.terms) != 1 or not isinstance(inner.terms[0][0], str) or inner.terms[0][1] <= 0:
+            if term.x.stepped is None:
                 return build()
-            b, d = inner.const, term.d
-            (term, a), = inner.terms
+            (term, a), b, d = term.x.stepped, term.x.const, term.d
         elif not isinstance(term, str):
             return build()
         v = term
