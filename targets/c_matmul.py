@@ -108,12 +108,12 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
     v = acc.value
     if not (isinstance(v, Op) and v.op == "mul" and len(v.args) == 2 and v.dtype == dtype_of(acc.buffer)):
         return None
-    if not (contiguous_in(acc.index, j.var) and _uses(acc.index, i.var) and not _uses(acc.index, k.var)):
+    if not (contiguous_in(acc.index, j.var) and uses_var(acc.index, i.var) and not uses_var(acc.index, k.var)):
         return None
     if not all(affine(ix) for ix in acc.index):  # the blocks shift C's and B's indices by constants
         return None
     for a, b in (v.args, v.args[::-1]):
-        if (isinstance(b, Load) and contiguous_in(b.index, j.var) and not _uses(b.index, i.var)
+        if (isinstance(b, Load) and contiguous_in(b.index, j.var) and not uses_var(b.index, i.var)
                 and all(affine(ix) for ix in b.index) and dtype_of(b.buffer) == v.dtype
                 and not _expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
                 and expr_dtype(a, dtype_of) == v.dtype):
@@ -430,18 +430,19 @@ def _single_for(s) -> bool:
     return isinstance(s, For) and len(s.body) == 1 and isinstance(s.body[0], For)
 
 
-def _uses(index: tuple[Ix, ...], var: str) -> bool:
+def uses_var(index: tuple[Ix, ...], var: str) -> bool:
+    """Whether any of `index` reads loop variable `var`."""
     return any(var in index_vars(ix) for ix in index)
 
 
 def contiguous_in(index: tuple[Ix, ...], var: str) -> bool:
     """`var` moves only the last index, by one element per step."""
     return (bool(index) and index[-1].coef(var) == 1 and var not in index_vars(index[-1] - Ix.var(var))
-            and not _uses(index[:-1], var))
+            and not uses_var(index[:-1], var))
 
 
 def _expr_uses(e, var: str) -> bool:
-    return any(_uses(load.index, var) for load in loads(e)) or (isinstance(e, Select) and var in index_vars(e.ix))
+    return any(uses_var(load.index, var) for load in loads(e)) or (isinstance(e, Select) and var in index_vars(e.ix))
 
 
 def _buffers(e) -> set[str]:

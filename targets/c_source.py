@@ -29,7 +29,7 @@ from ..lowering.liveness import buffers_read
 from ..lowering.overlap import Stages, scratch_layout, stages
 from .c_passes import pipelined_passes
 from .c_matmul import (contiguous_in, expr_dtype, flat_coef, match_matmul, render_matmul, shift_ix, through_units,
-                       vector_typedefs)
+                       uses_var, vector_typedefs)
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
@@ -674,9 +674,9 @@ class _Kernel:
             return s
         a, b = s.var, inner.var
         reads = [ld for ld in loads(leaf.value) if ld.index]
-        if not (contiguous_in(leaf.index, b) and a in index_vars_of(leaf.index)
-                and not any(contiguous_in(ld.index, b) and a in index_vars_of(ld.index) for ld in reads)
-                and any(contiguous_in(ld.index, a) and b in index_vars_of(ld.index) for ld in reads)):
+        if not (contiguous_in(leaf.index, b) and uses_var(leaf.index, a)
+                and not any(contiguous_in(ld.index, b) and uses_var(ld.index, a) for ld in reads)
+                and any(contiguous_in(ld.index, a) and uses_var(ld.index, b) for ld in reads)):
             return s
         return For(b, inner.extent, "serial", [For(a, s.extent, "serial", [leaf])])
 
@@ -1506,10 +1506,6 @@ def _at(index: tuple[Ix, ...], var: str, value: int) -> tuple[Ix, ...]:
 
 # ops worth vectorizing a loop for (its loads and stores aside)
 TRANSCENDENTAL = ("exp", "log", "erf", "tanh", "sigmoid", "pow", "sqrt", "rsqrt")
-
-
-def index_vars_of(index: tuple[Ix, ...]) -> set[str]:
-    return set().union(*(index_vars(ix) for ix in index)) if index else set()
 
 
 def _exponentials(e) -> bool:
