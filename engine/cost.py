@@ -414,7 +414,12 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
     pieces = _pieces(rs, kernel, tile)
     if pieces is not None:  # (a gathered index counts each point it reads: repeats once each)
         return pieces, not any(_gathered(r) for r in rs)
-    total = sum(image(r, kernel, shape, tile) for r in rs)
+    # a gathered read is made by every tile along the axes the others vary along and it does not
+    # (x + x[i] in tiles along x's axis reads x[i] in each tile; the caller counts re-reads by the
+    # other axes)
+    together = {a for r in rs for a in r.axes}
+    total = sum(image(r, kernel, shape, tile)
+                * (_tile_origins(together - set(r.axes), kernel, tile)[0] if _gathered(r) else 1) for r in rs)
     return (total if any(_gathered(r) for r in rs) else min(total, _tile_hulls(rs, kernel, shape, tile))), False
 
 
