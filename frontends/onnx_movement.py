@@ -59,9 +59,11 @@ def slice_ranges(b: Builder, x: Value, ranges: dict[int, range], hint: str) -> V
     forward = {a: r for a, r in ranges.items() if r.step > 0 or len(r) == 1}
     if forward:
         axes = sorted(forward)
-        starts = [min(forward[a]) for a in axes]
+        # a forward range's first and last positions, not min() and max(): they walk the range (wav2vec2's
+        # first conv slices a flat range of 337M positions: 18 of its 18.4 s of import)
+        starts = [forward[a][0] for a in axes]
         steps = [abs(forward[a].step) if len(forward[a]) > 1 else 1 for a in axes]
-        ends = [max(forward[a]) + 1 for a in axes]
+        ends = [forward[a][-1] + 1 for a in axes]
         attrs = {"axes": tuple(axes), "starts": tuple(starts), "ends": tuple(ends)}
         if any(s != 1 for s in steps):
             attrs["steps"] = tuple(steps)
