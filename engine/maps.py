@@ -154,7 +154,15 @@ def _matmul(index: tuple[Ix, ...], in_shapes, fresh) -> list[OperandMap]:
 
 
 def _reshape(index: tuple[Ix, ...], out_shape, in_shape, extent) -> tuple[Ix, ...]:
-    """The operand's index: the flat position of `index` in `out_shape`, split by `in_shape`."""
+    """The operand's index: the flat position of `index` in `out_shape`, split by `in_shape`.
+
+    A reshape that only adds or drops size-1 dimensions may read its other dimensions where they
+    are instead; the two agree wherever the dropped index is 0, and differ only outside a concat
+    piece's range, where the read is not used. The flat position is kept unless it needs a div/mod
+    the index had not (a depthwise conv's stride-1 taps stacked along an added axis all read
+    x[.., p + tap] through it, whichever piece the concat picks); the direct index where it does (strided
+    taps read x[.., 2*(p + k // 64) % 31] split again, not x[.., 2*p + tap]: wav2vec2's strided
+    convs looked unchunkable and stored their taps in copy kernels)."""
     flat = Ix()
     stride = 1
     for ix, d in reversed(list(zip(index, out_shape))):
@@ -170,4 +178,9 @@ def _reshape(index: tuple[Ix, ...], out_shape, in_shape, extent) -> tuple[Ix, ..
             continue
         part = Ix.var(FloorDiv(flat, stride)) if stride > 1 else flat
         out.append(simplify(Ix.var(Mod(part, d)), extent))
+    given = {t for ix in index for t, _ in ix.terms if not isinstance(t, str)}
+    if ([d for d in out_shape if d != 1] == [d for d in in_shape if d != 1]
+            and any(not isinstance(t, str) and t not in given for ix in out for t, _ in ix.terms)):
+        kept = iter([ix for ix, d in zip(index, out_shape) if d != 1])
+        return tuple(Ix() if d == 1 else next(kept) for d in in_shape)
     return tuple(out)

@@ -168,6 +168,29 @@ kernel k0 {
     assert loops_of(before, ACCEL) == after
 
 
+def test_taps_stacked_along_an_added_axis_read_their_input_where_they_are():
+    """A strided conv's taps as ONNX's Conv is imported: each tap a slice reshaped to [.., 1] and
+    the taps concatenated along that axis. A reshape that only adds a size-1 axis reads its input
+    at the same index; as a flat position split again, a tap read where the concat's index says
+    another tap is (outside its piece) turned every read into a div/mod of the position
+    (x[.., 2*(p + k // 64) % 31]), and wav2vec2's taps were stored in copy kernels."""
+    before = """func f(x: f32[1, 64, 63], w: f32[192, 64]) -> f32[1, 31, 64] {
+  a = reshape(slice(x, axes=[2], starts=[0], ends=[61], steps=[2]), shape=[1, 64, 31, 1])
+  b = reshape(slice(x, axes=[2], starts=[1], ends=[62], steps=[2]), shape=[1, 64, 31, 1])
+  c = reshape(slice(x, axes=[2], starts=[2], ends=[63], steps=[2]), shape=[1, 64, 31, 1])
+  taps = reshape(transpose(concat(a, b, c, axis=3), perm=[0, 2, 3, 1]), shape=[1, 31, 192])
+  return relu(matmul(taps, w))
+}"""
+    c = compile_text(before, load_target("cpu"))
+    (kernel,) = c.schedule.kernels
+    (reads,) = [rs for cid, rs in kernel.inputs.items() if c.schedule.types[cid].shape == (1, 64, 63)]
+    assert sorted(str(r.index[2]) for r in reads) == ["2*p1", "2*p1 + 1", "2*p1 + 2"], reads
+    for target in ("cpu", "accel"):
+        f = stitch.compile(before, target=target)
+        inputs = random_inputs(f.graph, 3)
+        assert compare(f(**inputs)[0], evaluate(f.graph, inputs)[0]) == ""
+
+
 def test_a_fused_slice_is_an_offset_and_a_stride():
     before = """func f(x: f32[8, 10]) -> f32[4, 7] {
   return neg(slice(x, axes=[0, 1], starts=[1, -7], ends=[8, 10], steps=[2, 1]))
