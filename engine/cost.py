@@ -47,6 +47,11 @@ reductions finish across tiles) and prices it:
   and k, or per k and column, over their own axes); index
   maps (transpose, reshape, broadcast, slice) cost nothing, a concat's select
   and a gather's index one op per element.
+- Panels: on the vector unit a product's tile runs MICRO_ROWS rows at a time,
+  each block reading the tile's panel of the right operand (its columns by the
+  k it sums, a chunk's when k is chunked); a panel larger than PANEL_SHARE of
+  the on-chip buffer does not stay there between blocks and is priced as read
+  again from memory by each block (`panel_bytes`).
 """
 
 from __future__ import annotations
@@ -63,6 +68,11 @@ from .ops import ACCUMULATING, REDUCE, is_injective
 from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
 
 INFEASIBLE = math.inf
+# Rows of C the vector unit's matmul micro-kernel holds in registers (targets/c_matmul.py's blocks).
+MICRO_ROWS = 8
+# A product's panel of its right operand stays on chip between row blocks up to this share of
+# `onchip_bytes` (the rest holds the tile's rows of A, its accumulators and what else it stages).
+PANEL_SHARE = 0.5
 FREE_OPS = ("transpose", "reshape", "broadcast_to", "slice")  # index maps: no arithmetic
 WHOLE = "*"  # a region dimension read whole (an untiled axis over the full extent)
 
@@ -664,13 +674,41 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, t
     for inst, k in f.matmuls:
         out = slice_elems(inst.axes, kernel, tile)
         if target.matrix is None:
-            vector += out * k / target.fma_per_lane
+            # columns fewer than a 16-byte vector's run a lane at a time (a product of one column,
+            # attention's scores against one key per tile: SegFormer's 0.2 ms estimate took 4.1 ms)
+            col_axes = matrix_dims(inst)[1]  # (none: a vector times a matrix, summed along k in vectors)
+            cols = slice_elems(col_axes, kernel, tile) if col_axes else target.vector_lanes
+            scalar = cols < 16 // dtype_bytes(types[inst.cid].dtype)
+            vector += out * k / target.fma_per_lane * (target.vector_lanes / cols if scalar else 1)
             continue
         m = target.matrix
         rows, cols = (slice_elems(axes, kernel, tile) for axes in matrix_dims(inst))
         batch = out // max(rows * cols, 1)
         matrix += batch * -(-rows // m.tile_m) * -(-cols // m.tile_n) * -(-k // m.tile_k) * m.cycles_per_tile
     return vector, matrix
+
+
+def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, types,
+                chunk: tuple[str, int] | None) -> float:
+    """Bytes one tile's products read again from memory: on the vector unit the micro-kernel walks
+    the tile's rows MICRO_ROWS at a time, each block reading the tile's whole panel of the right
+    operand (its columns by the k it sums, or by a chunk of it); a panel larger than PANEL_SHARE of
+    on-chip memory does not stay there from one block to the next. (A 4103x1536 by 1536x512 product
+    in tiles of 11 rows by 256 columns read its 1.5 MB panel twice a tile: 73 ms, against 43 in tiles
+    of 373 rows by 256 columns with k in chunks of 256, whose 256 KB panel stays in the cache.)"""
+    if target.matrix is not None:
+        return 0.0
+    total = 0.0
+    for inst, k in f.matmuls:
+        row_axes, col_axes = matrix_dims(inst)
+        rows = slice_elems(row_axes, kernel, tile)
+        cols = slice_elems(col_axes, kernel, tile)
+        batch = slice_elems(inst.axes, kernel, tile) // max(rows * cols, 1)
+        depth = chunk[1] if chunk else k
+        panel = depth * cols * dtype_bytes(types[inst.node.children[1]].dtype)
+        if panel > PANEL_SHARE * target.onchip_bytes:
+            total += batch * -(-rows // MICRO_ROWS) * panel * (k // depth)
+    return total
 
 
 # ---------------------------------------------------------------------------
@@ -825,6 +863,7 @@ def _kernel_cost(kernel: Kernel, parallel: list[str], grow: list[str], types, ta
             written += nbytes * again
             reads += nbytes * again
             moved += 2 * nbytes * again
+    moved += tiles * panel_bytes(kernel, tile, target, f, types, chunk)
     vec, mat = tile_work(kernel, tile, target, f, types)
     if chunk:  # every chunk loads the tile's accumulators and stores them again
         (inst, _), = f.matmuls

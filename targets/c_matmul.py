@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..engine.cost import MICRO_ROWS
 from ..engine.ir import dtype_bytes
 from ..engine.index import affine
 from ..lowering.loops import Accumulate, Checked, For, Ix, Load, Op, Select, index_vars, loads, map_indices
@@ -26,7 +27,7 @@ from ..lowering.loops import Accumulate, Checked, For, Ix, Load, Op, Select, ind
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 C_FLOAT = {"f32": "float", "f64": "double"}
 A_SCRATCH_BYTES = 64 * 1024  # the most stack one row block's precomputed A may take
-MAX_ROWS = 8  # rows of C in one register block
+MAX_ROWS = MICRO_ROWS  # rows of C in one register block (the cost model prices its panel reads by it)
 
 
 def vector_typedefs(vector_bytes: int) -> str:

@@ -560,3 +560,28 @@ def test_an_input_too_large_to_stay_on_chip_is_read_again_by_every_tile_of_colum
     assert tall and x_bytes > target.onchip_bytes
     for kc in tall:
         assert kc.bytes_read >= x_bytes * (512 // kc.tile["p1"])
+
+
+@pytest.mark.parametrize("onchip", [1 << 20, 2 << 20])
+def test_a_products_panel_larger_than_on_chip_memory_is_read_again_by_every_block_of_rows(onchip):
+    """On the vector unit the micro-kernel walks a tile's rows 8 at a time, each block reading the
+    tile's whole panel of the right operand (its columns by the k it sums). A 4103x1536 by 1536x512
+    product was planned in tiles of 11 rows by 256 columns and all of k: a 1.5 MB panel read twice
+    a tile, 73 ms at 1 thread against 43 for 373 rows with k in chunks of 256 (a 256 KB panel that
+    stays in the cache), both priced alike. The plan's panel now fits PANEL_SHARE of on-chip memory."""
+    from dataclasses import replace
+
+    from stitch.engine import cost
+    from stitch.engine.testing import compile_text
+
+    target = replace(CPU, onchip_bytes=onchip)
+    c = compile_text("func mm(a: f32[4103, 1536], w: f32[1536, 512]) -> f32[4103, 512] {\n"
+                     "  return matmul(a, w)\n}", target)
+    (kernel,), (kc,) = c.schedule.kernels, c.cost.kernels
+    f = cost.facts(kernel, c.schedule.types).on(target)
+    panel = 1536 * 256 * 4
+    assert panel > cost.PANEL_SHARE * onchip
+    assert cost.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, c.schedule.types, None) == 2 * panel
+    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, c.schedule.types, ("r0", 256)) == 0
+    depth = kc.tile[kc.chunked] if kc.chunked else 1536
+    assert depth * kc.tile.get("p1", 512) * 4 <= cost.PANEL_SHARE * onchip, kc
