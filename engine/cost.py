@@ -70,6 +70,8 @@ from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_ax
 INFEASIBLE = math.inf
 # Rows of C the vector unit's matmul micro-kernel holds in registers (targets/c_matmul.py's blocks).
 MICRO_ROWS = 8
+# The narrowest vector the micro-kernel runs a product's columns in (targets/c_matmul.py's widths).
+NARROWEST_VECTOR_BYTES = 16
 # A product's panel of its right operand stays on chip between row blocks up to this share of
 # `onchip_bytes` (the rest holds the tile's rows of A, its accumulators and what else it stages).
 PANEL_SHARE = 0.5
@@ -678,7 +680,7 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, t
             # attention's scores against one key per tile: SegFormer's 0.2 ms estimate took 4.1 ms)
             col_axes = matrix_dims(inst)[1]  # (none: a vector times a matrix, summed along k in vectors)
             cols = slice_elems(col_axes, kernel, tile) if col_axes else target.vector_lanes
-            scalar = cols < 16 // dtype_bytes(types[inst.cid].dtype)
+            scalar = cols < NARROWEST_VECTOR_BYTES // dtype_bytes(types[inst.cid].dtype)
             vector += out * k / target.fma_per_lane * (target.vector_lanes / cols if scalar else 1)
             continue
         m = target.matrix

@@ -38,7 +38,7 @@ from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule, index_axes
 from ..engine.schedule_print import global_names
 from ..targets.target import Target
 from .loops import (Accumulate, Buffer, Checked, Expr, For, Lit, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
-                    loads, map_indices)
+                    expr_vars, loads, map_indices)
 
 if TYPE_CHECKING:
     from ..engine.pipeline import Compiled
@@ -530,7 +530,7 @@ class _KernelLowering:
         edge = split - at.const  # low is read where v < edge
         if not lo < edge <= hi:
             return None
-        low_fixed, high_fixed = lo == edge - 1 and not _reads(low, v), hi == edge and not _reads(high, v)
+        low_fixed, high_fixed = lo == edge - 1 and v not in expr_vars(low), hi == edge and v not in expr_vars(high)
         if low_fixed and high_fixed:
             return _zip_indices(low, high, lambda a, b: _through(a, b, v, edge - 1))
         if low_fixed and _at(high, v, edge - 1) == low:
@@ -575,16 +575,9 @@ class _KernelLowering:
                 self.narrowed[v] = before
 
 
-def _reads(e: Expr, v: str) -> bool:
-    """Whether some index in `e` depends on loop variable `v`."""
-    found = []
-    map_indices(e, lambda ix: found.append(v in set(ix.axes())) or ix)
-    return any(found)
-
-
 def _at(e: Expr, v: str, point: int) -> Expr:
     """`e` where loop variable `v` is `point`."""
-    return map_indices(e, lambda ix: ix.substitute({v: Ix.of(None, point)}))
+    return map_indices(e, lambda ix: ix.substitute({v: Ix.constant(point)}))
 
 
 def _through(a: Ix, b: Ix, v: str, point: int) -> Ix | None:

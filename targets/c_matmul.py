@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engine.cost import MICRO_ROWS
+from ..engine.cost import MICRO_ROWS, NARROWEST_VECTOR_BYTES
 from ..engine.ir import dtype_bytes
 from ..engine.index import affine
 from ..lowering.loops import Accumulate, Checked, For, Ix, Load, Op, Select, index_vars, loads, map_indices
@@ -40,7 +40,7 @@ def vector_typedefs(vector_bytes: int) -> str:
     "Floating-point semantics"), so the micro-kernel asks for FMA explicitly, as BLAS does."""
     out = []
     width = vector_bytes
-    while width >= 16 or width == vector_bytes:
+    while width >= NARROWEST_VECTOR_BYTES or width == vector_bytes:
         out.append(_typedefs(width, vector_bytes))
         width //= 2
     return "".join(out)
@@ -168,7 +168,7 @@ def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: 
     widest that fits (16 bytes at least), so a tile of 8 columns is one 8-lane vector, not 8 scalar
     columns (a head's projection tiled 8 columns wide ran at a tenth of the speed)."""
     width = vector_bytes
-    while width > 16 and nest.j.extent < width // dtype_bytes(dtype):
+    while width > NARROWEST_VECTOR_BYTES and nest.j.extent < width // dtype_bytes(dtype):
         width //= 2
     vec = _Vec(*vector_names(dtype, width, vector_bytes), width // dtype_bytes(dtype))
     lanes = vec.lanes
