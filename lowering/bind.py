@@ -185,11 +185,12 @@ def bind(program: LoopProgram, weights: dict[str, np.ndarray]) -> dict[str, np.n
     """The arrays a bound program's kernels read besides the call's inputs: its prologue's blocks,
     made once from `weights` (by the numpy executor), and its own copy of each bound parameter a
     kernel still reads (a later change to the caller's array changes nothing)."""
+    from ..engine.interp import aligned_copy
     from .execute import execute
 
     params = {b.name for b in program.params}
-    out = {name: np.array(weights[name], copy=True) for name in program.bound if name in params}
+    out = {name: aligned_copy(weights[name]) for name in program.bound if name in params}
     if program.prologue is not None:
         arrays, _ = execute(program.prologue, {name: weights[name] for name in program.bound}, count=False)
-        out.update(zip(program.prologue.outputs, arrays))
+        out.update(zip(program.prologue.outputs, map(aligned_copy, arrays)))
     return out

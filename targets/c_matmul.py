@@ -357,7 +357,7 @@ def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str, spa
     if not _computed(nest.a):
         return []
     k = nest.k
-    lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{span.steps}];"]
+    lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{span.steps}] __attribute__((aligned(64)));"]
     if not _along_k(nest):  # rows inside: each k reads one place for all the rows (a conv's taps
         # first: k walks channels 32 KB apart, the rows neighbouring positions), not a line per row
         lines.append(f"{pad}{span.loop(k)} {{")

@@ -625,7 +625,7 @@ class _Kernel:
                 n = max(1, b.nbytes // dtype_bytes(b.dtype))
                 if stack + b.nbytes <= LOCAL_STACK_BYTES:
                     stack += b.nbytes
-                    self.lines.append(f"{pad}{C_TYPES[b.dtype]} {_ident(b.name)}[{n}];")
+                    self.lines.append(f"{pad}{C_TYPES[b.dtype]} {_ident(b.name)}[{n}] __attribute__((aligned(64)));")
                 else:
                     self.lines.append(f"{pad}{C_TYPES[b.dtype]} *{_ident(b.name)} = "
                                       f"({C_TYPES[b.dtype]} *)(st_scratch + {self.reserve(b.nbytes)});")

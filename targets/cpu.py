@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.errors import StitchError, StitchWarning
-from ..engine.interp import np_dtype
+from ..engine.interp import aligned_empty, np_dtype
 from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
 from .c_source import buffer_order, c_source
@@ -120,9 +120,9 @@ class Native:
             elif temporary:
                 arr = self.scratch.get(b.name)
                 if arr is None:
-                    arr = self.scratch[b.name] = np.empty(b.shape, dtype)
+                    arr = self.scratch[b.name] = aligned_empty(b.shape, dtype)
             else:
-                arr = np.empty(b.shape, dtype)
+                arr = aligned_empty(b.shape, dtype)
             arrays[b.name] = arr  # (kept alive through the call)
             pointers.append(arr.ctypes.data)
         argv = (ctypes.c_void_p * len(pointers))(*pointers)

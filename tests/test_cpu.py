@@ -284,6 +284,29 @@ def test_a_products_register_blocks_are_8_by_3_unless_a_lone_vector_is_left(cols
 
 
 @needs_cc
+def test_the_arrays_a_program_owns_start_a_cache_line(cache):
+    """Bound weights and their blocks, global temporaries and the outputs a call allocates start on
+    a 64-byte boundary (numpy's start 16 bytes past one: every 64-byte load of a product's weight
+    read two lines, the four transformer blocks 7-9% slower)."""
+    from stitch.engine.interp import aligned_empty
+
+    text = ("func f(x: f32[64, 96], w: f32[96, 80], v: f32[80, 48]) -> f32[64, 48] {\n"
+            "  h = relu(matmul(x, w))\n  return matmul(h, v)\n}\n")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((96, 80)).astype(np.float32)
+    v = np.ascontiguousarray(rng.standard_normal((80, 48)).astype(np.float32))
+    f = stitch.compile(text, cache_dir=cache, weights={"w": w, "v": v})
+    assert f.bound and all(a.ctypes.data % 64 == 0 for a in f.bound.values())
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    (y,) = f(x=x)
+    assert y.ctypes.data % 64 == 0 and all(a.ctypes.data % 64 == 0 for a in f.native.scratch.values())
+    assert compare(y, evaluate(f.graph, {"x": x, "w": w, "v": v})[0]) == ""
+    for shape, dtype in (((3, 5), np.float32), ((), np.float64), ((7,), np.int64), ((2, 3), np.bool_)):
+        a = aligned_empty(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.ctypes.data % 64 == 0
+
+
+@needs_cc
 def test_a_large_output_is_streamed_out_whatever_its_alignment(cache):
     """Rows of 16 KiB of a 16 MiB output are written with non-temporal stores (from the registers
     on AVX-512, else from a row on the stack), the partial lines at each end by plain stores: an
