@@ -47,11 +47,13 @@ reductions finish across tiles) and prices it:
   and k, or per k and column, over their own axes); index
   maps (transpose, reshape, broadcast, slice) cost nothing, a concat's select
   and a gather's index one op per element.
-- Panels: on the vector unit a product's tile runs MICRO_ROWS rows at a time,
-  each block reading the tile's panel of the right operand (its columns by the
-  k it sums, a chunk's when k is chunked); a panel larger than PANEL_SHARE of
-  the on-chip buffer does not stay there between blocks and is priced as read
-  again from memory by each block (`panel_bytes`).
+- Panels: on the vector unit a product's tile runs in register blocks of
+  MICRO_ROWS rows by MICRO_VECTORS vectors. A left operand read with plain
+  loads is walked panel of columns by panel, each panel reading the tile's rows
+  of A (by the k it sums, a chunk's when k is chunked); a computed one block of
+  rows by block, each reading the tile's panel of B. What each step re-reads,
+  larger than PANEL_SHARE of the on-chip buffer, does not stay there and is
+  priced as read again from memory (`panel_bytes`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..targets.target import Target
-from .index import Indirect, Ix, Mod, interval
+from .index import Indirect, Ix, Mod, affine, interval
 from .ir import TensorType, dtype_bytes
 from .maps import Guard
 from .ops import ACCUMULATING, REDUCE, is_injective
@@ -72,8 +74,10 @@ INFEASIBLE = math.inf
 MICRO_ROWS = 8
 # The narrowest vector the micro-kernel runs a product's columns in (targets/c_matmul.py's widths).
 NARROWEST_VECTOR_BYTES = 16
-# A product's panel of its right operand stays on chip between row blocks up to this share of
-# `onchip_bytes` (the rest holds the tile's rows of A, its accumulators and what else it stages).
+# Vectors of C across one register block: the columns of one panel of B (targets/c_matmul.py's, with 32 registers).
+MICRO_VECTORS = 3
+# A product's panel of B (or its rows of A) stays on chip from one block to the next up to this share
+# of `onchip_bytes` (the rest holds the other operand's, the accumulators and what else it stages).
 PANEL_SHARE = 0.5
 FREE_OPS = ("transpose", "reshape", "broadcast_to", "slice")  # index maps: no arithmetic
 WHOLE = "*"  # a region dimension read whole (an untiled axis over the full extent)
@@ -692,25 +696,60 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, t
 
 def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts, types,
                 chunk: tuple[str, int] | None) -> float:
-    """Bytes one tile's products read again from memory: on the vector unit the micro-kernel walks
-    the tile's rows MICRO_ROWS at a time, each block reading the tile's whole panel of the right
-    operand (its columns by the k it sums, or by a chunk of it); a panel larger than PANEL_SHARE of
-    on-chip memory does not stay there from one block to the next. (A 4103x1536 by 1536x512 product
-    in tiles of 11 rows by 256 columns read its 1.5 MB panel twice a tile: 73 ms, against 43 in tiles
-    of 373 rows by 256 columns with k in chunks of 256, whose 256 KB panel stays in the cache.)"""
+    """Bytes one tile's products read again from memory, in the order the vector unit's
+    micro-kernel walks a tile (targets/c_matmul.py):
+
+    - A left operand A read with plain loads: panel by panel of MICRO_VECTORS vectors of columns,
+      every block of rows reading its panel of B (which stays in the nearest cache) and the tile's
+      rows of A (its rows by the k it sums, or by a chunk of it). Rows of A larger than PANEL_SHARE
+      of on-chip memory do not stay there from one panel to the next.
+    - A computed A (made per block of MICRO_ROWS rows): block by block of rows, each reading the
+      tile's whole panel of B (its columns by the k or chunk); a panel larger than PANEL_SHARE of
+      on-chip memory does not stay. (A 4103x1536 by 1536x512 product, rows outside, in tiles of 11
+      rows by 256 columns read its 1.5 MB panel twice a tile: 73 ms, against 43 in tiles of 373
+      rows by 256 columns with k in chunks of 256, whose 256 KB panel stays in the cache.)"""
     if target.matrix is not None:
         return 0.0
     total = 0.0
+    share = PANEL_SHARE * target.onchip_bytes
     for inst, k in f.matmuls:
         row_axes, col_axes = matrix_dims(inst)
         rows = slice_elems(row_axes, kernel, tile)
         cols = slice_elems(col_axes, kernel, tile)
         batch = slice_elems(inst.axes, kernel, tile) // max(rows * cols, 1)
         depth = chunk[1] if chunk else k
-        panel = depth * cols * dtype_bytes(types[inst.node.children[1]].dtype)
-        if panel > PANEL_SHARE * target.onchip_bytes:
-            total += batch * -(-rows // MICRO_ROWS) * panel * (k // depth)
+        chunks = k // depth
+        if plain_left(kernel, inst):
+            block = depth * rows * dtype_bytes(types[inst.node.children[0]].dtype)
+            if block > share:
+                total += batch * -(-cols // (MICRO_VECTORS * target.vector_lanes)) * block * chunks
+        else:
+            panel = depth * cols * dtype_bytes(types[inst.node.children[1]].dtype)
+            if panel > share:
+                total += batch * -(-rows // MICRO_ROWS) * panel * chunks
     return total
+
+
+def plain_left(kernel: Kernel, inst: Instance) -> bool:
+    """Whether lowering reads a product's left operand with plain loads at affine indices (a global
+    value, through index maps or not, or one held on chip), which the micro-kernel reads where it
+    is; else it computes A per block of rows (targets/c_matmul.py's `_computed`)."""
+    kind, ref = inst.operands[0]
+    if kind == "const":
+        return False
+    if kind != "inline":
+        return kind != "global" or _affine_reads(kernel, [inst.key], 0)
+    chain = kernel.inlined(ref)
+    if any(kernel.instances[key].node.op not in FREE_OPS for key in chain):
+        return False
+    return _affine_reads(kernel, chain, None)
+
+
+def _affine_reads(kernel: Kernel, keys, position: int | None) -> bool:
+    """Whether every global read by instances `keys` (at operand `position`, or any) is affine."""
+    keys = set(keys)
+    return all(affine(ix) for r in kernel.reads if r.site[0] in keys and position in (None, r.site[1])
+               for ix in r.index)
 
 
 # ---------------------------------------------------------------------------

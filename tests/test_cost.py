@@ -564,11 +564,39 @@ def test_an_input_too_large_to_stay_on_chip_is_read_again_by_every_tile_of_colum
 
 @pytest.mark.parametrize("onchip", [1 << 20, 2 << 20])
 def test_a_products_panel_larger_than_on_chip_memory_is_read_again_by_every_block_of_rows(onchip):
-    """On the vector unit the micro-kernel walks a tile's rows 8 at a time, each block reading the
-    tile's whole panel of the right operand (its columns by the k it sums). A 4103x1536 by 1536x512
-    product was planned in tiles of 11 rows by 256 columns and all of k: a 1.5 MB panel read twice
-    a tile, 73 ms at 1 thread against 43 for 373 rows with k in chunks of 256 (a 256 KB panel that
-    stays in the cache), both priced alike. The plan's panel now fits PANEL_SHARE of on-chip memory."""
+    """A computed left operand (made per block of 8 rows) has the micro-kernel walk a tile's rows
+    block by block, each reading the tile's whole panel of the right operand (its columns by the k
+    it sums). A 4103x1536 by 1536x512 product, so walked, was planned in tiles of 11 rows by 256
+    columns and all of k: a 1.5 MB panel read twice a tile, 73 ms at 1 thread against 43 for 373
+    rows with k in chunks of 256 (a 256 KB panel that stays in the cache), both priced alike. The
+    plan's panel now fits PANEL_SHARE of on-chip memory."""
+    from dataclasses import replace
+
+    from stitch.engine import cost
+    from stitch.engine.testing import compile_text
+
+    target = replace(CPU, onchip_bytes=onchip)
+    c = compile_text("func mm(a: f32[4103, 768], b: f32[4103, 768], w: f32[1536, 512]) -> f32[4103, 512] {\n"
+                     "  return matmul(concat(a, b, axis=1), w)\n}", target)  # (A a select: computed)
+    (kernel,), (kc,) = c.schedule.kernels, c.cost.kernels
+    f = cost.facts(kernel, c.schedule.types).on(target)
+    (inst, _), = f.matmuls
+    assert not cost.plain_left(kernel, inst)
+    panel = 1536 * 256 * 4
+    assert panel > cost.PANEL_SHARE * onchip
+    assert cost.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, c.schedule.types, None) == 2 * panel
+    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, c.schedule.types, ("r0", 256)) == 0
+    depth = kc.tile[kc.chunked] if kc.chunked else 1536
+    assert depth * kc.tile.get("p1", 512) * 4 <= cost.PANEL_SHARE * onchip, kc
+
+
+@pytest.mark.parametrize("onchip", [1 << 20, 2 << 20])
+def test_a_products_rows_of_a_larger_than_on_chip_memory_are_read_again_by_every_panel(onchip):
+    """A left operand read where it is has the micro-kernel walk a tile panel of 48 columns by
+    panel, every block of rows reading its panel of B (in the nearest cache) and the tile's rows of
+    A again: rows of A larger than PANEL_SHARE of on-chip memory are priced as read again by each
+    panel, and a 1.5 MB panel of B is not (11 rows by 256 columns by all of k: 55 ms, rows outside
+    it took 73)."""
     from dataclasses import replace
 
     from stitch.engine import cost
@@ -579,9 +607,14 @@ def test_a_products_panel_larger_than_on_chip_memory_is_read_again_by_every_bloc
                      "  return matmul(a, w)\n}", target)
     (kernel,), (kc,) = c.schedule.kernels, c.cost.kernels
     f = cost.facts(kernel, c.schedule.types).on(target)
-    panel = 1536 * 256 * 4
-    assert panel > cost.PANEL_SHARE * onchip
-    assert cost.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, c.schedule.types, None) == 2 * panel
-    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, c.schedule.types, ("r0", 256)) == 0
+    (inst, _), = f.matmuls
+    assert cost.plain_left(kernel, inst)
+    types = c.schedule.types
+    assert cost.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, types, None) == 0
+    rows = 373 * 1536 * 4
+    assert rows > cost.PANEL_SHARE * onchip
+    panels = -(-256 // (cost.MICRO_VECTORS * target.vector_lanes))
+    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256}, target, f, types, None) == panels * rows
+    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, types, ("r0", 256)) == 0
     depth = kc.tile[kc.chunked] if kc.chunked else 1536
-    assert depth * kc.tile.get("p1", 512) * 4 <= cost.PANEL_SHARE * onchip, kc
+    assert depth * kc.tile.get("p0", 4103) * 4 <= cost.PANEL_SHARE * onchip, kc

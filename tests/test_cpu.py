@@ -284,6 +284,22 @@ def test_a_products_register_blocks_are_8_by_3_unless_a_lone_vector_is_left(cols
 
 
 @needs_cc
+def test_a_plain_a_is_walked_panel_by_panel_and_a_computed_one_block_of_rows_by_block(cache, monkeypatch):
+    """A read where it is: for each panel of B's columns every block of rows (the panel stays in the
+    nearest cache); computed (made once per block of rows): for each block of rows every panel.
+    Leftover rows, vectors and columns (13 rows, 83 columns: 48 + 2 vectors + 3) give the reference's values."""
+    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: 64)
+    for a, rows_first in (("a", False), ("exp(a)", True)):
+        f = stitch.compile(f"func f(a: f32[13, 37], b: f32[37, 83]) -> f32[13, 83] {{ return matmul({a}, b) }}",
+                           cache_dir=cache)
+        source = f.native.source_path.read_text()
+        rows, cols = source.index("; p0 += "), source.index("; p1 += 48)")
+        assert (rows < cols) == rows_first, a
+        inputs = random_inputs(f.graph, 2)
+        assert compare(f(**inputs)[0], evaluate(f.graph, inputs)[0]) == ""
+
+
+@needs_cc
 def test_the_arrays_a_program_owns_start_a_cache_line(cache):
     """Bound weights and their blocks, global temporaries and the outputs a call allocates start on
     a 64-byte boundary (numpy's start 16 bytes past one: every 64-byte load of a product's weight
