@@ -89,7 +89,7 @@ _FIELDS = {
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
     "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
     "inplace_run_bytes": int, "pipeline_tiles": bool,
-    "matrix": dict, "op_cycles": dict, "onchip_cache": str,
+    "matrix": dict, "op_cycles": dict, "onchip_cache": str, "onchip_share": float,
 }
 CACHE_LEVELS = {"l1": 1, "l2": 2, "l3": 3}
 SYSFS_CPU = Path("/sys/devices/system/cpu")
@@ -135,12 +135,14 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
     for key, rule in _NUMBERS.items():
         if key in data and (problem := _number_problem(data[key], rule)):
             raise error(key, f"'{key}' must be {problem}, got {data[key]!r}")
+    share = data.pop("onchip_share", 1.0)
     if "onchip_cache" in data:
         level = data.pop("onchip_cache")
         if level not in CACHE_LEVELS:
             raise error("onchip_cache", f"'onchip_cache' must be one of {', '.join(map(repr, CACHE_LEVELS))}, "
                                         f"got {level!r}")
-        data["onchip_bytes"] = machine_cache_bytes(CACHE_LEVELS[level]) or data["onchip_bytes"]
+        reported = machine_cache_bytes(CACHE_LEVELS[level])
+        data["onchip_bytes"] = int(reported * share) if reported else data["onchip_bytes"]
     if "alignment" in data and data["alignment"] & (data["alignment"] - 1):
         raise error("alignment", f"'alignment' must be a power of two, got {data['alignment']}")
     matrix = None
@@ -207,6 +209,7 @@ _NUMBERS = {
     "clock_ghz": "positive", "cores": "count", "onchip_bytes": "count", "global_bandwidth": "positive",
     "launch_cycles": "nonnegative", "vector_lanes": "count", "alignment": "count", "fma_per_lane": "positive",
     "sync": "nonnegative", "resident_share": "share", "tiles_per_core": "count", "inplace_run_bytes": "nonnegative",
+    "onchip_share": "share",
 }
 MAX_COUNT = 2**40
 POSITIVE_MIN, POSITIVE_MAX = 1e-9, 1e12
@@ -220,7 +223,7 @@ def _number_problem(value, rule: str) -> str:
         return ""
     if rule == "share":
         if not _is(value, float) or not 0 < value <= 1:
-            return "a number above 0 and at most 1 (a share of onchip_bytes)"
+            return "a number above 0 and at most 1 (a share)"
         return ""
     if rule == "positive":
         if not _is(value, float) or not POSITIVE_MIN <= value <= POSITIVE_MAX:

@@ -40,7 +40,7 @@ BUILTIN = {name: (TARGET_DIR / f"{name}.toml").read_text() for name in ("cpu", "
     ("tile_k", "16.0", "[matrix] 'tile_k' must be a positive integer"),
     ("cycles_per_tile", "inf", "[matrix] 'cycles_per_tile' must be a number from 1e-09 to 1e+12"),
     ("exp", "nan", "[op_cycles] 'exp' must be a number from 1e-09 to 1e+12"),
-    ("resident_share", "0", "'resident_share' must be a number above 0 and at most 1 (a share of onchip_bytes)"),
+    ("resident_share", "0", "'resident_share' must be a number above 0 and at most 1 (a share)"),
     ("resident_share", "1.5", "'resident_share' must be a number above 0 and at most 1"),
     ("resident_share", "nan", "'resident_share' must be a number above 0 and at most 1"),
     ("resident_share", "true", "'resident_share' must be a number"),
@@ -117,8 +117,8 @@ def fake_caches(root: Path, caches: list[tuple[int, str, str, str]]) -> Path:
 
 
 def test_onchip_cache_reads_the_machines_cache_per_core(tmp_path):
-    """The built-in cpu's on-chip size is the L2 per core the machine reports (a shared cache
-    divided among the CPUs sharing it); onchip_bytes where it reports none."""
+    """The built-in cpu's on-chip size is onchip_share of the L2 per core the machine reports (a
+    shared cache divided among the CPUs sharing it); onchip_bytes where it reports none."""
     from stitch.targets.target import machine_cache_bytes
 
     root = fake_caches(tmp_path / "a", [(1, "Data", "48K", "0"), (1, "Instruction", "32K", "0"),
@@ -130,7 +130,11 @@ def test_onchip_cache_reads_the_machines_cache_per_core(tmp_path):
     assert machine_cache_bytes.__wrapped__(4, root) is None
     reported = machine_cache_bytes(2)
     cpu = parse_target(BUILTIN["cpu"], "cpu.toml")
-    assert cpu.onchip_bytes == (reported or 524288)
+    assert cpu.onchip_bytes == (reported // 2 if reported else 524288)
+    whole = parse_target(BUILTIN["cpu"].replace("onchip_share = 0.5", "onchip_share = 1.0"), "t.toml")
+    assert whole.onchip_bytes == (reported or 524288)
+    with pytest.raises(StitchError, match=r"t.toml:\d+:1: .*'onchip_share' must be a number above 0 and at most 1"):
+        parse_target(BUILTIN["cpu"].replace("onchip_share = 0.5", "onchip_share = 1.5"), "t.toml")
     assert parse_target(BUILTIN["cpu"].replace('onchip_cache = "l2"\n', ""), "t.toml").onchip_bytes == 524288
     with pytest.raises(StitchError, match=r"t.toml:\d+:1: .*'onchip_cache' must be one of 'l1', 'l2', 'l3', got 'l9'"):
         parse_target(BUILTIN["cpu"].replace('onchip_cache = "l2"', 'onchip_cache = "l9"'), "t.toml")
