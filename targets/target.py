@@ -142,7 +142,7 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
             raise error("onchip_cache", f"'onchip_cache' must be one of {', '.join(map(repr, CACHE_LEVELS))}, "
                                         f"got {level!r}")
         reported = machine_cache_bytes(CACHE_LEVELS[level])
-        data["onchip_bytes"] = int(reported * share) if reported else data["onchip_bytes"]
+        data["onchip_bytes"] = max(int(reported * share), 1) if reported else data["onchip_bytes"]
     if "alignment" in data and data["alignment"] & (data["alignment"] - 1):
         raise error("alignment", f"'alignment' must be a power of two, got {data['alignment']}")
     matrix = None
