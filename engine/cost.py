@@ -157,6 +157,7 @@ class _Facts:
     aliases: list[tuple[tuple[Ix, ...], tuple[Ix, ...]]]  # a held value read at another index
     packs: dict[int, tuple[tuple[str, ...], int]]  # matmul -> its packable right operand: (axes, bytes each)
     packed_here: bool = False  # packs are made (`on` a target without a matrix unit)
+    plain: frozenset = frozenset()  # matmuls whose left operand is read with plain loads (`plain_left`)
 
     def on(self, target: Target) -> _Facts:
         """The facts on `target`: on the vector unit a matmul's computed or strided right operand is
@@ -212,7 +213,8 @@ def facts(kernel: Kernel, types) -> _Facts:
                                + [a for axes in partial_axes.values() for a in sorted(axes)]))
     candidates = [a for a in order if kernel.extents.get(a, 1) > 1
                   and (kernel.kinds[a] is AxisKind.PARALLEL or any(a in s for s in partial_axes.values()))]
-    return _Facts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs)
+    plain = frozenset(inst.key for inst, _ in matmuls if plain_left(kernel, inst))
+    return _Facts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs, plain=plain)
 
 
 def _nest_loop(inst: Instance) -> tuple[str, ...]:
@@ -719,7 +721,7 @@ def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: _Facts,
         batch = slice_elems(inst.axes, kernel, tile) // max(rows * cols, 1)
         depth = chunk[1] if chunk else k
         chunks = k // depth
-        if plain_left(kernel, inst):
+        if inst.key in f.plain:
             block = depth * rows * dtype_bytes(types[inst.node.children[0]].dtype)
             if block > share:
                 total += batch * -(-cols // (MICRO_VECTORS * target.vector_lanes)) * block * chunks

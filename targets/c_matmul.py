@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..engine.cost import MICRO_ROWS, NARROWEST_VECTOR_BYTES
+from ..engine.cost import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES
 from ..engine.ir import dtype_bytes
 from ..engine.index import affine
 from ..lowering.loops import Accumulate, Checked, For, Ix, Load, Op, Select, index_vars, loads, map_indices
@@ -272,9 +272,10 @@ def block_vectors(vectors: int, registers: int) -> int:
     transformer blocks (products of 128 rows, 8, 9 and 12 vectors) ran in 0.986-0.997x the time of
     6 x 4 everywhere at 1 and 2 threads (one process, interleaved; 0.97-0.99x in an earlier run),
     plain products of 128 to 512 rows and the examples' in 0.99-1.0x. With 16 registers, 2 (6 rows)."""
-    if registers < 32 or vectors < 3:
+    wide = MICRO_VECTORS  # (the cost model's panels are this wide)
+    if registers < 32 or vectors < wide:
         return max(1, min(registers // 8, vectors))
-    return 4 if vectors % 3 == 1 and vectors % 4 != 1 else 3
+    return wide + 1 if vectors % wide == 1 and vectors % (wide + 1) != 1 else wide
 
 
 @dataclass(frozen=True)
