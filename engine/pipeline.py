@@ -175,7 +175,6 @@ class Compiled:
 
     graph: Graph
     target: Target
-    run: EGraphRun
     report: RunReport
     data: EGraphData
     extracted: SearchResult
@@ -218,9 +217,10 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limi
         run, report = saturate_program(graph, rule_files, limits)
         checkpoint("saturation")
         data = run.data()
+        run.release()  # (not on an error: an e-graph a failed run leaves is not loaded again)
         checkpoint("reading the saturated e-graph")
         extracted, blocked = extract(graph, data, target)
-    return Compiled(graph, target, run, report, data, extracted, blocked, time.perf_counter() - start)
+    return Compiled(graph, target, report, data, extracted, blocked, time.perf_counter() - start)
 
 
 # -- lower and build ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ limits are checked, since egglog itself has no wall-clock limit.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -120,23 +121,58 @@ def top_level_commands(text: str) -> list[str]:
     return commands
 
 
+# E-graphs with the prelude and a rule set loaded, kept between runs of one thread (egglog's
+# e-graphs belong to the thread that made them): loading them takes about 0.1 s, a small
+# program's whole saturation about as long. A run starts from one with egglog's `(push)`, and
+# `release` pops back to it. Popping keeps the primitives the run interned (strings, numbers:
+# what it names, not the e-classes, which come back as a fresh e-graph numbers them), so a loaded
+# e-graph is dropped after LOADED_RUNS runs.
+LOADED_KEEP = 4  # rule sets per thread
+LOADED_RUNS = 256
+
+
+class _Loaded(threading.local):
+    def __init__(self):
+        self.idle: dict[str, tuple[eb.EGraph, int]] = {}  # rules' egglog text -> e-graph, runs it served
+
+
+_LOADED = _Loaded()
+
+
 class EGraphRun:
-    """A program's e-graph with the rule files loaded; saturate it with `run`."""
+    """A program's e-graph with the rule files loaded; saturate it with `run`, and `release` it when
+    done (then the next run of the same rules on this thread starts without loading them)."""
 
     def __init__(self, graph: Graph, rule_files: list[RuleFile]):
         self.graph = graph
         self.rule_files = rule_files
-        self.egraph = eb.EGraph()
-        self._exec(PRELUDE, "the e-graph prelude")
-        self.egglog_rule_names: list[str] = []
+        texts = [compile_rule_file(rf) for rf in rule_files]
+        self.egglog_rule_names: list[str] = [name for text in texts
+                                             for name in re.findall(r':name "((?:[^"\\]|\\.)*)"', text)]
         self._steps: dict[int, list] = {}
-        for rf in rule_files:
-            text = compile_rule_file(rf)
-            self.egglog_rule_names += re.findall(r':name "((?:[^"\\]|\\.)*)"', text)
-            self._exec(text, f"rule file {rf.filename}")
+        self._rules_key = "\n".join(texts)
+        self.egraph, self._served = _LOADED.idle.pop(self._rules_key, (None, 0))
+        if self.egraph is None:
+            self.egraph = eb.EGraph()
+            self._exec(PRELUDE, "the e-graph prelude")
+            for rf, text in zip(rule_files, texts):
+                self._exec(text, f"rule file {rf.filename}")
+        self._exec("(push)", "a restore point")
         text, self.roots = graph_to_egglog(graph)
         self._exec(text, "the program")
         self.exact_ints = exact_int_constants(graph)
+
+    def release(self) -> None:
+        """Done with the e-graph (what `data` read stays): pop back to the loaded rules and keep them for
+        this thread's next run of the same rules. Call it from the thread that made the run."""
+        egraph, self.egraph = self.egraph, None
+        if egraph is None or self._served + 1 >= LOADED_RUNS:
+            return
+        egraph.run_program(*egraph.parse_program("(pop)"))
+        idle = _LOADED.idle
+        idle[self._rules_key] = (egraph, self._served + 1)
+        while len(idle) > LOADED_KEEP:
+            del idle[next(iter(idle))]
 
     def _exec(self, text: str, what: str):
         """Run egglog text, COMMAND_BATCH top-level commands per call: egglog's parse and run take time

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stitch.engine.check import check_func
+from stitch.engine import saturate
+from stitch.engine.check import check_func, check_program
 from stitch.engine.cli import main
 from stitch.engine.extract import choice_to_graph, extract_tree, improve_dag, reachable_classes, work_cost
 from stitch.targets.target import load_target
@@ -113,6 +116,64 @@ def test_examples_saturate_within_a_second(path):
     assert report.enodes > len(graph.nodes)  # the rules added alternatives
     data = run.data()
     assert data.enode_count == report.enodes
+
+
+def _examples_data(paths) -> list:
+    out = []
+    for path in paths:
+        graph = next(iter(check_program(parse_file(path)).values()))
+        run, _ = saturate_program(graph, builtin_rule_files())
+        out.append((graph.name, run.data()))
+        run.release()
+    return out
+
+
+def test_a_released_runs_rules_start_the_next_run_which_saturates_as_a_fresh_e_graph(monkeypatch):
+    """The second run of the same rules on a thread starts from the first's loaded e-graph (no prelude,
+    no rules loaded again), and every run, after any other program, reads back the e-graph a fresh
+    e-graph would have made: the same classes, e-nodes in the same order, types and roots."""
+    fresh = {}
+    for path in EXAMPLES:
+        graph = next(iter(check_program(parse_file(path)).values()))
+        fresh[graph.name] = EGraphRun(graph, builtin_rule_files())  # never released: a fresh e-graph each
+        fresh[graph.name].run()
+        fresh[graph.name] = fresh[graph.name].data()
+    loads = []
+    real = saturate.eb.EGraph
+    monkeypatch.setattr(saturate.eb, "EGraph", lambda: loads.append(1) or real())
+    saturate._LOADED.idle.clear()
+    for name, data in _examples_data(EXAMPLES) + _examples_data(reversed(EXAMPLES)):
+        want = fresh[name]
+        assert (data.classes, data.types, data.roots) == (want.classes, want.types, want.roots), name
+    assert len(loads) == 1
+
+
+def test_loaded_rules_are_per_thread_and_rule_set_and_reused_only_once_released(monkeypatch):
+    graph = graph_of("func f(x: f32[4]) -> f32[4] { return mul(neg(neg(x)), 1.0) }")
+    ac = [parse_rules(AC_RULES, "ac.rules")]
+    saturate._LOADED.idle.clear()
+    for rules in (builtin_rule_files(), ac, builtin_rule_files()):
+        run, _ = saturate_program(graph, rules)
+        run.release()
+    assert len(saturate._LOADED.idle) == 2  # the two rule sets, each loaded once
+    seen = []
+
+    def other_thread():  # egglog's e-graphs belong to their thread: another thread loads its own
+        run, report = saturate_program(graph, builtin_rule_files())
+        seen.append((report.stop_reason, len(saturate._LOADED.idle)))
+        run.release()
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert seen == [("saturated", 0)] and len(saturate._LOADED.idle) == 2
+    run, _ = saturate_program(graph, builtin_rule_files())  # never released (as after a failed run): not reused
+    assert len(saturate._LOADED.idle) == 1
+    again, report = saturate_program(graph, builtin_rule_files())
+    assert report.stop_reason == "saturated" and again.egraph is not run.egraph
+    monkeypatch.setattr(saturate, "LOADED_RUNS", 1)  # past its runs a loaded e-graph is dropped
+    again.release()
+    assert len(saturate._LOADED.idle) == 1
 
 
 def sum_program(n: int) -> str:
