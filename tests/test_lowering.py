@@ -99,6 +99,33 @@ def test_generated_programs_run_like_the_reference(graph, seed, target):
     outs, traffic = execute(program, inputs)
     assert_close(outs, evaluate(graph, inputs))
     assert traffic.read + traffic.written == c.cost.global_bytes, print_loops(program)
+    at_once, _ = execute(program, inputs, count=False)  # the numpy fallback: a parallel loop's tiles at once
+    for got, want in zip(at_once, outs):
+        np.testing.assert_array_equal(got, want, err_msg=print_loops(program))
+
+
+def test_the_numpy_executor_runs_a_parallel_loops_tiles_at_once(monkeypatch):
+    """Uncounted (the fallback when no C compiler exists), each statement in a parallel loop runs once
+    over every tile, each tile with its own copy of the kernel's buffers: 8 times the tiles, the
+    same statements run, and the result is the one tiles run one after another give."""
+    from stitch.lowering.execute import TileRun
+
+    runs = []
+    nest = TileRun.nest
+    monkeypatch.setattr(TileRun, "nest", lambda self, *args: runs.append(1) or nest(self, *args))
+    calls = []
+    for rows in (256, 2048):
+        text = (EXAMPLES / "layernorm_lastaxis.ir").read_text().replace("4096", str(rows))
+        graph = next(iter(check_program(parse_program(text)).values()))
+        _, program = lowered(graph, load_target("cpu"))
+        inputs = random_inputs(graph, 0)
+        runs.clear()
+        at_once, _ = execute(program, inputs, count=False)
+        calls.append(len(runs))
+        one_by_one, _ = execute(program, inputs)
+        assert len(runs) > 4 * calls[-1]
+        np.testing.assert_array_equal(at_once[0], one_by_one[0])
+    assert calls[0] == calls[1]
 
 
 def test_seed_mlp_keeps_its_matmul_tile_on_chip():
