@@ -102,7 +102,7 @@ def operand_maps(op: str, attrs, index: tuple[Ix, ...], in_shapes: list[tuple[in
             out[p] = index[i]
         return [OperandMap(tuple(out))]
     if op == "reshape":
-        return [OperandMap(_reshape(index, out_shape, in_shapes[0], extent))]
+        return [OperandMap(_reshape_memo(index, out_shape, in_shapes[0], extent))]
     if op == "slice":
         out = list(index)
         for a, start, step in zip(attr["axes"], attr["starts"], attr["steps"]):
@@ -151,6 +151,24 @@ def _matmul(index: tuple[Ix, ...], in_shapes, fresh) -> list[OperandMap]:
     ia = tuple(Ix() if (d == 1 and ix != k) else ix for d, ix in zip(a, ia))
     ib = tuple(Ix() if (d == 1 and ix != k) else ix for d, ix in zip(b, ib))
     return [OperandMap(ia), OperandMap(ib)]
+
+
+# _reshape's results by their arguments (the extents of the axes the index reads standing for
+# `extent`): the schedule search forms the same kernels' reshapes again and again, and their
+# div/mod simplification was half of a small program's extraction. Emptied when full.
+_RESHAPES: dict = {}
+RESHAPES_KEPT = 1 << 16
+
+
+def _reshape_memo(index: tuple[Ix, ...], out_shape, in_shape, extent) -> tuple[Ix, ...]:
+    key = (index, tuple(out_shape), tuple(in_shape),
+           tuple((a, extent(a)) for a in dict.fromkeys(a for ix in index for a in ix.axes())))
+    out = _RESHAPES.get(key)
+    if out is None:
+        if len(_RESHAPES) >= RESHAPES_KEPT:
+            _RESHAPES.clear()
+        out = _RESHAPES[key] = _reshape(index, out_shape, in_shape, extent)
+    return out
 
 
 def _reshape(index: tuple[Ix, ...], out_shape, in_shape, extent) -> tuple[Ix, ...]:
