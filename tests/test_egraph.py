@@ -132,8 +132,9 @@ def test_a_released_runs_rules_start_the_next_run_which_saturates_as_a_fresh_e_g
     """The second run of the same rules on a thread starts from the first's loaded e-graph (no prelude,
     no rules loaded again), and every run, after any other program, reads back the e-graph a fresh
     e-graph would have made: the same classes, e-nodes in the same order, types and roots."""
+    some = EXAMPLES[::3]
     fresh = {}
-    for path in EXAMPLES:
+    for path in some:
         graph = next(iter(check_program(parse_file(path)).values()))
         fresh[graph.name] = EGraphRun(graph, builtin_rule_files())  # never released: a fresh e-graph each
         fresh[graph.name].run()
@@ -142,7 +143,7 @@ def test_a_released_runs_rules_start_the_next_run_which_saturates_as_a_fresh_e_g
     real = saturate.eb.EGraph
     monkeypatch.setattr(saturate.eb, "EGraph", lambda: loads.append(1) or real())
     saturate._LOADED.idle.clear()
-    for name, data in _examples_data(EXAMPLES) + _examples_data(reversed(EXAMPLES)):
+    for name, data in _examples_data(some) + _examples_data(reversed(some)):
         want = fresh[name]
         assert (data.classes, data.types, data.roots) == (want.classes, want.types, want.roots), name
     assert len(loads) == 1
