@@ -3,8 +3,10 @@
 Tile loops (the kernel's outer loops and anything that is not a perfect nest
 ending in one statement) run as Python loops; each perfect loop nest inside a
 tile runs as one vectorized numpy statement over all its iterations (loads are
-fancy-indexed, accumulations use `ufunc.at` so repeated indices add up). A
-nest reading a global buffer counts the distinct elements it touches; a store
+fancy-indexed, accumulations use `ufunc.at` so repeated indices add up).
+When no traffic is counted (the fallback without a C compiler), a parallel
+loop of small statements runs all its tiles at once instead (`TileRun.tiles`).
+A nest reading a global buffer counts the distinct elements it touches; a store
 to a global buffer counts the elements written. That is the lowered program's
 real traffic, which tests compare with the cost model's estimate.
 """
@@ -87,10 +89,10 @@ class TileRun:
     def block(self, stmts, env: dict) -> None:
         for s in stmts:
             if isinstance(s, For):
-                nest = perfect_nest(s)
+                nest = _one_nest(s)
                 if s.kind == "parallel" and self.tiles_at_once is not None and _statement_size(s) < TILES_AT_ONCE_BELOW:
                     self.tiles(s, env)
-                elif nest is not None and s.kind != "parallel":
+                elif nest is not None:
                     self.nest(nest[0], nest[1], env)
                 else:
                     # run one iteration at a time: a statement inside counts its cells once over the
@@ -281,6 +283,12 @@ class TileRun:
 TILES_AT_ONCE_BELOW = 4096
 
 
+def _one_nest(loop: For):
+    """(loops, statement) when `block` runs `loop` as one numpy statement: a perfect nest, not a
+    parallel loop (whose tiles count their traffic apart); else None."""
+    return perfect_nest(loop) if loop.kind != "parallel" else None
+
+
 def _statement_size(loop: For) -> float:
     """The iterations a statement of `loop`'s body runs over on average, run one tile at a time."""
     def walk(stmts) -> tuple[int, int]:  # (statements run, iterations)
@@ -289,9 +297,9 @@ def _statement_size(loop: For) -> float:
             if not isinstance(s, For):
                 runs, iterations = runs + 1, iterations + 1
                 continue
-            nest = perfect_nest(s)
-            if nest is not None and s.kind != "parallel":
-                runs, iterations = runs + 1, iterations + math.prod(loop.extent for loop in nest[0])
+            nest = _one_nest(s)
+            if nest is not None:
+                runs, iterations = runs + 1, iterations + math.prod(f.extent for f in nest[0])
             else:
                 r, i = walk(s.body)
                 runs, iterations = runs + s.extent * r, iterations + s.extent * i
