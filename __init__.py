@@ -1,7 +1,6 @@
 """stitch: a declarative rewrite-rule engine on e-graphs for tensor kernel fusion."""
 
-__version__ = "0.1.0"
-
+from .engine import __version__  # noqa: E402,F401
 from .engine.api import CompiledProgram, compile  # noqa: E402,F401
 from .targets.runtime import set_threads as set_num_threads  # noqa: E402,F401
 from .targets.runtime import threads as num_threads  # noqa: E402,F401

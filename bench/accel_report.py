@@ -15,9 +15,9 @@ import argparse
 from pathlib import Path
 
 import stitch
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.tolerance import differences
-from stitch.targets.target import load_target
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import differences
+from stitch.engine.schedule.target import load_target
 
 # Beside this script in the source tree, wherever stitch is installed (`pip install .` ships no examples).
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -19,17 +19,16 @@ HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"  # the source tree's, wherever stitch is installed
 sys.path.insert(0, str(HERE))
 
-from gen import random_program  # noqa: E402
-
 import stitch  # noqa: E402
-from stitch.engine.check import check_func  # noqa: E402
-from stitch.engine.extract import extract_schedule  # noqa: E402
-from stitch.engine.parse import parse_program  # noqa: E402
-from stitch.engine.recursion import deep_recursion  # noqa: E402
-from stitch.engine.rules import builtin_rule_files  # noqa: E402
-from stitch.engine.saturate import EGraphRun, Limits  # noqa: E402
+from gen import random_program  # noqa: E402
+from stitch.engine.ir.check import check_func  # noqa: E402
+from stitch.engine.ir.parse import parse_program  # noqa: E402
+from stitch.engine.ir.recursion import deep_recursion  # noqa: E402
+from stitch.engine.rewrite.rules import builtin_rule_files  # noqa: E402
+from stitch.engine.rewrite.saturate import EGraphRun, Limits  # noqa: E402
+from stitch.engine.schedule.extract import extract_schedule  # noqa: E402
+from stitch.engine.schedule.target import load_target  # noqa: E402
 from stitch.targets.cpu import build  # noqa: E402
-from stitch.targets.target import load_target  # noqa: E402
 
 
 def stages(text: str, target, limits: Limits) -> dict:

@@ -23,13 +23,12 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import numpy as np
-
     import stitch
-    from stitch.engine.interp import np_dtype, random_inputs
-    from stitch.targets import cpu
+    from stitch.engine.ir.interp import np_dtype, random_inputs
+    from stitch.targets import cc
 
     stitch.set_num_threads(args.threads)
-    shipped = cpu.REQUIRED_FLAGS
+    shipped = cc.REQUIRED_FLAGS
     contracted = tuple("-ffp-contract=fast" if f == "-ffp-contract=off" else f for f in shipped)
     print(f"threads {args.threads}, interleaved medians of {args.runs}, outputs reused\n")
     print("| program | contract=off ms | contract=fast ms | off/fast |")
@@ -37,9 +36,9 @@ def main() -> None:
     for path in sorted((HERE.parent / "examples").glob("*.ir")):
         programs = {}
         for name, flags in (("off", shipped), ("fast", contracted)):
-            cpu.REQUIRED_FLAGS = flags
+            cc.REQUIRED_FLAGS = flags
             programs[name] = stitch.compile(path)
-        cpu.REQUIRED_FLAGS = shipped
+        cc.REQUIRED_FLAGS = shipped
         inputs = random_inputs(programs["off"].graph, 0)
         outs = {name: [np.empty(t.shape, np_dtype(t.dtype)) for t in p.graph.output_types]
                 for name, p in programs.items()}

@@ -54,10 +54,9 @@ def stitch_runner(imported, feeds):
     """(a no-argument call of the compiled program with reused outputs, the CompiledProgram, compile seconds),
     or (None, None, reason) when the program cannot compile here."""
     import numpy as np
-
     import stitch
-    from stitch.engine.check import check_program
-    from stitch.engine.interp import np_dtype
+    from stitch.engine.ir.check import check_program
+    from stitch.engine.ir.interp import np_dtype
     from stitch.frontends.onnx_conformance import not_lowered
 
     graph = next(iter(check_program(imported.program).values()))
@@ -124,9 +123,8 @@ def print_profile(name: str, threads: int, program, inputs: dict, model: bytes, 
 
 def bench_model(name: str, exporter: str, args, rows: list[str]) -> None:
     import numpy as np
-    import torch
-
     import stitch
+    import torch
     from stitch.frontends.onnx_import import import_onnx
 
     sys.path.insert(0, str(HERE.parent / "tools"))
@@ -136,7 +134,7 @@ def bench_model(name: str, exporter: str, args, rows: list[str]) -> None:
     module, inputs = em.build(name, em.SIZES["bench"])
     model = em.export(module, inputs, exporter).SerializeToString()
     feeds = {k: v.numpy() for k, v in inputs.items()}
-    from stitch.engine.parse import ir_parser
+    from stitch.engine.ir.parse import ir_parser
 
     ir_parser()  # built once per process (about 1 s): not part of any model's import
     start = time.perf_counter()

@@ -1,6 +1,6 @@
 """Peers for the run-time benchmark: the same stitch graph written in torch, compiled with torch.compile.
 
-The torch function is built by walking the graph's nodes (engine/graph.py) and
+The torch function is built by walking the graph's nodes (engine/ir/graph.py) and
 mapping each op to its torch counterpart, so every example is covered without
 hand-written torch code. Outputs go into tensors allocated once
 (`out.copy_(value)` inside the compiled function, which Inductor fuses into
@@ -15,8 +15,7 @@ import statistics
 import time
 
 import numpy as np
-
-from stitch.engine.graph import Graph
+from stitch.engine.ir.graph import Graph
 
 _UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "erf": "erf"}

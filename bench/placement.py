@@ -47,7 +47,7 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     import stitch
     from peers import interleaved_times
-    from stitch.engine.interp import np_dtype, random_inputs
+    from stitch.engine.ir.interp import np_dtype, random_inputs
 
     stitch.set_num_threads(args.threads)
     print(f"threads {args.threads}; median of {args.runs} rounds of {BLOCK} calls, offsets interleaved; "

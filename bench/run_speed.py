@@ -83,9 +83,8 @@ def main() -> None:
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)  # read once, when each library starts: before any is imported
     import numpy as np
-
     import stitch
-    from stitch.engine.interp import evaluate, np_dtype, random_inputs
+    from stitch.engine.ir.interp import evaluate, np_dtype, random_inputs
 
     stitch.set_num_threads(args.threads)
 

@@ -484,10 +484,9 @@ def max_abs(a: np.ndarray, b: np.ndarray) -> float:
 
 def survey(name: str, exporter: str, args) -> dict:
     """One (model, exporter): its row's figures, `status` naming the stage that failed if one did."""
-    import torch
-
     import stitch
-    from stitch.engine.parse import ir_parser
+    import torch
+    from stitch.engine.ir.parse import ir_parser
     from stitch.frontends.onnx_import import import_onnx
 
     stem = args.out / f"{name}-{exporter}"

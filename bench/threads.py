@@ -76,9 +76,8 @@ def busy_process(cpu: int | None) -> subprocess.Popen:
 def main() -> None:
     args = parse_args()
     import numpy as np
-
     import stitch
-    from stitch.engine.interp import bind_inputs, np_dtype, random_inputs
+    from stitch.engine.ir.interp import bind_inputs, np_dtype, random_inputs
     from stitch.targets import runtime
 
     calls = {}  # (program, engine) -> (call, set_threads)

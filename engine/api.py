@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .compiled_program import CompiledProgram
-from .errors import StitchError
-from .recursion import allows_deep_recursion
+from .ir.errors import StitchError
+from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:
-    from .saturate import Limits
+    from .rewrite.saturate import Limits
 
 
 @allows_deep_recursion
@@ -49,7 +49,7 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
 def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules) -> None:
     """TypeError naming the argument for a value of the wrong kind (a bare int would otherwise be read
     as a file descriptor, a bare string as a list of one-letter names)."""
-    from .saturate import Limits
+    from .rewrite.saturate import Limits
 
     path = (str, os.PathLike)
     if not isinstance(source, path):
@@ -71,7 +71,7 @@ def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cfl
         _wrong("cache_dir", "a directory path", cache_dir)
     if limits is not None:
         if not isinstance(limits, Limits):
-            _wrong("limits", "a stitch.engine.saturate.Limits", limits)
+            _wrong("limits", "a stitch.engine.rewrite.saturate.Limits", limits)
         for field in dataclasses.fields(limits):
             value = getattr(limits, field.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -15,10 +15,10 @@ import warnings
 
 import numpy as np
 
-from .errors import StitchError, StitchWarning
 from .files import load_inputs, load_weights, save_npz, write_text
-from .memory import GIB
-from .recursion import deep_recursion
+from .ir.errors import StitchError, StitchWarning
+from .ir.memory import GIB
+from .ir.recursion import deep_recursion
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +160,7 @@ def version_text() -> str:
     import platform
     from importlib.metadata import PackageNotFoundError, version
 
-    from .. import __version__
+    from . import __version__
 
     parts = []
     for package in ("egglog", "numpy", "lark"):
@@ -172,7 +172,7 @@ def version_text() -> str:
 
 
 def add_compile_arguments(p) -> None:
-    from .saturate import Limits
+    from .rewrite.saturate import Limits
 
     p.add_argument("file")
     p.add_argument("--entry", help="the func to compile (default: the first)")
@@ -227,7 +227,7 @@ def add_weights_argument(p) -> None:
 
 def read_inputs(args, graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """(the call's inputs, the weights) of `eval` and `run`: --weights bound, the rest from --inputs or --seed."""
-    from .interp import random_inputs
+    from .ir.interp import random_inputs
 
     weights = load_weights(args.weights, graph) if args.weights else {}
     if args.inputs:
@@ -249,7 +249,7 @@ def _positive_int(text: str) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check_program
+    from .ir.check import check_program
     from .pipeline import read_file
 
     for graph in check_program(read_file(args.file)).values():
@@ -258,9 +258,9 @@ def cmd_check(args) -> int:
 
 
 def cmd_fmt(args) -> int:
-    from .check import check_program
+    from .ir.check import check_program
+    from .ir.printer import print_program
     from .pipeline import read_file
-    from .printer import print_program
 
     program = read_file(args.file)
     check_program(program)
@@ -269,7 +269,7 @@ def cmd_fmt(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .interp import evaluate
+    from .ir.interp import evaluate
     from .pipeline import check_entry, read_file
 
     graph = check_entry(read_file(args.file), args.entry, args.file)
@@ -278,7 +278,7 @@ def cmd_eval(args) -> int:
         outputs = evaluate(graph, inputs | weights)
     except StitchError as err:  # e.g. gather's index out of range: show the call's line
         if err.pos.line and err.pos.file == args.file and not err.source:
-            from .parse import read_source
+            from .ir.parse import read_source
 
             raise StitchError(err.message, err.pos, read_source(args.file), err.hint) from None
         raise
@@ -291,12 +291,12 @@ def cmd_eval(args) -> int:
 
 def cmd_compile(args) -> int:
     """`stitch compile`: the pipeline's stages as far as --emit asks, that stage printed."""
-    from ..targets.target import load_target
-    from .fold import fold_bound
-    from .pipeline import check_entry, compile_graph, load_rule_files, lower_program, read_file, saturate_program
+    from .ir.fold import fold_bound
+    from .ir.printer import print_func
     from .pictures import egraph_dot, schedule_dot
-    from .printer import print_func
-    from .schedule_print import print_schedule
+    from .pipeline import check_entry, compile_graph, load_rule_files, lower_program, read_file, saturate_program
+    from .schedule.schedule_print import print_schedule
+    from .schedule.target import load_target
 
     program = read_file(args.file)
     graph = check_entry(program, args.entry, args.file)
@@ -308,7 +308,7 @@ def cmd_compile(args) -> int:
     rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules),
                                  unsafe_fp=args.unsafe_fp)
     bound = tuple(load_weights(args.weights, graph)) if args.weights else ()
-    if bound:  # what the weights alone compute is a weight of its own (engine/fold.py), as `run` compiles it
+    if bound:  # what the weights alone compute is a weight of its own (engine/ir/fold.py), as `run` compiles it
         folded = fold_bound(graph, bound)
         graph, bound = folded.graph, bound + folded.names
     if args.emit == "egraph" and not args.json:
@@ -347,7 +347,7 @@ def cmd_compile(args) -> int:
 
 def compile_limits(args):
     """The saturation and memory limits the compile options ask for; a limit that is not positive is an error."""
-    from .saturate import Limits
+    from .rewrite.saturate import Limits
 
     for flag, value in (("--iter-limit", args.iter_limit), ("--node-limit", args.node_limit),
                         ("--match-limit", args.match_limit)):
@@ -413,8 +413,8 @@ def cmd_import(args) -> int:
 
 def cmd_rules_check(args) -> int:
     """Exit 1 if any rule is unsound (each is printed with its shrunk counterexample)."""
-    from .rules import load_rules
-    from .soundness import check_rule_file, report
+    from .rewrite.rules import load_rules
+    from .rewrite.soundness import check_rule_file, report
 
     unsound = False
     for path in args.files:
@@ -428,9 +428,9 @@ def cmd_rules_check(args) -> int:
 def cmd_run(args) -> int:
     import time
 
-    from .interp import evaluate
+    from .ir.interp import evaluate
+    from .ir.tolerance import differences
     from .pipeline import check_entry, compile_entry, read_file
-    from .tolerance import differences
 
     cflags = args.cflags
     if args.threads:
@@ -492,7 +492,7 @@ def simulated_json(compiled: dict, report) -> dict:
 
 
 def summarize(outputs: list[np.ndarray]) -> str:
-    from .interp import DTYPE_OF_NP
+    from .ir.interp import DTYPE_OF_NP
 
     lines = []
     for k, v in enumerate(outputs):

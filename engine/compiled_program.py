@@ -1,8 +1,7 @@
-"""A compiled program: called with numpy arrays, it runs on its target's executor.
-
-What `stitch.compile` returns (pipeline.py, `build`): the compiled C on a cpu
-target (the numpy executor where no C compiler was found), the simulator on an
-accel target.
+"""What the pipeline's stages hand on: `Compiled`, a program through saturation and extraction (the
+schedule lowering takes), and `CompiledProgram`, what `stitch.compile` returns (pipeline.py, `build`):
+called with numpy arrays, it runs on its target's executor: the compiled C on a cpu target (the numpy
+executor where no C compiler was found), the simulator on an accel target.
 """
 
 from __future__ import annotations
@@ -12,14 +11,60 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import StitchError
-from .graph import Graph
-from .interp import bind_inputs, np_dtype
-from .recursion import allows_deep_recursion
+from .ir.errors import StitchError
+from .ir.graph import Graph
+from .ir.interp import bind_inputs, np_dtype
+from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
     from ..lowering.loops import LoopProgram
-    from .pipeline import Compiled
+    from .rewrite.egraph_data import EGraphData
+    from .rewrite.saturate import RunReport
+    from .schedule.cost import ScheduleCost
+    from .schedule.kernels import Schedule
+    from .schedule.search import SearchResult
+    from .schedule.target import Target
+
+
+@dataclass
+class Compiled:
+    """A program through saturation and extraction: the Schedule lowering takes."""
+
+    graph: Graph
+    target: Target
+    report: RunReport
+    data: EGraphData
+    extracted: SearchResult
+    fusion_blocked: list[str]
+    seconds: float
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.extracted.schedule
+
+    @property
+    def cost(self) -> ScheduleCost:
+        return self.extracted.cost
+
+    def to_json(self) -> dict:
+        from .schedule.schedule_print import schedule_json
+
+        out = schedule_json(self.schedule, self.cost)
+        out.update(
+            {
+                "func": self.graph.name,
+                "target": self.target.name,
+                "egraph_nodes": self.report.enodes,
+                "egraph_classes": self.report.eclasses,
+                "iterations": self.report.iterations,
+                "stop_reason": self.report.stop_reason,
+                "estimated_seconds": None if not self.cost.feasible else self.target.seconds(self.cost.cycles),
+                "fusion_blocked": self.fusion_blocked,
+                "compile_seconds": self.seconds,
+            }
+        )
+        return out
+
 
 
 @dataclass

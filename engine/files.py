@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import StitchError
-from .ir import Pos
-
+from .ir.errors import StitchError
+from .ir.program import Pos
 
 NPZ_HINT = "write inputs with np.savez(path, name=array, ...): one array per parameter, keyed by its name"
 
@@ -18,14 +17,14 @@ NPZ_HINT = "write inputs with np.savez(path, name=array, ...): one array per par
 def load_inputs(path: str, graph, bound: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """The arrays of an .npz file, checked against the graph's parameters (those not `bound` by
     --weights); every error names the file."""
-    from .interp import bind_inputs
+    from .ir.interp import bind_inputs
 
     return _checked_npz(path, graph, lambda arrays: bind_inputs(graph, arrays, bound))
 
 
 def load_weights(path: str, graph) -> dict[str, np.ndarray]:
     """The arrays of an .npz file of weights (--weights), each checked against the parameter it names."""
-    from .interp import bind_weights
+    from .ir.interp import bind_weights
 
     return _checked_npz(path, graph, lambda arrays: bind_weights(graph, arrays))
 

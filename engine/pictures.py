@@ -19,8 +19,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .egraph_data import EGraphData
-from .errors import StitchError
+from .ir.errors import StitchError
+from .rewrite.egraph_data import EGraphData
 
 PLACEMENT_COLORS = {"global": "#6b7280", "shared": "#2563eb", "local": "#16a34a", "inline": "#ea580c",
                     "root": "#111827"}
@@ -30,7 +30,7 @@ RENDER_SECONDS = 120
 
 def schedule_dot(compiled) -> str:
     """The schedule of a `pipeline.Compiled` as DOT: kernels as boxes, global tensors as edges."""
-    from .schedule_print import global_names, print_kernel
+    from .schedule.schedule_print import global_names, print_kernel
 
     schedule, cost, graph = compiled.schedule, compiled.cost, compiled.graph
     names = global_names(schedule)

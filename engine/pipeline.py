@@ -20,30 +20,30 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path
 
 from ..lowering.loops import LoopProgram
 from ..lowering.lower import lower
-from ..targets.target import Target, load_target
-from .check import check_program
-from .compiled_program import CompiledProgram
-from .cost import ScheduleCost, schedule_cost
-from .egraph_data import EGraphData
-from .errors import StitchError, StitchWarning
-from .extract import MOST_FUSED, extract_schedule, extract_tree
-from .fold import fold_bound, fold_values
-from .graph import Graph
-from .interp import bind_weights
-from .ir import Pos, Program
-from .memory import check_memory, checkpoint, memory_budget
-from .parse import parse_file, parse_program
-from .recursion import allows_deep_recursion
-from .rules import RuleFile, builtin_rule_files, load_rules
-from .saturate import EGraphRun, Limits, RunReport
-from .schedule import Schedule, build_schedule
-from .search import SearchResult
+from .compiled_program import Compiled, CompiledProgram
+from .ir.check import check_program
+from .ir.errors import StitchError, StitchWarning
+from .ir.fold import fold_bound, fold_values
+from .ir.graph import Graph
+from .ir.interp import bind_weights
+from .ir.memory import check_memory, checkpoint, memory_budget
+from .ir.parse import parse_file, parse_program
+from .ir.program import Pos, Program
+from .ir.recursion import allows_deep_recursion
+from .rewrite.egraph_data import EGraphData
+from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
+from .rewrite.saturate import EGraphRun, Limits, RunReport
+from .schedule.cost import schedule_cost
+from .schedule.extract import MOST_FUSED, extract_schedule, extract_tree
+from .schedule.kernels import build_schedule
+from .schedule.search import SearchResult
+from .schedule.target import Target, load_target
 
 # -- parse and check --------------------------------------------------------------------------
 
@@ -169,46 +169,6 @@ def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResul
     return extracted, blocked
 
 
-@dataclass
-class Compiled:
-    """A program through saturation and extraction: the Schedule lowering takes."""
-
-    graph: Graph
-    target: Target
-    report: RunReport
-    data: EGraphData
-    extracted: SearchResult
-    fusion_blocked: list[str]
-    seconds: float
-
-    @property
-    def schedule(self) -> Schedule:
-        return self.extracted.schedule
-
-    @property
-    def cost(self) -> ScheduleCost:
-        return self.extracted.cost
-
-    def to_json(self) -> dict:
-        from .schedule_print import schedule_json
-
-        out = schedule_json(self.schedule, self.cost)
-        out.update(
-            {
-                "func": self.graph.name,
-                "target": self.target.name,
-                "egraph_nodes": self.report.enodes,
-                "egraph_classes": self.report.eclasses,
-                "iterations": self.report.iterations,
-                "stop_reason": self.report.stop_reason,
-                "estimated_seconds": None if not self.cost.feasible else self.target.seconds(self.cost.cycles),
-                "fusion_blocked": self.fusion_blocked,
-                "compile_seconds": self.seconds,
-            }
-        )
-        return out
-
-
 @allows_deep_recursion
 def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Limits = Limits()) -> Compiled:
     """Saturate, then extract the cheapest schedule for `target`."""
@@ -247,7 +207,7 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
     native = None
     if target.kind == "cpu":
         from ..targets.cpu import build as build_c
-        from ..targets.cpu import compiler_flags
+        from ..targets.cc import compiler_flags
 
         start = time.perf_counter()
         native = build_c(loops, cache_dir, compiler_flags(cflags))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine.errors import StitchError
+from ..engine.ir.errors import StitchError
 from .onnx_import import OnnxImportError, import_onnx
 
 SKIP_KINDS = {"op", "dtype", "shape", "input"}
@@ -184,8 +184,8 @@ def run_case(case: Case, targets: tuple[str, ...]) -> list[Result]:
 def run_on(case: Case, imported, names: list[str], target: str, import_seconds: float) -> Result:
     import stitch
 
-    from ..engine.check import check_program
-    from ..engine.interp import evaluate
+    from ..engine.ir.check import check_program
+    from ..engine.ir.interp import evaluate
 
     start = time.perf_counter()
     graph = next(iter(check_program(imported.program).values()))

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from .onnx_import import Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axis
+from .onnx_builder import Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axis
 
 INDEX_DTYPES = ("i32", "i64")
 
@@ -366,7 +366,7 @@ def convert_pad(b, node, ins):
 def pad_axis(b: Builder, x: Value, a: int, before: int, after: int, mode: str, value, hint: str) -> Value:
     """`x` with `before` and `after` (>= 0) elements added on axis `a` in a Pad mode (see convert_pad);
     `value` a number or a run-time scalar (constant). Conv pads with it too."""
-    from ..engine.interp import np_dtype
+    from ..engine.ir.interp import np_dtype
 
     if not (before or after):
         return x
@@ -417,7 +417,7 @@ def convert_cumsum(b, node, ins):
     """CumSum as a product with a known triangle of ones along the axis (moved last): output j sums
     inputs i <= j (i < j exclusive; i >= j, i > j reversed). n^2 multiply-adds for n positions, no
     scan: MPNet's position ids, a cumsum over the sequence's mask, are 128 of them."""
-    from ..engine.interp import np_dtype
+    from ..engine.ir.interp import np_dtype
 
     x = ins[0]
     t = b.type_of(x)

@@ -12,9 +12,21 @@ import math
 
 import numpy as np
 
-from ..engine.ir import FLOAT_DTYPES
-from .onnx_import import (FOLD_LIMIT, NOT_FOLDED, Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axes,
-                          normal_axis, onnx_dtype)
+from ..engine.ir.program import FLOAT_DTYPES
+from .onnx_builder import (
+    FOLD_LIMIT,
+    NOT_FOLDED,
+    Builder,
+    Known,
+    Sym,
+    Unsupported,
+    Value,
+    check_dims,
+    invalid,
+    normal_axes,
+    normal_axis,
+    onnx_dtype,
+)
 from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS, pad_axis, slice_ranges
 
 
@@ -147,7 +159,7 @@ def float_of(b: Builder, x: Value) -> str:
 
 
 def cast(b: Builder, x: Value, dtype: str, hint: str) -> Value:
-    from ..engine.interp import np_dtype
+    from ..engine.ir.interp import np_dtype
 
     if b.type_of(x).dtype == dtype:
         return x
@@ -438,7 +450,7 @@ def convert_reshape(b, node, ins):
 
 
 def convert_expand(b, node, ins):
-    from ..engine.check import broadcast_shapes
+    from ..engine.ir.check import broadcast_shapes
 
     x = b.type_of(ins[0])
     shape = broadcast_shapes(x.shape, tuple(b.static_ints(ins[1], "shape")))
@@ -881,7 +893,7 @@ def convert_isnan(b, node, ins):
 def convert_isinf(b, node, ins):
     """x beyond the dtype's largest finite value, on the sides asked for (NaN is neither)."""
     x = ins[0]
-    from ..engine.interp import np_dtype
+    from ..engine.ir.interp import np_dtype
 
     big = float(np.finfo(np_dtype(float_of(b, x))).max)
     pos, neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.ir import dtype_bytes
+from ..engine.ir.program import dtype_bytes
 from .liveness import live_ranges, ranges_overlap
 from .loops import Buffer, LoopKernel, LoopProgram
 

@@ -33,9 +33,25 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..engine.index import affine, interval
-from .loops import (Buffer, For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, flat_index, index_vars, leaves, loads,
-                    map_leaf_loads, map_loads, perfect_nest, written_once)
+from ..engine.schedule.index import affine, interval
+from .loops import (
+    Buffer,
+    For,
+    Ix,
+    Load,
+    LoopKernel,
+    LoopProgram,
+    Stmt,
+    Store,
+    flat_index,
+    index_vars,
+    leaves,
+    loads,
+    map_leaf_loads,
+    map_loads,
+    perfect_nest,
+    written_once,
+)
 
 # a block may repeat a weight's elements (tiles whose copies overlap): at most this many times its sources' bytes
 MAX_GROWTH = 2
@@ -185,7 +201,7 @@ def bind(program: LoopProgram, weights: dict[str, np.ndarray]) -> dict[str, np.n
     """The arrays a bound program's kernels read besides the call's inputs: its prologue's blocks,
     made once from `weights` (by the numpy executor), and its own copy of each bound parameter a
     kernel still reads (a later change to the caller's array changes nothing)."""
-    from ..engine.interp import aligned_copy
+    from ..engine.ir.interp import aligned_copy
     from .execute import execute
 
     params = {b.name for b in program.params}

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify_in
-from ..targets.c_matmul import match_matmul
+from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify_in
 from .loops import For, LoopProgram, Stmt, expr_vars, leaves, map_indices
+from .matmul import match_matmul
 
 
 def split_merged_loops(program: LoopProgram) -> LoopProgram:

@@ -19,11 +19,27 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine import floats
-from ..engine.errors import StitchError
-from ..engine.interp import DTYPE_OF_NP, elementwise, np_dtype
-from .loops import (Accumulate, Checked, FloorDiv, For, Indirect, Ix, Lit, Load, LoopProgram, Mod, Op, Select, Store,
-                    accumulates_in_float, index_vars, perfect_nest)
+from ..engine.ir import floats
+from ..engine.ir.errors import StitchError
+from ..engine.ir.interp import DTYPE_OF_NP, elementwise, np_dtype
+from .loops import (
+    Accumulate,
+    Checked,
+    FloorDiv,
+    For,
+    Indirect,
+    Ix,
+    Lit,
+    Load,
+    LoopProgram,
+    Mod,
+    Op,
+    Select,
+    Store,
+    accumulates_in_float,
+    index_vars,
+    perfect_nest,
+)
 
 
 @dataclass

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.index import affine
-from ..engine.ir import dtype_bytes
+from ..engine.ir.program import dtype_bytes
+from ..engine.schedule.index import affine
 from .loops import For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, map_leaf_loads, perfect_nest, written_once
 
 

@@ -9,7 +9,7 @@
     Store        buf[index] = value
     Accumulate   buf[index] = buf[index] <op> value (reductions, matmul)
 
-Indices are `Ix` expressions of loop variables (engine/index.py): affine,
+Indices are `Ix` expressions of loop variables (engine/schedule/index.py): affine,
 with div/mod where a reshape could not be simplified away and Indirect where a
 gather reads an index from a tensor. Expressions are loads, literals, scalar
 ops and a concat's `Select`. Everything prints as text (`print_loops`), the form
@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Union
 
-from ..engine.index import FloorDiv, Indirect, Ix, Mod  # noqa: F401  (re-exported: the index type of loops)
-from ..engine.ir import dtype_bytes
+from ..engine.ir.program import dtype_bytes
+from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod  # noqa: F401  (re-exported: the index type of loops)
 
 
 @dataclass(frozen=True)

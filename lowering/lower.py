@@ -25,23 +25,52 @@ buffer from the nest that computes it (or copied from its on-chip buffer).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from ..engine.cost import KernelCost, ScheduleCost, Staged, matrix_dims, reduced_axes, region
-from ..engine.graph import Graph
-from ..engine.index import FloorDiv, Indirect, Ix, Mod, simplify, simplify_in
-from ..engine.ir import TensorType
-from ..engine.maps import GatherRef
-from ..engine.ops import REDUCE as REDUCTIONS
-from ..engine.recursion import allows_deep_recursion
-from ..engine.schedule import Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
-from ..engine.schedule_print import global_names
-from ..targets.target import Target
-from .loops import (Accumulate, Buffer, Checked, Expr, For, Lit, Load, LoopKernel, LoopProgram, Op, Select, Stmt, Store,
-                    expr_vars, loads, map_indices)
+from ..engine.ir.graph import Graph
+from ..engine.ir.ops import REDUCE as REDUCTIONS
+from ..engine.ir.program import TensorType
+from ..engine.ir.recursion import allows_deep_recursion
+from ..engine.schedule.cost import KernelCost, ScheduleCost, Staged, matrix_dims, reduced_axes, region
+from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify, simplify_in
+from ..engine.schedule.kernels import Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
+from ..engine.schedule.maps import GatherRef
+from ..engine.schedule.schedule_print import global_names
+from ..engine.schedule.target import Target
+from .loops import (
+    Accumulate,
+    Buffer,
+    Checked,
+    Expr,
+    For,
+    Lit,
+    Load,
+    LoopKernel,
+    LoopProgram,
+    Op,
+    Select,
+    Stmt,
+    Store,
+    expr_vars,
+    loads,
+    map_indices,
+)
 
-if TYPE_CHECKING:
-    from ..engine.pipeline import Compiled
+
+class Scheduled(Protocol):
+    """What lowering reads of the extraction stage's result (engine/compiled_program.py's `Compiled`)."""
+
+    @property
+    def graph(self) -> Graph: ...
+
+    @property
+    def schedule(self) -> Schedule: ...
+
+    @property
+    def cost(self) -> ScheduleCost: ...
+
+    @property
+    def target(self) -> Target: ...
 
 
 def identity(op: str, dtype: str):
@@ -117,7 +146,7 @@ PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline,
 
 
 @allows_deep_recursion
-def lower(compiled: Compiled, bound: tuple[str, ...] = ()) -> LoopProgram:
+def lower(compiled: Scheduled, bound: tuple[str, ...] = ()) -> LoopProgram:
     """The lowering pipeline: loop nests, then its passes, then the verifier. `bound` names the
     parameters whose values are given at build time (weights): what derives from them alone moves
     to the program's prologue (lowering/bind.py)."""

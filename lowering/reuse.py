@@ -32,10 +32,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.index import affine
+from ..engine.schedule.index import affine
 from .liveness import buffers_touched, placed_leaves, region_spans
-from .loops import (Buffer, For, Load, LoopKernel, LoopProgram, Stmt, Store, flat_index, loads, map_leaf_loads,
-                    map_leaves)
+from .loops import (
+    Buffer,
+    For,
+    Load,
+    LoopKernel,
+    LoopProgram,
+    Stmt,
+    Store,
+    flat_index,
+    loads,
+    map_leaf_loads,
+    map_leaves,
+)
 
 
 def update_in_place(program: LoopProgram) -> LoopProgram:

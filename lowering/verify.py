@@ -23,11 +23,23 @@ printed below the message. It checks, kernel by kernel in program order:
 
 from __future__ import annotations
 
-from ..engine.ir import dtype_bytes
+from ..engine.ir.program import dtype_bytes
 from .alloc import local_bytes, shared_bytes
 from .liveness import live_ranges, ranges_overlap
-from .loops import (Accumulate, Buffer, For, Ix, LoopKernel, LoopProgram, Stmt, Store, index_vars, loads, print_kernel,
-                    print_loops)
+from .loops import (
+    Accumulate,
+    Buffer,
+    For,
+    Ix,
+    LoopKernel,
+    LoopProgram,
+    Stmt,
+    Store,
+    index_vars,
+    loads,
+    print_kernel,
+    print_loops,
+)
 
 
 class VerifyError(Exception):

@@ -37,10 +37,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..engine.index import affine
-from ..lowering.loops import (Accumulate, Buffer, For, Ix, Load, Store, index_loads, index_vars, loads, map_indices,
-                              map_loads)
-from .c_matmul import flat_coef, shift_ix
+from ..engine.schedule.index import affine
+from ..lowering.loops import (
+    Accumulate,
+    Buffer,
+    For,
+    Ix,
+    Load,
+    Store,
+    index_loads,
+    index_vars,
+    loads,
+    map_indices,
+    map_loads,
+)
+from ..lowering.matmul import flat_coef, shift_ix
 
 
 @dataclass

@@ -20,16 +20,34 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..engine.index import FloorDiv, Mod, affine
-from ..engine.ir import dtype_bytes
-from ..lowering.loops import (Accumulate, Buffer, Checked, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Select,
-                              Store, accumulates_in_float, flat_index, index_vars, leaves, loads, map_indices,
-                              perfect_nest)
+from ..engine.ir.program import dtype_bytes
+from ..engine.schedule.index import FloorDiv, Mod, affine
 from ..lowering.liveness import buffers_read
+from ..lowering.loops import (
+    Accumulate,
+    Buffer,
+    Checked,
+    For,
+    Ix,
+    Lit,
+    Load,
+    LoopKernel,
+    LoopProgram,
+    Op,
+    Select,
+    Store,
+    accumulates_in_float,
+    flat_index,
+    index_vars,
+    leaves,
+    loads,
+    map_indices,
+    perfect_nest,
+)
+from ..lowering.matmul import contiguous_in, expr_dtype, flat_coef, match_matmul, shift_ix, through_units, uses_var
 from ..lowering.overlap import Stages, scratch_layout, stages
+from .c_matmul import render_matmul, vector_typedefs
 from .c_passes import pipelined_passes
-from .c_matmul import (contiguous_in, expr_dtype, flat_coef, match_matmul, render_matmul, shift_ix, through_units,
-                       uses_var, vector_typedefs)
 
 C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
 
@@ -1272,10 +1290,10 @@ class _Kernel:
         is written with two vectors of lanes and a NaN mask (`extremum_lanes`); `first`, when given,
         sets `acc` and `nan` instead (`pipelined_passes`: from lanes it kept)."""
         if leaf.op == "max":
-            cmp, start, zero, other = ">", "-INFINITY", f"!__builtin_signbit(v)", f"-({ctype})0"
+            cmp, start, zero, other = ">", "-INFINITY", "!__builtin_signbit(v)", f"-({ctype})0"
             winner = f"({ctype})0"
         else:
-            cmp, start, zero, other = "<", "INFINITY", f"(__builtin_signbit(v) != 0)", f"({ctype})0"
+            cmp, start, zero, other = "<", "INFINITY", "(__builtin_signbit(v) != 0)", f"({ctype})0"
             winner = f"-({ctype})0"
         dtype = self.buffers[leaf.buffer].dtype
         value = self.expr(leaf.value)

@@ -1,73 +1,30 @@
-"""Build a LoopProgram for the CPU and call it: C source, the system compiler, a disk cache, ctypes.
+"""Build a LoopProgram for the CPU and call it: C source, compiled and cached (targets/cc.py), ctypes.
 
-The shared library is cached under `cache_dir` by a hash of the source, the
-compiler command and its version, beside a checksum of the library; an entry
-whose checksum does not match (corrupt, truncated) or that fails to load is
-rebuilt.
+A cached library that fails to load is rebuilt.
 Without a compiler, `build` warns once and the program runs on the numpy
 executor (lowering/execute.py) instead.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import errno
-import hashlib
 import os
-import shlex
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
-import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
-from ..engine.errors import StitchError, StitchWarning
-from ..engine.interp import aligned_empty, np_dtype
+from ..engine.ir.errors import StitchError
+from ..engine.ir.interp import aligned_empty, np_dtype
+from ..engine.schedule.target import Target
 from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
 from .c_source import buffer_order, c_source
-from .target import Target
-
-# What the user's --cflags replace: how hard the compiler optimises and for which machine.
-OPTIMIZE_FLAGS = ("-O3", "-march=native")
-# What the generated C needs whatever the user asks: a loadable shared library, OpenMP simd pragmas,
-# wrapping integer arithmetic (the reference's), libm calls that never set errno or trap, GNU C's
-# vector types; and what it means (README, "Floating-point semantics"): no multiply-add fused outside
-# matmul's micro-kernel, every f16 (or float) operation rounded to its type, as numpy's are.
-REQUIRED_FLAGS = ("-fopenmp-simd", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
-                  "-std=gnu11", "-ffp-contract=off", "-fexcess-precision=standard")
-DEFAULT_FLAGS = OPTIMIZE_FLAGS + REQUIRED_FLAGS
-# A compiler run (or a probe of the compiler) taking longer is stopped and reported: the 600-op
-# generated program compiles in about 10 s as one unit here.
-COMPILER_SECONDS = 300.0
-
-
-def compiler_flags(user=None) -> tuple[str, ...]:
-    """The flags to compile with: the user's (a string, split as a shell would, or a sequence of
-    strings) in place of OPTIMIZE_FLAGS, followed by REQUIRED_FLAGS; the defaults without them."""
-    if user is None:
-        return DEFAULT_FLAGS
-    if isinstance(user, str):
-        try:
-            user = shlex.split(user)
-        except ValueError as err:
-            raise StitchError(f"cannot split the compiler flags {user!r}: {err}") from None
-    elif not isinstance(user, (list, tuple)) or not all(isinstance(f, str) for f in user):
-        raise StitchError(f"compiler flags must be a string or a list of strings, got {user!r}")
-    return tuple(user) + REQUIRED_FLAGS
-
-
-def default_cache_dir() -> Path:
-    return Path.home() / ".cache" / "stitch"
+from .cc import DEFAULT_FLAGS, cached_library, compiler, default_cache_dir, vector_bytes, vector_math
 
 
 @dataclass
@@ -138,17 +95,13 @@ class Native:
         return [arrays[name].copy() if name in params else arrays[name] for name in self.program.outputs]
 
 
-def compiler() -> str | None:
-    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-
-
 def c_for_target(program: LoopProgram, target: Target, flags: tuple[str, ...] = DEFAULT_FLAGS) -> str:
     """The C `build` would compile for `program` (`stitch compile --emit c`), as one unit."""
     if target.kind != "cpu":
         raise StitchError(f"C is generated for cpu targets; '{target.name}' is an {target.kind} target "
                           "(run it with stitch run --target ...)")
     cc = compiler()
-    return c_source(program, _vector_bytes(cc, tuple(flags)) if cc else 32)[0]
+    return c_source(program, vector_bytes(cc, tuple(flags)) if cc else 32)[0]
 
 
 def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str, ...] = DEFAULT_FLAGS,
@@ -165,13 +118,13 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
     if cache_dir.exists() and not cache_dir.is_dir():
         raise StitchError(f"the cache directory {cache_dir} is a file, not a directory",
                           hint="name a directory with --cache-dir (cache_dir=), or move the file away")
-    vector_bytes = _vector_bytes(cc, tuple(flags))
-    source, parts = c_source(program, vector_bytes, max_parts=os.cpu_count() or 1)
+    width = vector_bytes(cc, tuple(flags))
+    source, parts = c_source(program, width, max_parts=os.cpu_count() or 1)
     # gcc's default on AVX-512 machines is 256-bit loops; 512 doubles the throughput of
     # vectorized transcendentals (bias+GELU, 1 thread: 35 -> 18 ms)
-    wide = ("-mprefer-vector-width=512",) if vector_bytes == 64 else ()
+    wide = ("-mprefer-vector-width=512",) if width == 64 else ()
     requested = tuple(flags)
-    flags = requested + wide + _vector_math(cc)
+    flags = requested + wide + vector_math(cc)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         lib_path = cached_library(source, parts, cc, flags, cache_dir)
@@ -195,131 +148,6 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
     return Native(program, library, lib_path.with_suffix(".c"), flags=requested, cache_dir=cache_dir)
 
 
-def source_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
-    return hashlib.sha256("\0".join([source, cc, *flags, _version(cc)]).encode()).hexdigest()[:24]
-
-
-def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cache_dir: Path) -> Path:
-    """The shared library `source` compiles to, from the cache when a checked entry is there, else
-    built into it. Reads only, when the entry is there; raises OSError when it must write and cannot
-    (a truncated file is not left behind)."""
-    key = source_key(source, cc, flags)
-    lib_path, src_path, sum_path = (cache_dir / f"{key}{ext}" for ext in (".so", ".c", ".sha256"))
-    try:
-        if lib_path.exists() and sum_path.exists() and sum_path.read_text() == _digest(lib_path):
-            return lib_path
-    except OSError:  # unreadable: build it again
-        pass
-    try:
-        lib_path.unlink(missing_ok=True)  # missing, corrupt or stale: build it again
-        with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-            staged = Path(tmp) / src_path.name  # renamed into place whole: another process building the
-            staged.write_text(source)  # same source may be compiling src_path now (a rewrite truncated it)
-            os.replace(staged, src_path)
-            tmp_lib = Path(tmp) / "lib.so"
-            try:
-                _compile(cc, flags, src_path, tmp_lib, parts, Path(tmp))
-            except CompilerCrash as crash:  # the compiler's bug, not the source's: once more without the pass
-                warnings.warn(StitchWarning(f"the C compiler crashed on {src_path} ({crash.line}); built again "
-                                            f"with {' '.join(CRASH_FLAGS)}"), stacklevel=2)
-                _compile(cc, flags + CRASH_FLAGS, src_path, tmp_lib, parts, Path(tmp))
-            os.replace(tmp_lib, lib_path)
-        sum_path.write_text(_digest(lib_path))
-    except OSError:
-        for path in (src_path, lib_path, sum_path):
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)
-        raise
-    return lib_path
-
-
-def _compile(cc: str, flags: tuple[str, ...], src: Path, lib: Path, parts: int, tmp: Path) -> None:
-    """One compiler run, or one per part (`c_source`'s STITCH_PART groups) at once and a link.
-
-    The runs must finish within COMPILER_SECONDS (parts together), else they are stopped and that
-    is an error. Nothing is read from stdin: a flag `-` would wait on it forever."""
-    if parts == 1:
-        _check(_run_compiler([cc, *flags, str(src), "-o", str(lib), "-lm"], src), src)
-        return
-    objects = [tmp / f"part{i}.o" for i in range(parts)]
-    procs = [_spawn([cc, *flags, "-c", f"-DSTITCH_PART={i}", str(src), "-o", str(obj)])
-             for i, obj in enumerate(objects)]
-    deadline = time.monotonic() + COMPILER_SECONDS
-    try:
-        for proc in procs:
-            try:
-                _, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise _too_long(src) from None
-            _check(subprocess.CompletedProcess(proc.args, proc.returncode, "", stderr), src)
-    finally:
-        for proc in procs:  # still running after a timeout or another part's error
-            _stop(proc)
-    _check(_run_compiler([cc, *flags, *map(str, objects), "-o", str(lib), "-lm"], src), src)
-
-
-def _spawn(cmd: list[str]) -> subprocess.Popen:
-    """The compiler in a session of its own: stopping it stops the passes it started (cc1, as, ld),
-    which would otherwise run on, holding a core and gigabytes, after the driver is killed."""
-    try:
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-    except OSError as err:
-        raise StitchError(f"cannot run the C compiler {cmd[0]}: {err.strerror}") from None
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-def _run_compiler(cmd: list[str], src: Path) -> subprocess.CompletedProcess:
-    proc = _spawn(cmd)
-    try:
-        stdout, stderr = proc.communicate(timeout=COMPILER_SECONDS)
-    except subprocess.TimeoutExpired:
-        raise _too_long(src) from None
-    finally:
-        _stop(proc)
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
-def _too_long(src: Path) -> StitchError:
-    return StitchError(f"the C compiler ran over {COMPILER_SECONDS:g} s on the generated source {src} and was stopped",
-                       hint="lighter --cflags, or a smaller program")
-
-
-# What a program the compiler crashes on is built again with. gcc 12.2 -O3 segfaults in its SLP
-# vectorizer on a `#pragma omp simd reduction(max:...)` loop of i64 values inside a loop of two
-# iterations (found by tests/test_cpu.py's property test: a max over a broadcast i64 scalar).
-CRASH_FLAGS = ("-fno-tree-slp-vectorize",)
-
-
-class CompilerCrash(StitchError):
-    """The C compiler reported an internal compiler error: its own bug, not the source's."""
-
-    def __init__(self, message: str, line: str):
-        super().__init__(message)
-        self.line = line
-
-
-def _check(proc: subprocess.CompletedProcess, src: Path) -> None:
-    if proc.returncode != 0 and "No space left on device" in proc.stderr:  # not the source's fault
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    if proc.returncode != 0:
-        message = f"the C compiler failed on the generated source {src}:\n{proc.stderr.strip()[:2000]}"
-        crash = next((line.strip() for line in proc.stderr.splitlines() if "internal compiler error" in line), None)
-        raise CompilerCrash(message, crash) if crash else StitchError(message)
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
@@ -330,61 +158,3 @@ def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
     return lib
 
 
-_VECTOR_MATH: dict[str, tuple[str, ...]] = {}
-
-
-# A program linked against libmvec with functions the generated C declares for it: on x86-64,
-# logf's AVX2 and AVX-512 versions, which a shared library would leave unresolved until load.
-_VECTOR_MATH_PROBE = """#include <math.h>
-#if defined(__x86_64__)
-void _ZGVdN8v_logf(void);
-void _ZGVeN16v_logf(void);
-void *st_probe[] = {(void *)_ZGVdN8v_logf, (void *)_ZGVeN16v_logf};
-#endif
-int main(int argc, char **argv) { (void)argv; return (int)expf((float)argc); }
-"""
-
-
-def _vector_math(cc: str) -> tuple[str, ...]:
-    """Flags for glibc's vector math library (libmvec), when this compiler can link against it."""
-    if cc not in _VECTOR_MATH:
-        flags = ("-DSTITCH_LIBMVEC", "-lmvec")
-        try:
-            with tempfile.TemporaryDirectory(prefix="stitch-probe-") as tmp:
-                probe = Path(tmp) / "libmvec_probe.c"
-                probe.write_text(_VECTOR_MATH_PROBE)
-                proc = _probe([cc, str(probe), "-o", str(Path(tmp) / "probe"), *flags, "-lm"])
-                _VECTOR_MATH[cc] = flags if proc.returncode == 0 else ()
-        except OSError:  # nowhere to write the probe: do without
-            return ()
-    return _VECTOR_MATH[cc]
-
-
-_VECTOR_BYTES: dict[tuple, int] = {}
-
-
-def _vector_bytes(cc: str, flags: tuple[str, ...]) -> int:
-    """The widest vector registers these flags let the compiler use (AVX-512, AVX, else SSE/NEON width)."""
-    key = (cc, *flags)
-    if key not in _VECTOR_BYTES:
-        proc = _probe([cc, *flags, "-dM", "-E", "-x", "c", os.devnull])
-        macros = proc.stdout if proc.returncode == 0 else ""
-        _VECTOR_BYTES[key] = 64 if "__AVX512F__ " in macros else 32 if "__AVX__ " in macros else 16
-    return _VECTOR_BYTES[key]
-
-
-_VERSIONS: dict[str, str] = {}
-
-
-def _version(cc: str) -> str:
-    if cc not in _VERSIONS:
-        _VERSIONS[cc] = _probe([cc, "--version"]).stdout
-    return _VERSIONS[cc]
-
-
-def _probe(cmd: list[str]) -> subprocess.CompletedProcess:
-    """A quick question to the compiler; one that fails, cannot start or hangs answers nothing."""
-    try:
-        return _run_compiler(cmd, Path(cmd[-1]))
-    except StitchError:
-        return subprocess.CompletedProcess(cmd, 1, "", "")

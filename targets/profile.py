@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..engine.cost import facts, slice_elems
-from ..engine.errors import StitchError
-from ..engine.schedule_print import global_names
+from ..engine.ir.errors import StitchError
+from ..engine.schedule.cost import facts, slice_elems
+from ..engine.schedule.schedule_print import global_names
 from .cpu import build
 
 PROFILE_FLAG = "-DSTITCH_PROFILE"

@@ -21,7 +21,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ..engine.errors import StitchError
+from ..engine.ir.errors import StitchError
 
 SOURCE = Path(__file__).with_name("runtime.c")
 FLAGS = ("-O2", "-fPIC", "-shared", "-pthread", "-std=gnu11")
@@ -71,7 +71,7 @@ def _load(cc: str, cache_dir: Path) -> ctypes.CDLL | None:
     global _library, _failed
     with _lock:
         if _library is None and not _failed:
-            from .cpu import cached_library
+            from .cc import cached_library
 
             def build(home: Path) -> ctypes.CDLL:
                 home.mkdir(parents=True, exist_ok=True)

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..engine.errors import StitchError
+from ..engine.ir.errors import StitchError
+from ..engine.schedule.target import Target
 from ..lowering.alloc import local_bytes, shared_bytes
 from ..lowering.execute import TileRun, execute
 from ..lowering.loops import Accumulate, For, LoopKernel, LoopProgram, Op
-from .target import Target
 
 
 @dataclass

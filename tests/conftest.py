@@ -8,8 +8,13 @@ Xeons' 2 MiB), and on a 2 MiB budget a softmax tile held 128 rows, not 64. The t
 one machine, whatever runs them: the sysfs reading is pinned to these sizes (a fake sysfs tree
 given as `root` is still read, as test_target does)."""
 
-from stitch.engine.testing import load_profile
-from stitch.targets import target as _target
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tests' own helpers: stitch_testing
+
+from stitch.engine.schedule import target as _target  # noqa: E402
+from stitch_testing import load_profile  # noqa: E402
 
 load_profile()
 

@@ -13,12 +13,22 @@ import itertools
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from stitch.engine.ir import DTYPES, dtype_bytes
+from stitch.engine.ir.program import DTYPES, dtype_bytes
 from stitch.lowering.alloc import buffer_alignment, merge_allocations, shared_bytes
 from stitch.lowering.liveness import live_ranges, loads
 from stitch.lowering.loops import (
-    Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store, print_kernel, print_loops,
+    Accumulate,
+    Buffer,
+    For,
+    Ix,
+    Lit,
+    Load,
+    LoopKernel,
+    LoopProgram,
+    Op,
+    Store,
+    print_kernel,
+    print_loops,
 )
 from stitch.lowering.verify import verify
 

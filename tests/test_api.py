@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import stitch
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate
 from stitch.targets import cpu
 
 TRANSPOSE = "func f(x: f32[8, 8]) -> f32[8, 8] { return transpose(x) }"

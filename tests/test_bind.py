@@ -8,23 +8,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.check import check_program
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_file
-from stitch.engine.printer import print_func
-from stitch.engine.testing import compile_text, programs, target_text
-from stitch.engine.tolerance import compare
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.parse import parse_file
+from stitch.engine.ir.printer import print_func
+from stitch.engine.ir.tolerance import compare
+from stitch.engine.schedule.target import parse_target
 from stitch.lowering.bind import bind
 from stitch.lowering.loops import leaves, loads, print_loops
 from stitch.lowering.lower import lower
 from stitch.targets import cpu
-from stitch.targets.target import parse_target
+from stitch_testing import compile_text, programs, target_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -100,7 +99,7 @@ def test_a_weight_read_where_it_is_is_read_from_a_block_in_the_loops_order():
 def test_a_weight_read_on_one_side_of_a_concat_is_read_as_it_is():
     """Each side of concat(w, w) reads w only where the concat's select takes that side: a block
     over the loops whole would read past w's end (the prologue failed with an IndexError). (Adding
-    x keeps the sum from being a value of w alone, which engine/fold.py would compute at binding.)"""
+    x keeps the sum from being a value of w alone, which engine/ir/fold.py would compute at binding.)"""
     text = ("func f(x: f32[1, 4, 1], w: f32[1, 2, 1]) -> f32[] {\n"
             "  return sum(mul(x, neg(add(x, concat(w, w, axis=1)))), axes=[0, 1, 2])\n}\n")
     rng = np.random.default_rng(5)

@@ -5,14 +5,12 @@ special cases."""
 from __future__ import annotations
 
 import ctypes
-import subprocess
-
 import math
+import subprocess
 
 import numpy as np
 import pytest
-
-from stitch.targets import cpu
+from stitch.targets import cc, cpu
 from stitch.targets.c_source import PRELUDE
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -31,7 +29,7 @@ def library(request, tmp_path_factory):
     src.write_text(PRELUDE + body)
     lib = tmp / "cmath.so"
     extra = ["-DST_NO_MADD"] if request.param == "unfused" else []
-    subprocess.run([cpu.compiler(), *cpu.compiler_flags(), *extra, str(src), "-o", str(lib), "-lm"], check=True)
+    subprocess.run([cpu.compiler(), *cc.compiler_flags(), *extra, str(src), "-o", str(lib), "-lm"], check=True)
     return ctypes.CDLL(str(lib))
 
 
@@ -122,7 +120,7 @@ def test_the_16_lane_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
     (ST_NO_VECTOR_EXP builds those), NaN where they give NaN."""
     import stitch
 
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) != 64:
         pytest.skip("no AVX-512 here: the vector loops are not written")
     x = every_float(stride=4099)
     n = x.size - x.size % 1000
@@ -175,11 +173,11 @@ def builds_agree_with_the_reference(tmp_path, text: str, marker: str, seed: int,
     ST_NO_VECTOR_EXP (the scalar loops): both within the tolerance of the reference on random
     inputs, `x` scaled by `scale`."""
     import stitch
-    from stitch.engine.interp import evaluate, random_inputs
-    from stitch.engine.tolerance import differences
+    from stitch.engine.ir.interp import evaluate, random_inputs
+    from stitch.engine.ir.tolerance import differences
 
     vector = stitch.compile(text, cache_dir=tmp_path)
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:
         assert marker in vector.native.source_path.read_text()
     scalar = stitch.compile(text, cache_dir=tmp_path, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
     inputs = random_inputs(vector.graph, seed)

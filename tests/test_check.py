@@ -7,15 +7,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-
-from stitch.engine.check import (AttrProblem, broadcast_shapes, check_func, concat_shape, gather_shape, matmul_shape,
-                                 normalize_axes, normalize_slice)
-from stitch.engine.errors import StitchError
-from stitch.engine.graph import Graph, Node
-from stitch.engine.interp import evaluate, np_dtype
-from stitch.engine.ir import TensorType
-from stitch.engine.parse import parse_program
-from stitch.engine.testing import inputs_for, program_and_inputs, programs
+from stitch.engine.ir.check import (
+    AttrProblem,
+    broadcast_shapes,
+    check_func,
+    concat_shape,
+    gather_shape,
+    matmul_shape,
+    normalize_axes,
+    normalize_slice,
+)
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.graph import Graph, Node
+from stitch.engine.ir.interp import evaluate, np_dtype
+from stitch.engine.ir.parse import parse_program
+from stitch.engine.ir.program import TensorType
+from stitch_testing import inputs_for, program_and_inputs, programs
 
 # Every dtype, f32 still the usual one.
 DTYPES = ("f32", "f64", "f16", "i32", "i64", "bool")

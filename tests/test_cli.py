@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import stitch
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchWarning
-from stitch.engine.saturate import Limits
+from stitch.engine.ir.errors import StitchWarning
+from stitch.engine.rewrite.saturate import Limits
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -9,17 +9,16 @@ from unittest import mock
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.index import Ix
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.testing import sources_holding
-from stitch.engine.tolerance import differences
-from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, Op, Store
-from stitch.targets import cpu
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import differences
+from stitch.engine.schedule.index import Ix
+from stitch.lowering.loops import Accumulate, Buffer, For, Load, LoopKernel, Op, Store
+from stitch.targets import cc, cpu
 from stitch.targets.c_source import _Kernel
+from stitch_testing import sources_holding
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
@@ -91,7 +90,7 @@ def test_a_layer_norm_over_the_first_axis_equals_the_plain_loops_bit_for_bit(tmp
             "  m = mean(x, axes=[0])\n  d = sub(x, m)\n  v = mean(mul(d, d), axes=[0])\n"
             "  return mul(mul(d, rsqrt(add(v, 1e-5))), g)\n}\n")
     taken = stitch.compile(text, cache_dir=tmp_path)
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:
         assert "st_c0" in taken.native.source_path.read_text()
     monkeypatch.setattr(_Kernel, "column_sums", lambda self, s, pad: False)
     plain = stitch.compile(text, cache_dir=tmp_path)
@@ -139,7 +138,7 @@ def test_column_sums_compute_the_plain_loops_bits_and_the_reference(tmp_path_fac
 def test_the_property_sees_column_sums(tmp_path_factory):
     """Most drawn programs are written with column sums where the machine has AVX-512 (the property
     above would prove little otherwise)."""
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) != 64:
         pytest.skip("no AVX-512 here: column sums are not written")
     seen = sources_holding(first_axis_programs(), "st_c0", tmp_path_factory.mktemp("seen"))
     assert sum(seen) >= len(seen) // 2, seen

@@ -9,19 +9,18 @@ from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
-
-from stitch.engine.check import check_func, check_program
 from stitch.engine.cli import main
-from stitch.engine.cost import schedule_cost
-from stitch.engine.egraph_data import EGraphData
-from stitch.engine.errors import StitchError
-from stitch.engine.extract import ALL_GLOBAL, extract_schedule, extract_tree, reachable_classes, work_cost
-from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.ir.check import check_func, check_program
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.parse import parse_file, parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
-from stitch.engine.rules import builtin_rule_files
-from stitch.engine.schedule import CyclicChoice, build_schedule
-from stitch.engine.testing import graphs, schedule_of, target_text
-from stitch.targets.target import load_target, parse_target
+from stitch.engine.rewrite.egraph_data import EGraphData
+from stitch.engine.rewrite.rules import builtin_rule_files
+from stitch.engine.schedule.cost import schedule_cost
+from stitch.engine.schedule.extract import ALL_GLOBAL, extract_schedule, extract_tree, reachable_classes, work_cost
+from stitch.engine.schedule.kernels import CyclicChoice, build_schedule
+from stitch.engine.schedule.target import load_target, parse_target
+from stitch_testing import graphs, schedule_of, target_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CPU = load_target("cpu")
@@ -56,7 +55,7 @@ def test_a_value_broadcast_into_a_larger_nest_is_priced_per_element_of_that_nest
     """rsqrt of a layer norm's variance over axis 0 ([64, 256]) is read by a [512, 64, 256] nest:
     inline, it is recomputed 512 times per element, which the model prices, so it is held once per
     tile (inline it was priced once, and recomputed 512 times in the C)."""
-    from stitch.engine.cost import facts
+    from stitch.engine.schedule.cost import facts
 
     c = compiled("layernorm_large", target)
     (kernel,) = c.schedule.kernels
@@ -363,8 +362,8 @@ def test_greedy_kernels_price_like_freshly_formed_ones(graph):
     """Kernels grown move by move (fuse_into) cost what forming them from scratch costs: each
     root's kernel formed afresh, then joined as build_schedule joins them (a kernel storing two
     outputs is two roots' kernels merged; formed from one root it would hold one)."""
-    from stitch.engine.cost import kernel_cost
-    from stitch.engine.schedule import form_kernel, merge_kernels
+    from stitch.engine.schedule.cost import kernel_cost
+    from stitch.engine.schedule.kernels import form_kernel, merge_kernels
 
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
     data = EGraphData.from_json(run.serialize().to_json())
@@ -475,8 +474,8 @@ def test_a_long_matmul_walks_its_reduction_in_chunks_on_the_cpu(monkeypatch):
     """K = 3072: holding whole rows of a and whole columns of b leaves tiles 8 columns wide (one
     vector, the micro-kernel starved) and re-reads b's columns for every 32 rows. Walking K in
     chunks (GEMM's K blocking) stages a chunk at a time, so the tile is wider, and fewer bytes move."""
-    from stitch.engine import cost
-    from stitch.engine.testing import compile_text
+    from stitch.engine.schedule import cost
+    from stitch_testing import compile_text
 
     chunked = compile_text(LONG_MATMUL, CPU)
     (kc,) = chunked.cost.kernels
@@ -491,7 +490,7 @@ def test_a_long_matmul_walks_its_reduction_in_chunks_on_the_cpu(monkeypatch):
 
 
 def test_no_chunks_where_a_matrix_unit_runs_the_product():
-    from stitch.engine.testing import compile_text
+    from stitch_testing import compile_text
 
     assert all(kc.chunked == "" for kc in compile_text(LONG_MATMUL, ACCEL).cost.kernels)
 
@@ -504,8 +503,8 @@ def test_no_chunks_where_a_matrix_unit_runs_the_product():
 def test_two_reads_of_one_input_in_many_tiles_are_bounded_tile_by_tile(text, builtin):
     """Each tile reads a row and a column of x: together more than x. The estimate (an upper bound
     where not exact) once capped the reads' sum at x's size; hypothesis found both programs."""
-    from stitch.engine.testing import compile_text, executes_like_the_reference
     from stitch.lowering.lower import lower
+    from stitch_testing import compile_text, executes_like_the_reference
 
     c = compile_text(text, parse_target(target_text(builtin)))
     traffic = executes_like_the_reference(lower(c), c.graph, 0)
@@ -538,10 +537,9 @@ def test_an_input_too_large_to_stay_on_chip_is_read_again_by_every_tile_of_colum
     reads it again (wav2vec2's strided conv, 8.4 MB of windows' input here, was priced read once)."""
     import numpy as np
     from onnx import TensorProto, helper
-
-    from stitch.engine import cost
-    from stitch.engine.testing import compile_text
+    from stitch.engine.schedule import cost
     from stitch.frontends.onnx_import import import_onnx
+    from stitch_testing import compile_text
 
     w = np.random.default_rng(0).standard_normal((512, 256, 3)).astype(np.float32)
     f32 = TensorProto.FLOAT
@@ -572,8 +570,8 @@ def test_a_products_panel_larger_than_on_chip_memory_is_read_again_by_every_bloc
     plan's panel now fits PANEL_SHARE of on-chip memory."""
     from dataclasses import replace
 
-    from stitch.engine import cost
-    from stitch.engine.testing import compile_text
+    from stitch.engine.schedule import cost
+    from stitch_testing import compile_text
 
     target = replace(CPU, onchip_bytes=onchip)
     c = compile_text("func mm(a: f32[4103, 768], b: f32[4103, 768], w: f32[1536, 512]) -> f32[4103, 512] {\n"
@@ -599,8 +597,8 @@ def test_a_products_rows_of_a_larger_than_on_chip_memory_are_read_again_by_every
     it took 73)."""
     from dataclasses import replace
 
-    from stitch.engine import cost
-    from stitch.engine.testing import compile_text
+    from stitch.engine.schedule import cost
+    from stitch_testing import compile_text
 
     target = replace(CPU, onchip_bytes=onchip)
     c = compile_text("func mm(a: f32[4103, 1536], w: f32[1536, 512]) -> f32[4103, 512] {\n"

@@ -8,17 +8,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError, StitchWarning
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.printer import print_func
-from stitch.engine.testing import programs
-from stitch.engine.tolerance import compare
-from stitch.targets import c_source, cpu
+from stitch.engine.ir.errors import StitchError, StitchWarning
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.printer import print_func
+from stitch.engine.ir.tolerance import compare
+from stitch.targets import c_source, cc, cpu
+from stitch_testing import programs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 HAVE_CC = cpu.compiler() is not None
@@ -101,7 +100,7 @@ def _builds_runtime(cmd: list[str]) -> bool:
 def _recording_builds(monkeypatch) -> list[list[str]]:
     """Every compiler command that builds a library (`-o ....so`), as run."""
     builds = []
-    real_spawn = cpu._spawn
+    real_spawn = cc._spawn
 
     def recording_spawn(cmd):
         # a program's library, not the thread pool's (built once per process, by whichever test is first)
@@ -109,7 +108,7 @@ def _recording_builds(monkeypatch) -> list[list[str]]:
             builds.append(cmd)
         return real_spawn(cmd)
 
-    monkeypatch.setattr(cpu, "_spawn", recording_spawn)
+    monkeypatch.setattr(cc, "_spawn", recording_spawn)
     return builds
 
 
@@ -122,7 +121,7 @@ def test_api_cflags_replace_only_the_optimisation_flags(cflags, cache, monkeypat
     f = stitch.compile(EXAMPLES / "mlp.ir", cache_dir=cache, cflags=cflags)
     (cmd,) = builds
     assert "-O2" in cmd and "-O3" not in cmd and "-march=native" not in cmd
-    assert set(cpu.REQUIRED_FLAGS) <= set(cmd)
+    assert set(cc.REQUIRED_FLAGS) <= set(cmd)
     inputs = random_inputs(f.graph, 0)
     assert compare(f(**inputs)[0], evaluate(f.graph, inputs)[0]) == ""
 
@@ -143,7 +142,7 @@ def test_cli_cflags_starting_with_a_dash_add_to_the_required_flags(argv, cache, 
                                              ("-DX='unclosed", "cannot split the compiler flags")])
 def test_malformed_cflags_are_clear_errors(cflags, message):
     with pytest.raises(StitchError, match=message):
-        cpu.compiler_flags(cflags)
+        cc.compiler_flags(cflags)
 
 
 @pytest.mark.parametrize("parts", [1, 3])
@@ -153,7 +152,7 @@ def test_a_compiler_that_hangs_is_stopped_at_the_time_limit(parts, cache, tmp_pa
     fake = tmp_path / "slow-cc"
     fake.write_text(f"#!/bin/sh\nsleep 60 &\necho $! >> {tmp_path}/passes\nwait\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(cpu, "COMPILER_SECONDS", 0.5)
+    monkeypatch.setattr(cc, "COMPILER_SECONDS", 0.5)
     monkeypatch.setattr(c_source, "PART_BYTES", 200 if parts > 1 else c_source.PART_BYTES)
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: parts)
     compiled = stitch.compile(EXAMPLES / "attention.ir", target="accel")  # lowered only: built below
@@ -239,7 +238,7 @@ MATMULS = [
                                         ("f32", 33, 17, 130), ("f64", 2, 1, 9)])
 def test_register_blocked_matmul_equals_the_reference(template, t, i, k, j, vector_bytes, cache, monkeypatch):
     """Odd row counts, vector leftovers and scalar leftover columns, at every vector width."""
-    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: vector_bytes)
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: vector_bytes)
     f = stitch.compile(template.format(t=t, i=i, k=k, j=j), cache_dir=cache)
     if j >= 70 and template == MATMULS[0]:
         assert f"st_vf{t[1:]} c0_0" in f.native.source_path.read_text()  # the micro-kernel is what ran
@@ -256,7 +255,7 @@ def test_a_computed_a_too_long_for_the_stack_is_precomputed_one_chunk_of_k_at_a_
     """8 rows of exp(a) over all of k would pass A_SCRATCH_BYTES (a grouped Conv's windows: 6,144
     k): the micro-kernel still runs, precomputing A for one chunk of k after the other (the last
     chunk short), the sums carried in the accumulator between chunks."""
-    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: vector_bytes)
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: vector_bytes)
     f = stitch.compile(f"func f(a: {t}[9, {k}], b: {t}[{k}, 24]) -> {t}[9, 24] {{ return matmul(exp(mul(a, 0.01)), b) }}",
                        cache_dir=cache)
     source = f.native.source_path.read_text()
@@ -273,7 +272,7 @@ def test_a_products_register_blocks_are_8_by_3_unless_a_lone_vector_is_left(cols
     """With 32 registers (16-lane vectors) a block is 8 rows x 3 vectors (B's panel read once per 8
     rows) unless 3 leaves one vector over where 4 does not: 9 and 8 vectors take 3, 4, 7 and 16 take
     4 (6 rows). The values are the reference's either way."""
-    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: 64)
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: 64)
     f = stitch.compile(f"func f(a: f32[48, 96], b: f32[96, {cols}]) -> f32[48, {cols}] {{ return matmul(a, b) }}",
                        cache_dir=cache)
     source = f.native.source_path.read_text()
@@ -288,7 +287,7 @@ def test_a_plain_a_is_walked_panel_by_panel_and_a_computed_one_block_of_rows_by_
     """A read where it is: for each panel of B's columns every block of rows (the panel stays in the
     nearest cache); computed (made once per block of rows): for each block of rows every panel.
     Leftover rows, vectors and columns (13 rows, 83 columns: 48 + 2 vectors + 3) give the reference's values."""
-    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: 64)
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: 64)
     for a, rows_first in (("a", False), ("exp(a)", True)):
         f = stitch.compile(f"func f(a: f32[13, 37], b: f32[37, 83]) -> f32[13, 83] {{ return matmul({a}, b) }}",
                            cache_dir=cache)
@@ -304,7 +303,7 @@ def test_the_arrays_a_program_owns_start_a_cache_line(cache):
     """Bound weights and their blocks, global temporaries and the outputs a call allocates start on
     a 64-byte boundary (numpy's start 16 bytes past one: every 64-byte load of a product's weight
     read two lines, the four transformer blocks 7-9% slower)."""
-    from stitch.engine.interp import aligned_empty
+    from stitch.engine.ir.interp import aligned_empty
 
     text = ("func f(x: f32[64, 96], w: f32[96, 80], v: f32[80, 48]) -> f32[64, 48] {\n"
             "  h = relu(matmul(x, w))\n  return matmul(h, v)\n}\n")
@@ -358,7 +357,7 @@ def test_a_streamed_rows_long_reads_are_prefetched_ahead(text, prefetched, cache
     monkeypatch.setattr(c_source, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
     f = stitch.compile(text, cache_dir=cache)
     source = f.native.source_path.read_text()
-    if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         assert "_mm512_stream_ps(st_o" in source
         ahead = re.findall(r"__builtin_prefetch\(&(b_\w+)\[[^\]]*p1 \+ (\d+)\], 0, 0\)", source)
         # (a vector at a time, and each vector of a group of STREAM_GROUP)
@@ -385,7 +384,7 @@ def test_a_row_of_exponentials_prefetches_the_next_row(text, ahead, cache):
     take in the next iteration of the loop around the row; the values are the reference's."""
     f = stitch.compile(text, cache_dir=cache)
     source = f.native.source_path.read_text()
-    if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         found = re.findall(r"__builtin_prefetch\(&(b_\w+)\[[^\]]* \+ (\d+)\], 0, 3\); st_", source)
         assert sorted({(name, int(n)) for name, n in found}) == ahead  # (softmax's rows: pipelined, and as before)
     inputs = random_inputs(f.graph, 5)
@@ -416,7 +415,7 @@ def test_pipelined_rows_compute_the_rows_one_after_the_other_do(rows, cols, stre
     text = SOFTMAX.format(r=rows, c=cols)
     f = stitch.compile(text, cache_dir=cache)
     source = f.native.source_path.read_text()
-    if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         assert "st_sum = " in source and ("_mm512_stream_ps(st_o + st_q" in source) == streamed
     monkeypatch.setattr(c_source._Kernel, "pipelined_rows", lambda self, *args: False)
     plain = stitch.compile(text, cache_dir=cache)
@@ -454,7 +453,7 @@ def test_rows_are_pipelined_only_where_the_division_reads_the_row_and_its_sum(te
     """(and the build without the 16-lane exponentials, -DST_NO_VECTOR_EXP, runs the rows one after
     the other: the reference's values too)"""
     f = stitch.compile(text, cache_dir=cache)
-    if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         assert ("st_sum = " in f.native.source_path.read_text()) == pipelined
     scalar = stitch.compile(text, cache_dir=cache, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
     inputs = random_inputs(f.graph, 8)
@@ -478,7 +477,7 @@ def test_streamed_rows_are_the_same_wherever_the_output_starts(cols, cache, monk
     grouped = cols >= 32 * c_source.STREAM_GROUP
     monkeypatch.setattr(c_source, "STREAM_GROUP", 1)
     single = stitch.compile(text, cache_dir=cache)
-    if cpu._vector_bytes(cpu.compiler(), cpu.DEFAULT_FLAGS) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         assert "_mm512_stream_ps(st_o" in f.native.source_path.read_text()
         assert ("__m512 st_b0 = " in f.native.source_path.read_text()) == grouped
         assert "__m512 st_b0 = " not in single.native.source_path.read_text()
@@ -503,7 +502,7 @@ def test_a_product_whose_columns_span_two_loops_runs_in_vectors(cache, tmp_path)
     """A product stored transposed by heads keeps its columns as two loops (4 heads x 16); every
     access walks them as one span of 64, which the micro-kernel takes as one loop (it ran the two
     loops one element at a time: a GPT-2 projection so tiled took 9.4 ms instead of 1.4)."""
-    from stitch.engine.testing import target_text
+    from stitch_testing import target_text
 
     target = tmp_path / "small.toml"
     target.write_text(target_text(onchip_bytes=32768, name='"small"'))
@@ -522,7 +521,7 @@ def test_a_product_whose_columns_span_two_loops_runs_in_vectors(cache, tmp_path)
 def test_a_product_narrower_than_a_vector_runs_in_narrower_vectors(j, vector, cache, monkeypatch):
     """Fewer columns than a 64-byte vector holds: the widest vectors that fit (not every column
     one by one, at a tenth of the speed); 12 columns are one 8-lane vector and 4 scalar columns."""
-    monkeypatch.setattr(cpu, "_vector_bytes", lambda cc, flags: 64)
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: 64)
     f = stitch.compile(MATMULS[0].format(t="f32", i=13, k=40, j=j), cache_dir=cache)
     assert vector in f.native.source_path.read_text()
     inputs = random_inputs(f.graph, 3)
@@ -625,13 +624,13 @@ def test_large_sources_build_in_parts_at_once(cache, monkeypatch):
     monkeypatch.setattr(c_source, "PART_BYTES", 200)
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: 3)
     started = []
-    real_popen = cpu.subprocess.Popen
+    real_popen = cc.subprocess.Popen
 
     def counting_popen(cmd, *args, **kwargs):
         started.extend(a for a in cmd if a.startswith("-DSTITCH_PART="))  # run() uses Popen too
         return real_popen(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(cpu.subprocess, "Popen", counting_popen)
+    monkeypatch.setattr(cc.subprocess, "Popen", counting_popen)
     text = (EXAMPLES / "attention.ir").read_text()  # 2 kernels: parts 0 and 1, part 2 holds nothing
     compiled = stitch.compile(text, cache_dir=cache)
     assert sorted(started) == ["-DSTITCH_PART=0", "-DSTITCH_PART=1", "-DSTITCH_PART=2"]
@@ -682,7 +681,7 @@ def test_f16_matmul_rounds_once_per_element_as_numpy_does(target, cache):
 def test_a_product_prefetches_the_next_block_of_a_weight_laid_out_at_bind(k, j, bound, cache, tmp_path):
     """Read from a block bind.py laid out (tiles, or chunks of K, one after the other), each register
     block prefetches its share of the region after its own; read from a staged copy, nothing."""
-    from stitch.engine.testing import target_text
+    from stitch_testing import target_text
 
     target = tmp_path / "small.toml"
     target.write_text(target_text(onchip_bytes=65536, name='"small"'))  # 4 tiles of 64 columns, 8 chunks of K
@@ -723,7 +722,7 @@ def test_two_products_of_bound_weights_in_one_tile_each_prefetch_their_own(cache
 def test_a_matmul_walked_in_chunks_equals_the_reference(t, cache, tmp_path):
     """A 32 KB target forces K = 1024 into chunks; the epilogue (bias, residual, relu) runs once
     after the last chunk, the accumulator is set once before the first."""
-    from stitch.engine.testing import loops_of, target_text
+    from stitch_testing import loops_of, target_text
 
     target = tmp_path / "small.toml"
     target.write_text(target_text(onchip_bytes=32768, name='"small"'))
@@ -744,7 +743,7 @@ def test_a_packed_right_operand_walked_in_chunks_packs_one_chunk_at_a_time(cache
     before the product; where the plan walks K in chunks, each chunk's rows are packed in the chunk
     loop, so the pack is the chunk's size, as the cost model counted it (it once held all of K, and
     the kernel failed the verifier's capacity check)."""
-    from stitch.engine.testing import loops_of, target_text
+    from stitch_testing import loops_of, target_text
 
     target = tmp_path / "small.toml"
     target.write_text(target_text(onchip_bytes=131072, name='"small"'))
@@ -774,12 +773,12 @@ def test_a_max_gcc_12_crashes_on_is_built_again_without_the_crashing_pass(cache)
 
 @needs_cc
 def test_a_compiler_crash_builds_once_more_with_the_crash_flags_then_is_an_error(cache, tmp_path, monkeypatch):
-    """A compiler that reports an internal compiler error: built again with cpu.CRASH_FLAGS, with a
+    """A compiler that reports an internal compiler error: built again with cc.CRASH_FLAGS, with a
     warning; one that crashes either way is the compiler's message as a StitchError."""
     real = cpu.compiler()
     for survives, name in ((True, "cc-crashing-once"), (False, "cc-crashing-always")):
         wrapper = tmp_path / name
-        spared = " ".join(cpu.CRASH_FLAGS) if survives else "never-given"
+        spared = " ".join(cc.CRASH_FLAGS) if survives else "never-given"
         wrapper.write_text(f'#!/bin/sh\ncase " $* " in *" -shared "*) case " $* " in *" {spared} "*) ;; *)\n'
                            f'  echo "f.c:1:1: internal compiler error: Segmentation fault" >&2; exit 1;; esac;; esac\n'
                            f'exec {real} "$@"\n')

@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from stitch.engine import saturate
-from stitch.engine.check import check_func, check_program
 from stitch.engine.cli import main
-from stitch.engine.extract import choice_to_graph, extract_tree, improve_dag, reachable_classes, work_cost
-from stitch.targets.target import load_target
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.ir import TensorType
-from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.ir.check import check_func, check_program
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.parse import parse_file, parse_program
+from stitch.engine.ir.program import TensorType
+from stitch.engine.ir.tolerance import differences
 from stitch.engine.pipeline import load_rule_files, saturate_program
-from stitch.engine.rules import builtin_rule_files, parse_rules
-from stitch.engine.saturate import EGraphRun, Limits
-from stitch.engine.testing import graphs
-from stitch.engine.tolerance import differences
-
-from pathlib import Path
+from stitch.engine.rewrite import saturate
+from stitch.engine.rewrite.rules import builtin_rule_files, parse_rules
+from stitch.engine.rewrite.saturate import EGraphRun, Limits
+from stitch.engine.schedule.extract import choice_to_graph, extract_tree, improve_dag, reachable_classes, work_cost
+from stitch.engine.schedule.target import load_target
+from stitch_testing import graphs
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
 ALL_DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
@@ -109,7 +107,7 @@ def test_the_dag_pass_lowers_the_dag_cost_and_keeps_the_meaning(graph, seed):
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_examples_saturate_within_a_second(path):
-    graph = next(iter(__import__("stitch.engine.check", fromlist=["x"]).check_program(parse_file(path)).values()))
+    graph = next(iter(__import__("stitch.engine.ir.check", fromlist=["x"]).check_program(parse_file(path)).values()))
     run, report = saturate_program(graph, builtin_rule_files())
     assert report.stop_reason == "saturated", report.render()
     assert report.seconds < 1.0
@@ -311,7 +309,7 @@ def test_compile_cli_bad_rule_file_points_into_it(tmp_path, capsys):
 
 
 def test_right_side_cannot_be_a_bare_placement():
-    from stitch.engine.errors import StitchError
+    from stitch.engine.ir.errors import StitchError
 
     with pytest.raises(StitchError, match="bare placement"):
         parse_rules("rule bad: exp(?x) => global(exp(?x))", "p.rules")

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-
 from stitch.engine.cli import main
-from stitch.engine.parse import IR_MISTAKES, MAX_NESTING, parse_program
-from stitch.engine.errors import StitchError, caret_context
-from stitch.engine.ir import Pos
+from stitch.engine.ir.errors import StitchError, caret_context
+from stitch.engine.ir.parse import IR_MISTAKES, MAX_NESTING, parse_program
+from stitch.engine.ir.program import Pos
 
 # Line 1 of most programs below; their bodies start on line 2.
 HEAD = "func f(x: f32[2, 3], y: f32[3, 4], i: i32[2, 3], c: bool[2, 3]) -> f32[2, 3] {\n"
@@ -452,7 +451,7 @@ def test_numpy_refusing_a_size_is_out_of_memory(capsys, tmp_path):
 
 
 def test_eval_out_of_memory_is_a_user_error(capsys, tmp_path, monkeypatch):
-    import stitch.engine.interp as interp
+    import stitch.engine.ir.interp as interp
 
     def no_memory(*args, **kwargs):
         raise MemoryError

@@ -1,4 +1,4 @@
-"""Values of bound weights alone (engine/fold.py): made parameters of their own and computed once,
+"""Values of bound weights alone (engine/ir/fold.py): made parameters of their own and computed once,
 at binding, by the reference interpreter; what a kernel would only move is left to the kernels."""
 
 from __future__ import annotations
@@ -7,22 +7,21 @@ import re
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
-
-import stitch
-from stitch.engine.check import check_func
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
-from stitch.engine.fold import fold_bound, fold_values
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_program
-from stitch.engine.printer import print_func
-from stitch.engine.testing import programs
-from stitch.engine.tolerance import compare
+from stitch.engine.ir.check import check_func
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.fold import fold_bound, fold_values
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.parse import parse_program
+from stitch.engine.ir.printer import print_func
+from stitch.engine.ir.tolerance import compare
 from stitch.frontends.onnx_import import import_onnx
 from stitch.targets import cpu
+from stitch_testing import programs
 
 needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 

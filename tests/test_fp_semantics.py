@@ -15,14 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine import floats
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.tolerance import compare
-from stitch.targets import cpu
+from stitch.engine.ir import floats
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import compare
+from stitch.targets import cc, cpu
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -126,7 +125,7 @@ def test_a_rules_zero_does_not_match_a_negative_zero(tmp_path):
     """A rule's 0.0 (here in an unsound rule) matches 0.0 and not -0.0, and -0.0 on a rule's right
     side enters as -0.0."""
     from stitch.engine.pipeline import check_entry, load_rule_files, read_program, saturate_program
-    from stitch.engine.rulecompile import compile_rule_file
+    from stitch.engine.rewrite.rulecompile import compile_rule_file
 
     rules = tmp_path / "zero.rules"
     rules.write_text("rule times-zero: mul(?x, 0.0) => add(?x, 1.0)\nrule sub-zero: sub(?x, 0.0) => add(?x, -0.0)\n")
@@ -170,7 +169,7 @@ def test_matmul_micro_kernel_fuses_multiply_add_explicitly(cache):
     program = compiled("func f(a: f32[16, 64], b: f32[64, 64]) -> f32[16, 64] {\n  return matmul(a, b)\n}\n",
                        "cpu", cache)
     source = program.native.source_path.read_text()
-    assert "st_fma_f32(" in source and "-ffp-contract=off" in cpu.REQUIRED_FLAGS
+    assert "st_fma_f32(" in source and "-ffp-contract=off" in cc.REQUIRED_FLAGS
     a, b = (np.random.default_rng(1).random(s, dtype=np.float32) for s in ((16, 64), (64, 64)))
     assert compare(program(a=a, b=b)[0], a @ b) == ""
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stitch.engine.check import check_program
-from stitch.engine.parse import parse_file
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.parse import parse_file
 from stitch.engine.pipeline import compile_graph
-from stitch.engine.rules import builtin_rule_files
-from stitch.engine.testing import compile_text, executes_like_the_reference, target_text
+from stitch.engine.rewrite.rules import builtin_rule_files
+from stitch.engine.schedule.target import load_target
 from stitch.lowering.loops import Ix, print_loops
 from stitch.lowering.lower import lower
-from stitch.targets.target import load_target, parse_target
+from stitch_testing import executes_like_the_reference
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -99,7 +99,7 @@ def test_a_reduction_over_the_rows_joins_the_row_loop_of_what_it_sums(tmp_path, 
     initial values moved ahead of it. The sums add the same terms in the same order: the compiled
     outputs are bit for bit those of the nests apart."""
     import stitch
-    from stitch.engine.interp import random_inputs
+    from stitch.engine.ir.interp import random_inputs
     from stitch.lowering import fuse
 
     c = compile_graph(example("layernorm"), builtin_rule_files(), load_target("cpu"))

@@ -24,11 +24,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark
 from lark import Lark
-
 from stitch.engine.cli import main
-from stitch.engine.ir import DTYPES
-from stitch.engine.ops import OPS
-from stitch.engine.parse import GRAMMAR_DIR, ir_parser
+from stitch.engine.ir.ops import OPS
+from stitch.engine.ir.parse import GRAMMAR_DIR, ir_parser
+from stitch.engine.ir.program import DTYPES
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
 EXAMPLE_BYTES = [p.read_bytes() for p in EXAMPLES]

@@ -26,19 +26,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.check import check_func
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate, np_dtype, random_inputs
-from stitch.engine.ops import OPS, REDUCE
-from stitch.engine.saturate import Limits
-from stitch.engine.testing import edge_inputs_for, programs
-from stitch.engine.tolerance import compare
+from stitch.engine.ir.check import check_func
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate, np_dtype, random_inputs
+from stitch.engine.ir.ops import OPS, REDUCE
+from stitch.engine.ir.tolerance import compare
+from stitch.engine.rewrite.saturate import Limits
+from stitch.engine.schedule.target import TARGET_DIR, load_target
 from stitch.targets import cpu
-from stitch.targets.target import TARGET_DIR, load_target
+from stitch_testing import edge_inputs_for, programs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SMALL = ("func f(x: f32[4, 8], g: f32[8]) -> (f32[4, 8], f32[4]) {\n"
@@ -228,7 +227,7 @@ def test_edge_values_give_the_reference_answer_on_every_target(target, data, cac
     with np.errstate(all="ignore"):
         values = evaluate(dataclasses.replace(graph, outputs=[n.id for n in graph.nodes]), inputs)
     assume(not partial_sums_may_overflow(graph, values))
-    from stitch.engine.printer import print_program
+    from stitch.engine.ir.printer import print_program
 
     compiled = stitch.compile(print_program(program), target=target, cache_dir=cache)
     want = [values[o] for o in graph.outputs]

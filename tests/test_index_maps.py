@@ -1,4 +1,4 @@
-"""Layout and data-movement ops fuse as index maps (engine/index.py, engine/maps.py, lowering).
+"""Layout and data-movement ops fuse as index maps (engine/schedule/index.py, engine/schedule/maps.py, lowering).
 
 Before/After: a program's text, and the loop nests it lowers to on the accelerator; every
 transpose, reshape, slice, concat and gather is a load position in its consumer's nest, never a
@@ -10,22 +10,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.check import check_program
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
-from stitch.engine.index import FloorDiv, Ix, Mod, simplify
-from stitch.engine.interp import evaluate, random_inputs
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import compare
 from stitch.engine.pipeline import compile_graph
-from stitch.engine.rules import builtin_rule_files
-from stitch.engine.testing import compile_text, executes_like_the_reference, graphs, loops_of, schedule_of
-from stitch.engine.tolerance import compare
+from stitch.engine.rewrite.rules import builtin_rule_files
+from stitch.engine.schedule.index import FloorDiv, Ix, Mod, simplify
+from stitch.engine.schedule.target import load_target
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import lower
-from stitch.targets.target import load_target
+from stitch_testing import compile_text, executes_like_the_reference, graphs, loops_of, schedule_of
 
 ACCEL = load_target("accel")
 TARGETS = [load_target("cpu"), ACCEL]
@@ -75,7 +74,7 @@ def _value(ix: Ix, at: dict[str, int]) -> int:
 def test_simplified_div_and_mod_are_exact(coefs, extents, const, d):
     import itertools
 
-    from stitch.engine.index import floordiv, mod
+    from stitch.engine.schedule.index import floordiv, mod
 
     names = ("a", "b", "c")
     extent = dict(zip(names, extents)).__getitem__
@@ -94,7 +93,7 @@ def test_div_and_mod_simplified_over_spans_are_exact(coefs, spans, const, d, out
     """simplify_in, where axes start anywhere (a concat's side): equal on every point of the spans."""
     import itertools
 
-    from stitch.engine.index import simplify_in
+    from stitch.engine.schedule.index import simplify_in
 
     span = {n: (lo, lo + w) for n, (lo, w) in zip("ab", spans)}
     x = Ix.of(dict(zip("ab", coefs)), const)
@@ -304,9 +303,9 @@ kernel k0 -> out0: f32[2, 16, 64], out1: f32[2, 16, 1]
 
 def test_merging_unifies_axes_inside_a_gathered_index():
     """`_solve` binds b's axes inside a gathered index, and refuses where they would not match."""
-    from stitch.engine.index import Indirect
-    from stitch.engine.maps import GatherRef
-    from stitch.engine.schedule import _solve
+    from stitch.engine.schedule.index import Indirect
+    from stitch.engine.schedule.kernels import _solve
+    from stitch.engine.schedule.maps import GatherRef
 
     def row(indices, *axes, extent=100):
         return Ix.var(Indirect(GatherRef(indices, tuple(Ix.var(a) for a in axes)), extent))
@@ -331,8 +330,8 @@ def test_model_pieces_have_no_copy_kernel(name, target):
     on both targets (on accel its q, k and v projections share one kernel, reading x once: 1.8x)."""
     from pathlib import Path
 
-    from stitch.engine.ops import OPS, OpGroup
-    from stitch.engine.parse import parse_file
+    from stitch.engine.ir.ops import OPS, OpGroup
+    from stitch.engine.ir.parse import parse_file
 
     path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.ir"
     graph = next(iter(check_program(parse_file(path)).values()))
@@ -507,7 +506,7 @@ def test_a_product_of_a_checked_gather_read(target, tmp_path):
 
 
 def test_index_expressions_remember_their_hash_but_do_not_pickle_it():
-    """engine/frozen.py: the hash is computed once; a pickled copy (another process, whose string
+    """engine/ir/frozen.py: the hash is computed once; a pickled copy (another process, whose string
     hashes differ) computes its own."""
     import pickle
 

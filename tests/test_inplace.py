@@ -3,10 +3,10 @@ its readers read the source at the copy's index; short rows stay staged; a scrat
 
 from __future__ import annotations
 
-from stitch.engine.testing import compile_text, executes_like_the_reference, target_text
+from stitch.engine.schedule.target import parse_target
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import lower
-from stitch.targets.target import parse_target
+from stitch_testing import compile_text, executes_like_the_reference, target_text
 
 PRODUCT = "func f(a: f32[32, 512], b: f32[512, 64]) -> f32[32, 64] { return matmul(a, b) }"
 

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from stitch.engine.check import check_func
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate, index_bounds, random_inputs
-from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.ir.check import check_func
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate, index_bounds, random_inputs
+from stitch.engine.ir.parse import parse_file, parse_program
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
 f32 = np.float32

@@ -11,18 +11,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from stitch.engine.check import check_program
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.parse import parse_file, parse_program
 from stitch.engine.pipeline import compile_graph
-from stitch.engine.rules import builtin_rule_files
-from stitch.engine.testing import graphs
+from stitch.engine.rewrite.rules import builtin_rule_files
+from stitch.engine.schedule.target import load_target
 from stitch.lowering.execute import execute
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import PASSES, lower, lower_schedule
 from stitch.lowering.verify import verify
-from stitch.targets.target import load_target
+from stitch_testing import graphs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TARGETS = [load_target("cpu"), load_target("accel")]
@@ -142,8 +141,8 @@ def test_seed_mlp_keeps_its_matmul_tile_on_chip():
 def test_a_transposed_operand_is_packed_reading_its_rows():
     """Packing k's transpose (a buffer of columns k x rows) loops over k's rows outside and its
     elements inside: the reads are contiguous and the loop vectorizes (it read a column per loop)."""
-    from stitch.engine.testing import compile_text, target_text
-    from stitch.targets.target import parse_target
+    from stitch.engine.schedule.target import parse_target
+    from stitch_testing import compile_text, target_text
 
     text = "func f(q: f32[64, 32], k: f32[64, 32]) -> f32[64, 64] {\n  return matmul(q, transpose(mul(k, 0.5), perm=[1, 0]))\n}\n"
     c = compile_text(text, parse_target(target_text("cpu", onchip_bytes=65536)))
@@ -375,7 +374,7 @@ def test_the_generated_c_is_the_same_in_every_process(name):
 
 def _divs(program) -> int:
     """How many div/mod atoms the program's loads and stores hold."""
-    from stitch.engine.index import FloorDiv, Mod
+    from stitch.engine.schedule.index import FloorDiv, Mod
     from stitch.lowering.loops import leaves, loads
 
     count = 0

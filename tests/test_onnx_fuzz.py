@@ -22,10 +22,9 @@ onnx = pytest.importorskip("onnx")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from onnx import helper  # noqa: E402
-
-from stitch.engine.check import check_program  # noqa: E402
-from stitch.engine.errors import StitchError  # noqa: E402
-from stitch.engine.interp import evaluate, np_dtype  # noqa: E402
+from stitch.engine.ir.check import check_program  # noqa: E402
+from stitch.engine.ir.errors import StitchError  # noqa: E402
+from stitch.engine.ir.interp import evaluate, np_dtype  # noqa: E402
 from stitch.frontends.onnx_import import import_onnx  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"

@@ -9,15 +9,14 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
+import stitch  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-
-import stitch  # noqa: E402
 from stitch.engine.cli import main  # noqa: E402
-from stitch.engine.interp import evaluate  # noqa: E402
-from stitch.engine.check import check_program  # noqa: E402
-from stitch.engine.parse import parse_program  # noqa: E402
-from stitch.engine.printer import print_program  # noqa: E402
+from stitch.engine.ir.check import check_program  # noqa: E402
+from stitch.engine.ir.interp import evaluate  # noqa: E402
+from stitch.engine.ir.parse import parse_program  # noqa: E402
+from stitch.engine.ir.printer import print_program  # noqa: E402
 from stitch.frontends.onnx_import import OnnxImportError, import_onnx  # noqa: E402
 
 F32 = TensorProto.FLOAT
@@ -249,7 +248,7 @@ def test_a_strided_conv_reads_its_windows_at_affine_indices_a_tap_at_a_time(tmp_
     is gathered a k at a time for all 8 rows of a block (neighbouring positions of one channel's
     line), not a row at a time across channels 32 KB apart (-> 115 ms). The product walks k in
     chunks, all columns in a tile, so each row's A is computed once (-> 75 ms; onnxruntime 67)."""
-    from stitch.engine.index import affine
+    from stitch.engine.schedule.index import affine
     from stitch.lowering.loops import leaves, loads
 
     model = conv_model((1, 256, 8207), x_of(512, 256, 3), None, strides=[2])

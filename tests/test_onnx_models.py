@@ -18,9 +18,9 @@ import pytest
 pytest.importorskip("onnx")
 
 import stitch  # noqa: E402
-from stitch.engine.check import check_program  # noqa: E402
-from stitch.engine.interp import evaluate  # noqa: E402
-from stitch.engine.ops import OPS, OpGroup  # noqa: E402
+from stitch.engine.ir.check import check_program  # noqa: E402
+from stitch.engine.ir.interp import evaluate  # noqa: E402
+from stitch.engine.ir.ops import OPS, OpGroup  # noqa: E402
 from stitch.frontends.onnx_conformance import not_lowered  # noqa: E402
 from stitch.frontends.onnx_import import import_onnx  # noqa: E402
 

@@ -8,13 +8,14 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from onnx import TensorProto, helper  # noqa: E402
-
-from onnx import numpy_helper  # noqa: E402
+from onnx import (  # noqa: E402
+    TensorProto,
+    helper,
+    numpy_helper,  # noqa: E402
+)
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-
-from stitch.engine.check import check_program  # noqa: E402
-from stitch.engine.interp import evaluate  # noqa: E402
+from stitch.engine.ir.check import check_program  # noqa: E402
+from stitch.engine.ir.interp import evaluate  # noqa: E402
 from stitch.frontends.onnx_import import OnnxImportError, import_onnx  # noqa: E402
 
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64

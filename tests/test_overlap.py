@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.testing import compile_text, target_text
-from stitch.engine.tolerance import differences
-from stitch.lowering.lower import lower
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import differences
+from stitch.engine.schedule.target import parse_target
 from stitch.lowering.loops import print_loops
+from stitch.lowering.lower import lower
 from stitch.lowering.overlap import MIN_ROWS, scratch_layout, stages, tile_loops
 from stitch.targets import cpu
-from stitch.targets.target import parse_target
+from stitch_testing import compile_text, target_text
 
 needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 

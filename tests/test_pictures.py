@@ -7,13 +7,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from stitch.engine import pictures
-from stitch.engine.check import check_program
 from stitch.engine.cli import main
-from stitch.engine.parse import parse_program
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.parse import parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
-from stitch.targets.target import load_target
+from stitch.engine.schedule.target import load_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 HAVE_DOT = shutil.which("dot") is not None

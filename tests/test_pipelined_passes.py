@@ -8,22 +8,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.index import Ix
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.testing import sources_holding
-from stitch.engine.tolerance import differences
-from stitch.lowering.loops import Accumulate, Buffer, For, LoopKernel, Lit, Load, Op, Store
-from stitch.targets import c_source, cpu
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import differences
+from stitch.engine.schedule.index import Ix
+from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, Op, Store
+from stitch.targets import c_source, cc, cpu
 from stitch.targets.c_source import _Kernel
+from stitch_testing import sources_holding
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-AVX512 = cpu.compiler() is not None and cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64
+AVX512 = cpu.compiler() is not None and cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64
 MARK = "const int st_on0"  # the pipelined loop's test of which passes have a row
 R, ZERO = Ix.var("r"), Ix.constant(0)
 BUFFERS = [Buffer("x", "global", "f32", (8, 64)), Buffer("w", "global", "f32", (8, 64)),

@@ -11,17 +11,16 @@ import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.ops import BINARY, COMPARE, REDUCE, UNARY
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.ops import BINARY, COMPARE, REDUCE, UNARY
+from stitch.engine.ir.tolerance import differences
 from stitch.engine.pipeline import compile_graph
-from stitch.engine.rules import builtin_rule_files, parse_rules
-from stitch.engine.testing import executes_like_the_reference, graphs
-from stitch.engine.tolerance import differences
+from stitch.engine.rewrite.rules import builtin_rule_files, parse_rules
+from stitch.engine.schedule.target import load_target
 from stitch.lowering.execute import execute
 from stitch.lowering.lower import lower
-from stitch.targets.target import load_target
+from stitch_testing import executes_like_the_reference, graphs
 
 TARGETS = [load_target("cpu"), load_target("accel")]
 
@@ -74,8 +73,8 @@ def test_placement_rules_are_used_or_refused_never_a_crash(text, graph, target, 
 def test_the_reshape_rule_of_issue_15_is_used():
     """`reshape(global(?p), shape=?s) => reshape(local(?p), shape=?s) where matmul(?p)` crashed
     lowering (exit 3); the reshaped product is now kept on chip and read through the reshape."""
-    from stitch.engine.check import check_program
-    from stitch.engine.parse import parse_program
+    from stitch.engine.ir.check import check_program
+    from stitch.engine.ir.parse import parse_program
 
     rules = parse_rules("rule keep: reshape(global(?p), shape=?s) => reshape(local(?p), shape=?s) where matmul(?p)\n",
                         "user.rules")

@@ -10,12 +10,12 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 import stitch
 from stitch.engine.cli import main
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.recursion import LIMIT, deep_recursion
-from stitch.engine.tolerance import differences
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.recursion import LIMIT, deep_recursion
+from stitch.engine.ir.tolerance import differences
+
 
 def chain(n: int) -> str:
     """n ops, each reading the one before: schedule formation walks them, one inlined expression holds them."""
@@ -37,7 +37,7 @@ def test_importing_stitch_leaves_the_recursion_limit_alone():
     """Regression: `import stitch` raised it to 20,000 for the whole process."""
     code = ("import sys; before = sys.getrecursionlimit()\n"
             "import stitch, stitch.engine.cli, stitch.engine.pipeline, stitch.lowering.lower, stitch.targets.cpu\n"
-            "import stitch.targets.simulator, stitch.engine.soundness\n"
+            "import stitch.targets.simulator, stitch.engine.rewrite.soundness\n"
             "print(before, sys.getrecursionlimit())\n")
     env = {**os.environ, "PYTHONPATH": str(Path(stitch.__file__).parent.parent)}  # this stitch, not another
     proc = subprocess.run([sys.executable, "-c", code + "print(stitch.__file__)"], capture_output=True, text=True,

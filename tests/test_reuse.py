@@ -11,19 +11,28 @@ import math
 import re
 
 import numpy as np
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.testing import compile_text, executes_like_the_reference, target_text
-from stitch.lowering.loops import Accumulate, Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Op, Store, print_loops
+from stitch.engine.schedule.target import parse_target
+from stitch.lowering.loops import (
+    Accumulate,
+    Buffer,
+    For,
+    Ix,
+    Lit,
+    Load,
+    LoopKernel,
+    Op,
+    Store,
+    print_loops,
+)
 from stitch.lowering.lower import lower
 from stitch.lowering.reuse import update_in_place
 from stitch.lowering.verify import verify
-from stitch.targets.target import parse_target
-
-from .test_alloc import load, loop, one_kernel, shared, store, text, tile
-from .test_cpu import EXAMPLES, cache, needs_cc  # noqa: F401  (cache: the fixture)
+from stitch_testing import compile_text, executes_like_the_reference, target_text
+from test_alloc import load, loop, one_kernel, shared, store, text, tile
+from test_cpu import EXAMPLES, cache, needs_cc  # noqa: F401  (cache: the fixture)
 
 LAYERNORM = (EXAMPLES / "layernorm_large.ir").read_text().replace("512, 64, 256", "64, 8, 32").replace(
     "64, 256", "8, 32")
@@ -239,7 +248,7 @@ def test_an_update_in_place_keeps_its_vector_code(cache):
     """The BERT layer's softmax exponentials are written over the scores they are made from; the C
     still computes that row with 16-lane exponentials (a store reading its own buffer, at the element
     it writes, is a row like any other), and the layer still matches onnxruntime."""
-    from .test_onnx_models import ATOL, RTOL, load
+    from test_onnx_models import ATOL, RTOL, load
 
     imported, _, inputs, want = load("bert_layer-dynamo")
     f = stitch.compile(imported.text, cache_dir=cache, weights=imported.weights)

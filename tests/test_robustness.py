@@ -20,21 +20,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import stitch
-from stitch.engine import memory, saturate
-from stitch.engine.check import check_program
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate
-from stitch.engine.parse import parse_program
+from stitch.engine.ir import memory
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate
+from stitch.engine.ir.parse import parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files
-from stitch.engine.rules import parse_rules
-from stitch.engine.saturate import EGraphRun, Limits, top_level_commands
+from stitch.engine.rewrite import saturate
+from stitch.engine.rewrite.rules import parse_rules
+from stitch.engine.rewrite.saturate import EGraphRun, Limits, top_level_commands
+from stitch.engine.schedule.target import load_target
 from stitch.lowering.lower import lower
-from stitch.targets import cpu
+from stitch.targets import cc, cpu
 from stitch.targets.c_source import c_source
-from stitch.targets.target import load_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -82,7 +82,7 @@ def preprocessed_bytes(source: str) -> int:
 
 
 def test_every_op_has_a_chain_step():
-    from stitch.engine.ops import OPS
+    from stitch.engine.ir.ops import OPS
 
     assert set(CHAIN_STEPS) == set(OPS)
 
@@ -275,7 +275,7 @@ def test_a_cache_and_a_temporary_directory_both_full_is_a_clear_error(tmp_path, 
 def test_a_compiler_that_runs_out_of_disk_is_not_blamed_on_the_source():
     proc = subprocess.CompletedProcess([], 1, "", "/usr/bin/ld: final link failed: No space left on device")
     with pytest.raises(OSError) as exc:
-        cpu._check(proc, Path("x.c"))
+        cc._check(proc, Path("x.c"))
     assert exc.value.errno == errno.ENOSPC
 
 

@@ -5,11 +5,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from stitch.engine.ir import NOPOS, Assign, Attr, Call, Const, DTypeName, Func, Param, Program, TensorType, Var
-from stitch.engine.parse import parse_file, parse_program
-from stitch.engine.printer import print_program
-from stitch.engine.testing import ALL_DTYPES, programs
+from stitch.engine.ir.parse import parse_file, parse_program
+from stitch.engine.ir.printer import print_program
+from stitch.engine.ir.program import NOPOS, Assign, Attr, Call, Const, DTypeName, Func, Param, Program, TensorType, Var
+from stitch_testing import ALL_DTYPES, programs
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from stitch.engine.cli import main
 
 EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "mlp.ir")

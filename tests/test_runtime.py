@@ -14,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import stitch
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.testing import target_text
-from stitch.engine.tolerance import compare
-from stitch.targets import c_source, cpu, runtime
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import compare
+from stitch.targets import c_source, cc, cpu, runtime
+from stitch_testing import target_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -149,7 +148,7 @@ def test_every_tile_runs_once_and_threads_share_the_work(harness, threads, n, gr
 FIRST_JOB = """
 import ctypes, subprocess, sys
 from pathlib import Path
-from stitch.targets import cpu, runtime
+from stitch.targets import cc, cpu, runtime
 home = Path(sys.argv[1])
 lib = ctypes.CDLL(sys.argv[2])
 rt = runtime._load(cpu.compiler(), home / "cache")
@@ -182,7 +181,7 @@ def test_the_first_job_of_a_process_wakes_the_workers_it_starts(tmp_path):
 PINNED = """
 import ctypes, os, sys
 from pathlib import Path
-from stitch.targets import cpu, runtime
+from stitch.targets import cc, cpu, runtime
 home, threads, allowed = Path(sys.argv[1]), int(sys.argv[3]), {int(c) for c in sys.argv[4].split(",")}
 os.sched_setaffinity(0, allowed)
 lib = ctypes.CDLL(sys.argv[2])
@@ -391,7 +390,7 @@ def test_emitted_c_compiled_on_its_own_runs_every_tile_on_the_caller(cache, tmp_
     assert main(["compile", str(path), "--emit", "c"]) == 0
     src = tmp_path / "alone.c"
     src.write_text(capsys.readouterr().out)
-    flags = [f for f in cpu.DEFAULT_FLAGS if f != "-march=native"]
+    flags = [f for f in cc.DEFAULT_FLAGS if f != "-march=native"]
     subprocess.run([cpu.compiler(), *flags, str(src), "-o", str(tmp_path / "alone.so"), "-lm"], check=True)
     lib = ctypes.CDLL(str(tmp_path / "alone.so"))
     lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
@@ -413,8 +412,8 @@ import sys
 from pathlib import Path
 import stitch
 from stitch.targets import runtime
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.tolerance import compare
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import compare
 runtime.SOURCE = Path({str(broken)!r})
 for name in ("softmax", "attention"):
     f = stitch.compile(Path({str(EXAMPLES)!r}) / (name + ".ir"), cache_dir={str(cache)!r})

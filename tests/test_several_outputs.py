@@ -7,17 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from stitch.engine.check import check_program
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_file
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.parse import parse_file
+from stitch.engine.ir.tolerance import differences
 from stitch.engine.pipeline import compile_graph
-from stitch.engine.rules import builtin_rule_files
-from stitch.engine.testing import compile_text, executes_like_the_reference, loops_of
-from stitch.engine.tolerance import differences
+from stitch.engine.rewrite.rules import builtin_rule_files
+from stitch.engine.schedule.target import load_target
 from stitch.lowering.execute import execute
 from stitch.lowering.lower import lower
-from stitch.targets.target import load_target
+from stitch_testing import compile_text, executes_like_the_reference, loops_of
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TARGETS = [load_target("cpu"), load_target("accel")]

@@ -7,23 +7,22 @@ import json
 from pathlib import Path
 
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.check import check_program
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.parse import parse_file, parse_program
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.parse import parse_file, parse_program
+from stitch.engine.ir.tolerance import differences
 from stitch.engine.pipeline import compile_graph, load_rule_files
-from stitch.engine.testing import graphs
-from stitch.engine.tolerance import differences
+from stitch.engine.schedule.target import load_target, parse_target
 from stitch.lowering.execute import execute
 from stitch.lowering.loops import Accumulate, Buffer, For, Ix, Load, LoopKernel, LoopProgram, Op, Store
 from stitch.lowering.lower import lower
 from stitch.targets.simulator import check_fits, simulate
-from stitch.targets.target import load_target, parse_target
+from stitch_testing import graphs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ACCEL = load_target("accel")

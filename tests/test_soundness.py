@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
-from stitch.engine.ir import Param, TensorType, Var
-from stitch.engine.parse import parse_program
-from stitch.engine.rules import RULES_DIR, load_rules, parse_rules
-from stitch.engine.soundness import TOLERANCE, check_rule, check_rule_file, infer_type
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.parse import parse_program
+from stitch.engine.ir.program import Param, TensorType, Var
+from stitch.engine.rewrite.rules import RULES_DIR, load_rules, parse_rules
+from stitch.engine.rewrite.soundness import TOLERANCE, check_rule, check_rule_file, infer_type
 
 HERE = Path(__file__).resolve().parent
 SOUND = load_rules(HERE / "rules" / "sound.rules")
@@ -191,7 +190,6 @@ def test_builtin_rules_that_change_results_at_edge_values_are_tagged():
 def test_unsafe_fp_rules_are_used_only_when_allowed(tmp_path, capsys):
     """sum(mul(x, 0.5)) on [3e38, 3e38] is 3e38; moving the scale out of the sum (sum-scale) gives inf."""
     import numpy as np
-
     import stitch
 
     text = "func f(x: f32[2]) -> f32[] {\n  return sum(mul(x, 0.5))\n}\n"
@@ -269,7 +267,7 @@ def test_right_side_reading_out_of_range_is_a_counterexample():
 
 
 def test_slice_attributes_are_drawn_in_normal_form(monkeypatch):
-    import stitch.engine.soundness as soundness
+    import stitch.engine.rewrite.soundness as soundness
 
     seen = []
     original = soundness._Drawer.slice_attrs

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import stitch
-from stitch.engine.index import Ix
-from stitch.engine.interp import evaluate, random_inputs
-from stitch.engine.testing import sources_holding
-from stitch.engine.tolerance import differences
-from stitch.lowering.loops import Accumulate, Buffer, For, LoopKernel, Lit, Load, Op, Store
-from stitch.targets import cpu
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import differences
+from stitch.engine.schedule.index import Ix
+from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, Op, Store
+from stitch.targets import cc, cpu
 from stitch.targets.c_source import _Kernel
+from stitch_testing import sources_holding
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
@@ -82,7 +81,7 @@ def test_a_residual_layer_norm_sums_its_rows_as_they_are_made_and_equals_the_ref
             "  h = add(x, r)\n  m = mean(h, axes=[-1], keepdims=true)\n  d = sub(h, m)\n"
             "  v = mean(mul(d, d), axes=[-1], keepdims=true)\n  return h, mul(d, rsqrt(add(v, 1e-5)))\n}\n")
     vector = stitch.compile(text, cache_dir=tmp_path)
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) == 64:
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:
         source = vector.native.source_path.read_text()
         assert "st_acc += st_e;" in source and "st_acc += (st_e * st_e);" in source
     scalar = stitch.compile(text, cache_dir=tmp_path, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
@@ -125,7 +124,7 @@ def test_rows_summed_as_they_are_made_equal_the_reference(tmp_path_factory, text
 
 def test_the_property_sees_summed_rows(tmp_path_factory):
     """Most drawn programs sum a row as it is made where the machine has AVX-512."""
-    if cpu._vector_bytes(cpu.compiler(), cpu.compiler_flags()) != 64:
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) != 64:
         pytest.skip("no AVX-512 here: the fused rows are not written")
     seen = sources_holding(last_axis_programs(), "= st_e; st_acc +=", tmp_path_factory.mktemp("seen"))
     assert sum(seen) >= len(seen) // 2, seen

@@ -1,4 +1,4 @@
-"""Target descriptions (`targets/target.py`): every number checked, and mutated files never crash.
+"""Target descriptions (`engine/schedule/target.py`): every number checked, and mutated files never crash.
 
 A target file either loads, and then every program compiles and runs checked on
 it (or is refused because no schedule fits), or it is one error naming the file
@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from stitch.engine.cli import main
-from stitch.engine.errors import StitchError
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.schedule.target import TARGET_DIR, parse_target
 from stitch.targets import cpu
-from stitch.targets.target import TARGET_DIR, parse_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BUILTIN = {name: (TARGET_DIR / f"{name}.toml").read_text() for name in ("cpu", "accel")}
@@ -84,12 +83,12 @@ def test_capacity_policies_are_what_tiling_reads():
     """A norm weight (1 KiB) is held whole at an eighth of 512 KiB, not at a thousandth; softmax's
     4,096 rows make 128 tiles (the on-chip buffer's limit, with exp held for the tile), 256 when
     128 tiles per core are asked for."""
-    from stitch.engine.check import check_func
-    from stitch.engine.cost import kernel_cost
-    from stitch.engine.parse import parse_program
+    from stitch.engine.ir.check import check_func
+    from stitch.engine.ir.parse import parse_program
     from stitch.engine.pipeline import compile_graph
-    from stitch.engine.rules import builtin_rule_files
-    from stitch.engine.testing import target_text
+    from stitch.engine.rewrite.rules import builtin_rule_files
+    from stitch.engine.schedule.cost import kernel_cost
+    from stitch_testing import target_text
 
     def priced(text: str, **keys):
         """The cost of the program's one kernel on a 512 KiB cpu, and its cost with `keys` changed."""
@@ -119,7 +118,7 @@ def fake_caches(root: Path, caches: list[tuple[int, str, str, str]]) -> Path:
 def test_onchip_cache_reads_the_machines_cache_per_core(tmp_path):
     """The built-in cpu's on-chip size is onchip_share of the L2 per core the machine reports (a
     shared cache divided among the CPUs sharing it); onchip_bytes where it reports none."""
-    from stitch.targets.target import machine_cache_bytes
+    from stitch.engine.schedule.target import machine_cache_bytes
 
     root = fake_caches(tmp_path / "a", [(1, "Data", "48K", "0"), (1, "Instruction", "32K", "0"),
                                         (2, "Unified", "1024K", "0"), (3, "Unified", "32768K", "0-1,4-5")])

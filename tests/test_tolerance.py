@@ -1,15 +1,14 @@
-"""The `run --check` tolerance (`engine/tolerance.py`): it grows with the terms summed into each output."""
+"""The `run --check` tolerance (`engine/ir/tolerance.py`): it grows with the terms summed into each output."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from stitch.engine.check import check_program
 from stitch.engine.cli import main
-from stitch.engine.interp import evaluate
-from stitch.engine.parse import parse_program
-from stitch.engine.tolerance import compare, differences, summed_terms
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.interp import evaluate
+from stitch.engine.ir.parse import parse_program
+from stitch.engine.ir.tolerance import compare, differences, summed_terms
 from stitch.targets import cpu
 
 # A GPT-2 attention block, 12 heads of 64 over a model width of 768, at sequence length SEQ.

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import pytest
-
 from stitch.lowering.alloc import merge_allocations
 from stitch.lowering.loops import (
-    Accumulate, Buffer, FloorDiv, For, Indirect, Ix, Lit, Load, LoopKernel, LoopProgram, Mod, Op, Store, print_kernel,
+    Accumulate,
+    Buffer,
+    FloorDiv,
+    For,
+    Indirect,
+    Ix,
+    Lit,
+    Load,
+    LoopKernel,
+    LoopProgram,
+    Mod,
+    Op,
+    Store,
+    print_kernel,
 )
 from stitch.lowering.verify import VerifyError, verify
 

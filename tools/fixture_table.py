@@ -18,10 +18,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
 import onnx  # noqa: E402
-
 import stitch  # noqa: E402
-from stitch.engine.check import check_program  # noqa: E402
-from stitch.engine.interp import evaluate  # noqa: E402
+from stitch.engine.ir.check import check_program  # noqa: E402
+from stitch.engine.ir.interp import evaluate  # noqa: E402
 from stitch.frontends.onnx_import import import_onnx  # noqa: E402
 
 FIXTURES = HERE.parent / "tests" / "fixtures" / "models"

@@ -29,7 +29,7 @@ PINNED_CACHE_BYTES = {1: 48 * 1024, 2: 2 * 1024 * 1024, 3: 32 * 1024 * 1024 // 2
 
 
 def pin_caches() -> None:
-    from stitch.targets import target
+    from stitch.engine.schedule import target
 
     target.machine_cache_bytes = lambda level, root=None: PINNED_CACHE_BYTES.get(level)
 

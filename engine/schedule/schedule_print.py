@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..ir.printer import print_attr_value, print_scalar
 from .cost import KernelCost, ScheduleCost
 from .index import FloorDiv, Indirect, Ix, Mod
+from .kernels import Instance, Kernel, Schedule
 from .maps import GatherRef
-from .printer import print_attr_value, print_scalar
-from .schedule import Instance, Kernel, Schedule
 
 
 def global_names(schedule: Schedule) -> dict[str, str]:

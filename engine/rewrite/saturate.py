@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 from egglog import bindings as eb
 
+from ..ir.errors import StitchError
+from ..ir.graph import Graph
+from ..ir.memory import default_budget, over_budget
 from .egraph import PRELUDE, graph_to_egglog
 from .egraph_data import EGraphData
-from .errors import StitchError
-from .graph import Graph
-from .memory import default_budget, over_budget
 from .rulecompile import base_rule_name, compile_rule_file
 from .rules import RuleFile
 

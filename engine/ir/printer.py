@@ -7,7 +7,7 @@ says where each comment goes).
 
 from __future__ import annotations
 
-from .ir import Attr, Call, Comments, Const, DTypeName, Expr, Func, Program, TensorType, Var
+from .program import Attr, Call, Comments, Const, DTypeName, Expr, Func, Program, TensorType, Var
 
 
 def print_program(program: Program) -> str:

@@ -23,13 +23,13 @@ from typing import Union
 from lark import Lark, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
-from .errors import StitchError
-from .ir import NOPOS, DTypeName, Pos
-from .ops import LIST_KINDS, OPS
-from .parse import GRAMMAR_DIR, LiteralTransformer, read_source, syntax_error
+from ..ir.errors import StitchError
+from ..ir.ops import LIST_KINDS, OPS
+from ..ir.parse import GRAMMAR_DIR, LiteralTransformer, read_source, syntax_error
+from ..ir.program import NOPOS, DTypeName, Pos
 
 PLACEMENTS = ("global", "shared", "local", "inline")
-RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
+RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 
 
 def _pos() -> Pos:

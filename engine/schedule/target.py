@@ -14,11 +14,11 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.errors import StitchError
-from ..engine.ir import Pos
-from ..engine.parse import read_source
+from ..ir.errors import StitchError
+from ..ir.parse import read_source
+from ..ir.program import Pos
 
-TARGET_DIR = Path(__file__).resolve().parent
+TARGET_DIR = Path(__file__).resolve().parents[2] / "targets"  # the built-in descriptions are data in targets/
 BUILTIN = ("cpu", "accel")
 
 
@@ -163,7 +163,7 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
         raise error("cores", f"an accel target has one core (the simulator runs its tiles one after another), "
                              f"got {data['cores']}")
     op_cycles = {}
-    from ..engine.ops import OPS
+    from ..ir.ops import OPS
 
     for op, cycles in data.get("op_cycles", {}).items():
         if op not in OPS:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ..ir.errors import StitchError
+from ..ir.program import DTypeName
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, const_term, f64, family_arity, family_of, literal, quote
-from .errors import StitchError
-from .ir import DTypeName
 from .rules import PCall, PLit, PVar, Rule, RuleFile
 
 FAMILY_CLASSES = {

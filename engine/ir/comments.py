@@ -21,7 +21,7 @@ import bisect
 import re
 from dataclasses import dataclass, replace
 
-from .ir import Comments, Func
+from .program import Comments, Func
 
 COMMENT = re.compile(r"#[^\n]*")
 

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
-from .egraph_data import EGraphData, ENode
-from .frozen import cached_hash
+from ..ir.frozen import cached_hash
+from ..ir.ops import ACCUMULATING, is_injective
+from ..ir.program import TensorType
+from ..rewrite.egraph_data import EGraphData, ENode
 from .index import FloorDiv, Indirect, Ix, Mod, bounds
-from .ir import TensorType
 from .maps import GatherRef, Guard, operand_maps
-from .ops import ACCUMULATING, is_injective
 
 
 class Placement(StrEnum):

@@ -62,12 +62,12 @@ import itertools
 import math
 from dataclasses import dataclass, field, replace
 
-from ..targets.target import Target
+from ..ir.ops import ACCUMULATING, REDUCE, is_injective
+from ..ir.program import TensorType, dtype_bytes
 from .index import Indirect, Ix, Mod, affine, interval
-from .ir import TensorType, dtype_bytes
+from .kernels import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
 from .maps import Guard
-from .ops import ACCUMULATING, REDUCE, is_injective
-from .schedule import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
+from .target import Target
 
 INFEASIBLE = math.inf
 # Rows of C the vector unit's matmul micro-kernel holds in registers (targets/c_matmul.py's blocks).

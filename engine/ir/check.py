@@ -13,9 +13,22 @@ from math import prod
 
 from .errors import StitchError
 from .graph import Graph, Node
-from .ir import (DTYPES, FLOAT_DTYPES, NOPOS, Call, Const, DTypeName, Expr, Func, Pos, Program, TensorType, Var,
-                 dtype_bytes)
 from .ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS, OpGroup, OpSpec, value_positions
+from .program import (
+    DTYPES,
+    FLOAT_DTYPES,
+    NOPOS,
+    Call,
+    Const,
+    DTypeName,
+    Expr,
+    Func,
+    Pos,
+    Program,
+    TensorType,
+    Var,
+    dtype_bytes,
+)
 
 # Element counts and byte offsets are int64 everywhere after checking (the e-graph's size analysis,
 # the generated C's indices), so no tensor may hold more bytes than that counts.

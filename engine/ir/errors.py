@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from .ir import NOPOS, Pos
+from .program import NOPOS, Pos
 
 
 class StitchError(Exception):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import NOPOS, Pos, TensorType
+from .program import NOPOS, Pos, TensorType
 
 
 @dataclass(frozen=True)

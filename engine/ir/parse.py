@@ -1,4 +1,4 @@
-"""Parse `.ir` text into the dataclasses of `ir.py`.
+"""Parse `.ir` text into the dataclasses of `program.py`.
 
 The grammar lives in `grammar/ir.lark`. Lark builds a tree with positions, a
 thin transformer turns it into dataclasses, and syntax errors become
@@ -19,9 +19,9 @@ from lark.parsers.lalr_interactive_parser import InteractiveParser
 
 from .comments import FuncLines, attach_comments, find_comments
 from .errors import StitchError
-from .ir import DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Pos, Program, TensorType, Var
+from .program import DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Pos, Program, TensorType, Var
 
-GRAMMAR_DIR = Path(__file__).resolve().parent.parent / "grammar"
+GRAMMAR_DIR = Path(__file__).resolve().parents[2] / "grammar"
 
 # Limits that keep every later stage (all of them recursive over expressions,
 # all of them sizing arrays from shapes) away from RecursionError and overflow.

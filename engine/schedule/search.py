@@ -36,13 +36,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..targets.target import Target
+from ..ir.memory import checkpoint
+from ..ir.ops import is_elementwise, is_injective
+from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from .cost import FREE_OPS, KernelCost, ScheduleCost, kernel_cost, schedule_cost
-from .egraph_data import Choice, EGraphData, ENode
-from .memory import checkpoint
-from .ops import is_elementwise, is_injective
-from .schedule import (CyclicChoice, Kernel, Placement, Schedule, _order, build_schedule, find_roots, form_kernel,
-                       merge_kernels)
+from .kernels import (
+    CyclicChoice,
+    Kernel,
+    Placement,
+    Schedule,
+    _order,
+    build_schedule,
+    find_roots,
+    form_kernel,
+    merge_kernels,
+)
+from .target import Target
 
 # -- the search's policy: every number it decides by is here -------------------------------
 

@@ -75,15 +75,28 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.errors import Unsatisfiable
 
-from .check import check_func
-from .errors import StitchError
-from .floats import edge_values
-from .graph import Graph
-from .interp import apply_op, evaluate, index_bounds, np_dtype
-from .ir import FLOAT_DTYPES, INT_DTYPES, Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, TensorType, Var
-from .ops import ANY, FLOAT, INDEX_DTYPES, OPS, REDUCE, OpSpec
-from .printer import print_attr, print_expr
-from .rules import PLACEMENTS, op_variable_fits, CFun, Cond, PCall, PLit, PVar, Pattern, Rule, RuleFile
+from ..ir.check import check_func
+from ..ir.errors import StitchError
+from ..ir.floats import edge_values
+from ..ir.graph import Graph
+from ..ir.interp import apply_op, evaluate, index_bounds, np_dtype
+from ..ir.ops import ANY, FLOAT, INDEX_DTYPES, OPS, REDUCE, OpSpec
+from ..ir.printer import print_attr, print_expr
+from ..ir.program import (
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    Assign,
+    Attr,
+    Call,
+    Const,
+    DTypeName,
+    Expr,
+    Func,
+    Param,
+    TensorType,
+    Var,
+)
+from .rules import PLACEMENTS, CFun, Cond, Pattern, PCall, PLit, PVar, Rule, RuleFile, op_variable_fits
 
 ULPS = 64
 TOLERANCE = f"|left - right| <= {ULPS}*eps*(max(|left|, |right|) + n*M)"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ..ir.frozen import cached_hash
+from ..ir.graph import lookup
+from ..ir.program import TensorType
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS
-from .frozen import cached_hash
-from .graph import lookup
-from .ir import TensorType
 
 PLACEMENT_OF = {ctor: name for name, ctor in PLACEMENT_CTORS.items()}
 

@@ -23,8 +23,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..ir.ops import REDUCE
 from .index import FloorDiv, Indirect, Ix, Mod, simplify
-from .ops import REDUCE
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import math
 
-from .graph import Graph, Node
-from .ir import DTypeName
-from .ops import BINARY, COMPARE, OPS, REDUCE, UNARY
+from ..ir.graph import Graph, Node
+from ..ir.ops import BINARY, COMPARE, OPS, REDUCE, UNARY
+from ..ir.program import DTypeName
 
 PLACEMENT_CTORS = {"global": "Global", "shared": "Shared", "local": "Local", "inline": "Inline"}
 

@@ -14,11 +14,11 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Callable
 
-from ..targets.target import Target
-from .check import check_func
-from .egraph_data import Choice, EGraphData, ENode
-from .graph import Graph
-from .ir import Assign, Attr, Call, Const, DTypeName, Func, Param, Var
+from ..ir.check import check_func
+from ..ir.graph import Graph
+from ..ir.program import Assign, Attr, Call, Const, DTypeName, Func, Param, Var
+from ..rewrite.egraph_data import Choice, EGraphData, ENode
+from .target import Target
 
 if TYPE_CHECKING:
     from .search import SearchResult

@@ -25,13 +25,25 @@ from dataclasses import dataclass
 import hypothesis.extra.numpy as hnp
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-
-from .check import broadcast_shapes, check_func, clamp_slice
-from .floats import edge_values
-from .graph import Graph
-from .interp import index_bounds, np_dtype
-from .ir import DTYPES, FLOAT_DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Program, TensorType, Var
-from .ops import ANY, FLOAT, NUMERIC, OPS
+from stitch.engine.ir.check import broadcast_shapes, check_func, clamp_slice
+from stitch.engine.ir.floats import edge_values
+from stitch.engine.ir.graph import Graph
+from stitch.engine.ir.interp import index_bounds, np_dtype
+from stitch.engine.ir.ops import ANY, FLOAT, NUMERIC, OPS
+from stitch.engine.ir.program import (
+    DTYPES,
+    FLOAT_DTYPES,
+    Assign,
+    Attr,
+    Call,
+    Const,
+    DTypeName,
+    Func,
+    Param,
+    Program,
+    TensorType,
+    Var,
+)
 
 ALL_DTYPES = DTYPES
 # The first dtype is the usual one (about 70% of freshly drawn types).
@@ -498,15 +510,15 @@ def accepts(dtypes: str, dtype: str) -> bool:
 
 def compile_text(text: str, target):
     """`.ir` text's first func, saturated with the built-in rules and extracted for `target`."""
-    from .pipeline import check_entry, compile_graph, read_program
-    from .rules import builtin_rule_files
+    from stitch.engine.pipeline import check_entry, compile_graph, read_program
+    from stitch.engine.rewrite.rules import builtin_rule_files
 
     return compile_graph(check_entry(read_program(text)), builtin_rule_files(), target)
 
 
 def schedule_of(text: str, target) -> str:
     """The schedule `stitch compile --emit schedule` prints for `.ir` text on `target`."""
-    from .schedule_print import print_schedule
+    from stitch.engine.schedule.schedule_print import print_schedule
 
     c = compile_text(text, target)
     return print_schedule(c.graph.name, target.name, c.schedule, c.cost, target.clock_ghz)
@@ -518,7 +530,7 @@ def target_text(builtin: str = "cpu", **keys) -> str:
     size given is the size used, on any machine."""
     import re
 
-    from ..targets.target import TARGET_DIR
+    from stitch.engine.schedule.target import TARGET_DIR
 
     text = (TARGET_DIR / f"{builtin}.toml").read_text()
     if "onchip_bytes" in keys:
@@ -531,8 +543,8 @@ def target_text(builtin: str = "cpu", **keys) -> str:
 
 def loops_of(text: str, target) -> str:
     """The loop nests `stitch compile --emit loops` prints for `.ir` text on `target`."""
-    from ..lowering.loops import print_loops
-    from ..lowering.lower import lower
+    from stitch.lowering.loops import print_loops
+    from stitch.lowering.lower import lower
 
     return print_loops(lower(compile_text(text, target)))
 
@@ -542,8 +554,7 @@ def sources_holding(strategy, marker: str, cache, examples: int = 12) -> list[bo
     `stitch.compile` writes for it holds `marker`: how a property test checks that its drawn
     programs take the path it is about."""
     from hypothesis import given
-
-    from .api import compile as compile_program
+    from stitch.engine.api import compile as compile_program
 
     seen = []
 
@@ -560,9 +571,9 @@ def executes_like_the_reference(program, graph: Graph, seed: int):
     """Run lowered loops on the numpy executor with random inputs and assert the outputs equal the
     reference interpreter's. Returns the measured traffic, or None when an i32 accumulation overflows
     the executor's Python ints (issue 18's; nothing to compare)."""
-    from ..lowering.execute import execute
-    from .interp import evaluate, random_inputs
-    from .tolerance import differences
+    from stitch.engine.ir.interp import evaluate, random_inputs
+    from stitch.engine.ir.tolerance import differences
+    from stitch.lowering.execute import execute
 
     inputs = random_inputs(graph, seed)
     try:
