@@ -156,3 +156,13 @@ def test_the_test_strategies_are_not_shipped():
     """hypothesis strategies the tests draw programs with live in tests/, not in the package users
     install (the package uses hypothesis only for `stitch rules check`)."""
     assert not any("testing" in m.split(".") for m in MODULES)
+
+
+def test_the_suite_runs_the_quick_hypothesis_profile_unless_asked_for_the_long_one():
+    """The README's test command is the one CI runs (issue 43): no environment variable picks the
+    profile; `pytest --long` does."""
+    import stitch_testing
+    from hypothesis import settings
+
+    want = ("long", 100, False) if stitch_testing.LONG else ("quick", 25, True)
+    assert (settings.get_current_profile_name(), settings.default.max_examples, settings.default.derandomize) == want
