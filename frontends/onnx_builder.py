@@ -288,3 +288,20 @@ def refusal_kind(message: str) -> str:
     """The problem kind of a checker error on an emitted op: a dtype it does not take, else a shape."""
     dtype_words = ("dtype", "float tensor", "numeric tensor", "must be bool", "indices must be")
     return "dtype" if any(w in message for w in dtype_words) else "shape"
+
+
+class Node:
+    """A NodeProto with its attributes decoded, and the opset its defaults come from."""
+
+    def __init__(self, proto, opset: int):
+        from onnx import helper
+
+        self.proto = proto
+        self.op_type = proto.op_type
+        self.opset = opset
+        self.out = proto.output[0] if proto.output else proto.op_type
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+
+    def attr(self, name: str, default=None):
+        v = self.attrs.get(name, default)
+        return v.decode() if isinstance(v, bytes) else v
