@@ -70,7 +70,8 @@ def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cac
     key = source_key(source, cc, flags)
     lib_path, src_path, sum_path = (cache_dir / f"{key}{ext}" for ext in (".so", ".c", ".sha256"))
     try:
-        if lib_path.exists() and sum_path.exists() and sum_path.read_text() == _digest(lib_path):
+        # regular files only: a FIFO (or a device) in their place would block the reads forever
+        if lib_path.is_file() and sum_path.is_file() and sum_path.read_text() == _digest(lib_path):
             return lib_path
     except OSError:  # unreadable: build it again
         pass
@@ -87,8 +88,10 @@ def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cac
                 warnings.warn(StitchWarning(f"the C compiler crashed on {src_path} ({crash.line}); built again "
                                             f"with {' '.join(CRASH_FLAGS)}"), stacklevel=2)
                 _compile(cc, flags + CRASH_FLAGS, src_path, tmp_lib, parts, Path(tmp))
-            os.replace(tmp_lib, lib_path)
-        sum_path.write_text(_digest(lib_path))
+            staged_sum = Path(tmp) / sum_path.name
+            staged_sum.write_text(_digest(tmp_lib))
+            os.replace(tmp_lib, lib_path)  # each renamed into place whole, over whatever was there
+            os.replace(staged_sum, sum_path)
     except OSError:
         for path in (src_path, lib_path, sum_path):
             with contextlib.suppress(OSError):

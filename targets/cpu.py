@@ -134,7 +134,12 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
         print("stitch: no C compiler found; running on the numpy executor", file=sys.stderr)
         return Native(program, None, None)
     cache_dir = Path(cache_dir or default_cache_dir())
-    if cache_dir.exists() and not cache_dir.is_dir():
+    try:
+        exists, is_dir = cache_dir.exists(), cache_dir.is_dir()
+    except OSError as err:  # a path the system refuses (too long, a loop of links)
+        raise StitchError(f"the cache directory {cache_dir} cannot be used: {err.strerror or err}",
+                          hint="name another directory with --cache-dir (cache_dir=)") from None
+    if exists and not is_dir:
         raise StitchError(f"the cache directory {cache_dir} is a file, not a directory",
                           hint="name a directory with --cache-dir (cache_dir=), or move the file away")
     width = vector_bytes(cc, tuple(flags))
