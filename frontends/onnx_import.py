@@ -92,6 +92,11 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
             env[init.name] = None
             problems.append(Problem(init.name, "initializer", "invalid",
                                     f"invalid model: the initializer cannot be read ({type(err).__name__}: {err})"))
+    unknown = sorted(set(constant_inputs or {}) - {vi.name for vi in graph.input})
+    if unknown:
+        raise StitchError(f"{label}: --constant (constant_inputs=) names {', '.join(map(repr, unknown))}, no graph "
+                          f"input of the model", hint="its graph inputs: " + (", ".join(
+                              vi.name for vi in graph.input if vi.name not in env) or "none"))
     inputs = bind_graph_inputs(b, graph, env, constant_inputs or {})
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):

@@ -48,6 +48,8 @@ def compiler_flags(user=None) -> tuple[str, ...]:
             raise StitchError(f"cannot split the compiler flags {user!r}: {err}") from None
     elif not isinstance(user, (list, tuple)) or not all(isinstance(f, str) for f in user):
         raise StitchError(f"compiler flags must be a string or a list of strings, got {user!r}")
+    if any("\0" in f for f in user):  # no process argument can hold one
+        raise StitchError(f"compiler flags must not contain a NUL character, got {list(user)!r}")
     return tuple(user) + REQUIRED_FLAGS
 
 

@@ -538,6 +538,17 @@ def test_cli_import_without_onnx_names_the_extra(monkeypatch, capsys):
     assert "pip install 'stitch[onnx]'" in capsys.readouterr().err
 
 
+def test_a_constant_for_no_graph_input_is_an_error_naming_it(tmp_path, capsys):
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    path = tmp_path / "m.onnx"
+    onnx.save(model_of([node], [("x", F32, [2, 6]), ("shape", TensorProto.INT64, [2])], [("y", F32, None)]), path)
+    np.save(tmp_path / "s.npy", np.array([3, 4], np.int64))
+    assert main(["import", str(path), "--constant", f"shape={tmp_path / 's.npy'}", "--constant",
+                 f"shap={tmp_path / 's.npy'}"]) == 1
+    err = capsys.readouterr().err
+    assert "names 'shap', no graph input" in err and "its graph inputs: x, shape" in err
+
+
 def test_cli_import_bad_constant_option(tmp_path, capsys):
     assert main(["import", "m.onnx", "--constant", "shape"]) == 1
     assert "--constant expects NAME=VALUES.npy" in capsys.readouterr().err
