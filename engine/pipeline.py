@@ -41,7 +41,7 @@ from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
 from .rewrite.saturate import EGraphRun, Limits, RunReport
 from .schedule.cost import schedule_cost
 from .schedule.extract import MOST_FUSED, extract_schedule, extract_tree
-from .schedule.kernels import build_schedule
+from .schedule.form import build_schedule
 from .schedule.search import SearchResult
 from .schedule.target import Target, load_target
 
