@@ -163,11 +163,13 @@ class Builder:
             self.materialized[v] = sym
         return Var(self.materialized[v].name)
 
-    def static_ints(self, v: Value | None, what: str) -> list[int]:
-        """A shape or axes list that must be known at import time."""
+    def static_ints(self, v: Value | None, what: str, one_d: bool = True) -> list[int]:
+        """A shape or axes list (a 1-D tensor; any rank without `one_d`) that must be known at import time."""
         if isinstance(v, Known):
             if v.array.dtype.kind not in "iu":
                 raise invalid(f"its {what} must be integers, got {v.array.dtype}")
+            if one_d and v.array.ndim != 1:
+                raise invalid(f"its {what} must be a 1-D tensor, got {v.array.ndim}-D")
             return [int(i) for i in v.array.reshape(-1)]
         if isinstance(v, Sym) and v.input:
             raise Unsupported("input", f"its {what} is the graph input '{v.input}', known only at run time "

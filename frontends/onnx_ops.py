@@ -46,7 +46,15 @@ def check_schema(node: Node, ins: list[Value | None]) -> None:
     try:
         schema = defs.get_schema(node.op_type, max(node.opset, 1), "")
     except Exception:
+        if defs.has(node.op_type):  # an op of a later opset than the model's
+            first = min(s.since_version for s in defs.get_all_schemas_with_history()
+                        if s.name == node.op_type and s.domain == "")
+            raise invalid(f"{node.op_type} does not exist at the model's opset {node.opset} (ONNX added it in "
+                          f"opset {first})") from None
         return
+    if len(ins) > schema.max_input:
+        raise invalid(f"{node.op_type} takes at most {schema.max_input} input(s) at opset {node.opset}, got "
+                      f"{len(ins)}")
     for k, formal in enumerate(schema.inputs):
         if formal.option == defs.OpSchema.FormalParameterOption.Single and (k >= len(ins) or ins[k] is None):
             raise invalid(f"{node.op_type} needs its input {k} ('{formal.name}')")
