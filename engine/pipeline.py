@@ -89,7 +89,7 @@ def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, 
 
     `without` names built-in rule files (`forwarding`) or patterns of built-in rule names
     (`stitch-*`) to leave out: the seed comparisons compile a program with and without them.
-    Rules tagged [unsafe-fp] are left out unless `unsafe_fp` (README, "Floating-point semantics")."""
+    Rules tagged [unsafe-fp] are left out unless `unsafe_fp` (docs/explanation/floating-point.md)."""
     if without and not builtin:
         raise StitchError("--without-rules leaves out built-in rules, which --no-builtin-rules already leaves out")
     files = without_rules(builtin_rule_files(), without) if builtin else []

@@ -26,7 +26,7 @@ from ..engine.ir.errors import StitchError, StitchWarning
 OPTIMIZE_FLAGS = ("-O3", "-march=native")
 # What the generated C needs whatever the user asks: a loadable shared library, OpenMP simd pragmas,
 # wrapping integer arithmetic (the reference's), libm calls that never set errno or trap, GNU C's
-# vector types; and what it means (README, "Floating-point semantics"): no multiply-add fused outside
+# vector types; and what it means (docs/explanation/floating-point.md): no multiply-add fused outside
 # matmul's micro-kernel, every f16 (or float) operation rounded to its type, as numpy's are.
 REQUIRED_FLAGS = ("-fopenmp-simd", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
                   "-std=gnu11", "-ffp-contract=off", "-fexcess-precision=standard")
