@@ -215,6 +215,9 @@ def add_run_arguments(p) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--inputs", metavar="IN.npz", help="inputs, keyed by parameter name")
     src.add_argument("--seed", type=_non_negative_int, default=0, help="seed for random inputs (default 0)")
+    p.add_argument("--dim", action="append", default=[], metavar="SYMBOL=N",
+                   help="the value of a symbolic dimension for random inputs (repeatable; with --inputs the "
+                        "arrays' shapes give them)")
     add_weights_argument(p)
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
 
@@ -230,10 +233,27 @@ def read_inputs(args, graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
     from .ir.interp import random_inputs
 
     weights = load_weights(args.weights, graph) if args.weights else {}
+    sizes = dim_values(args.dim)
     if args.inputs:
+        if sizes:
+            raise StitchError("--dim gives symbols values for random inputs; with --inputs the arrays' shapes give "
+                              "them", hint="leave out --dim, or --inputs")
         return load_inputs(args.inputs, graph, tuple(weights)), weights
-    drawn = random_inputs(graph, args.seed)
+    drawn = random_inputs(graph, args.seed, sizes)
     return {k: v for k, v in drawn.items() if k not in weights}, weights
+
+
+def dim_values(items: list[str]) -> dict[str, int]:
+    """--dim SYMBOL=N options as {symbol: N}."""
+    sizes: dict[str, int] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier() or not value.strip().isdigit():
+            raise StitchError(f"--dim expects SYMBOL=N (a positive integer), got '{item}'")
+        if name in sizes:
+            raise StitchError(f"--dim gives symbol '{name}' twice")
+        sizes[name] = int(value)
+    return sizes
 
 
 def _non_negative_int(text: str) -> int:

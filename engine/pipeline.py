@@ -172,6 +172,10 @@ def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResul
 @allows_deep_recursion
 def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Limits = Limits()) -> Compiled:
     """Saturate, then extract the cheapest schedule for `target`."""
+    if graph.symbols:
+        raise StitchError(f"'{graph.name}' has symbolic dimensions ({', '.join(graph.symbols)}): this version of stitch "
+                          "checks and evaluates them (stitch eval --dim) but compiles only static shapes",
+                          hint="write the dimensions as numbers to compile it")
     start = time.perf_counter()
     with memory_budget(limits.memory):
         run, report = saturate_program(graph, rule_files, limits)

@@ -9,8 +9,8 @@ operands of its call. Every error names file:line:col and shows the line.
 from __future__ import annotations
 
 import difflib
-from math import prod
 
+from . import dims
 from .errors import StitchError
 from .graph import Graph, Node
 from .ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS, OpGroup, OpSpec, value_positions
@@ -44,15 +44,16 @@ def check_func(func: Func, source: str = "") -> Graph:
     return _Checker(func, source).run()
 
 
-def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
-    """numpy broadcasting of two shapes, or None if they do not broadcast."""
+def broadcast_shapes(a: tuple[dims.Dim, ...], b: tuple[dims.Dim, ...]) -> tuple[dims.Dim, ...] | None:
+    """numpy broadcasting of two shapes, or None if they do not broadcast. A symbolic dimension
+    broadcasts only with itself and with 1 (it must hold for every value of its symbols)."""
     out = []
     for i in range(1, max(len(a), len(b)) + 1):
         x = a[-i] if i <= len(a) else 1
         y = b[-i] if i <= len(b) else 1
         if x != y and x != 1 and y != 1:
             return None
-        out.append(max(x, y))
+        out.append(y if x == 1 else x)
     return tuple(reversed(out))
 
 
@@ -109,15 +110,45 @@ def normalize_axis(axis: int, rank: int) -> int:
     return axis % rank
 
 
-def clamp_slice(dim: int, start: int, end: int, step: int) -> tuple[int, int, int]:
-    """numpy's x[start:end:step] for step > 0 on an axis of `dim`: (start, end, length), 0 <= start <= end <= dim."""
-    start = min(max(start + dim if start < 0 else start, 0), dim)
-    end = min(max(end + dim if end < 0 else end, 0), dim)
-    end = max(end, start)
-    return start, end, -(-(end - start) // step)
+def clamp_slice(dim: dims.Dim, start: dims.Dim, end: dims.Dim, step: int,
+                ranges: dict[str, tuple[int, int]] | None = None) -> tuple[dims.Dim, dims.Dim, dims.Dim]:
+    """numpy's x[start:end:step] for step > 0 on an axis of `dim`: (start, end, length), 0 <= start <= end <= dim.
+    With symbols, each clamp must be decided the same way for every value in `ranges` (else AttrProblem)."""
+    if all(isinstance(v, int) for v in (dim, start, end)):
+        start = min(max(start + dim if start < 0 else start, 0), dim)
+        end = min(max(end + dim if end < 0 else end, 0), dim)
+        end = max(end, start)
+        return start, end, -(-(end - start) // step)
+    ranges = ranges or {}
+    start, end = (_clamped(dim, v, what, ranges) for v, what in ((start, "start"), (end, "end")))
+    if not dims.provably(0, dims.add(end, dims.mul(start, -1)), ranges):
+        raise AttrProblem(f"end {end} may come before start {start} for some values of the symbols", None)
+    return start, end, dims.floordiv(dims.add(dims.add(end, dims.mul(start, -1)), step - 1), step)
 
 
-def normalize_slice(shape: tuple[int, ...], axes, starts, ends, steps=None):
+def _clamped(dim: dims.Dim, v: dims.Dim, what: str, ranges) -> dims.Dim:
+    """A slice bound counted from the end when negative, then clamped to [0, dim]: each decided the
+    same way for every value of the symbols, or an AttrProblem."""
+    shown = f"{what} {v}"
+    if not dims.provably(0, v, ranges):
+        if dims.bounds(v, ranges)[1] >= 0:
+            raise AttrProblem(f"{shown} is negative for some values of the symbols and not for others", None)
+        v = dims.add(v, dim)
+        shown += f" (at {v} from the axis's end {dim})"
+    low, high = dims.bounds(v, ranges)
+    if high <= 0:
+        return 0
+    if low < 0:
+        raise AttrProblem(f"{shown} lies before the axis's start for some values of the symbols", None)
+    rest = dims.add(dim, dims.mul(v, -1))
+    if dims.provably(0, rest, ranges):
+        return v
+    if dims.bounds(rest, ranges)[1] <= 0:
+        return dim
+    raise AttrProblem(f"{shown} lies past the axis's end ({dim}) for some values of the symbols", None)
+
+
+def normalize_slice(shape: tuple[int, ...], axes, starts, ends, steps=None, ranges=None):
     """slice's attributes in normal form and its result shape.
 
     Returns ((axes, starts, ends, steps), shape): one entry per sliced axis in
@@ -140,10 +171,11 @@ def normalize_slice(shape: tuple[int, ...], axes, starts, ends, steps=None):
             raise AttrProblem(f"axis {a} is given twice", "axes")
         if step <= 0:
             raise AttrProblem(f"step {step} (axis {a}) must be positive; negative steps are not supported", "steps")
-        begin, stop, length = clamp_slice(shape[a], start, end, step)
-        if length == 0:
-            raise AttrProblem(f"the result would be empty along axis {a} (start {start}, end {end} on a dimension "
-                              f"of {shape[a]}); the IR has no empty tensors", None)
+        begin, stop, length = clamp_slice(shape[a], start, end, step, ranges)
+        if not dims.provably(1, length, ranges or {}):
+            some = "" if isinstance(length, int) else " for some values of the symbols"
+            raise AttrProblem(f"the result would be empty along axis {a}{some} (start {start}, end {end} on a "
+                              f"dimension of {shape[a]}); the IR has no empty tensors", None)
         entries[a] = (begin, stop, step, length)
     out = list(shape)
     for a, (_, _, _, length) in entries.items():
@@ -170,7 +202,7 @@ def concat_shape(shapes: list[tuple[int, ...]], axis: int) -> tuple[int, tuple[i
             if i != axis and d != d0:
                 raise AttrProblem(f"operand {k} has dimension {d} on axis {i} but operand 0 has {d0} "
                                   f"(only axis {axis}, the one concatenated, may differ)", k)
-        total += s[axis]
+        total = dims.add(total, s[axis])
     return axis, first[:axis] + (total,) + first[axis + 1 :]
 
 
@@ -206,13 +238,17 @@ class _Checker:
         self.nodes: list[Node] = []
         self.env: dict[str, int] = {}
         self.defined_at: dict[str, Pos] = {}
+        # each symbol's inclusive range: declared after the func's name, else dims.DEFAULT_RANGE
+        self.ranges: dict[str, tuple[int, int]] = {s.name: (s.low, s.high) for s in func.symbols}
+        self.whole: set[str] = set()  # the symbols that are a whole dimension of a parameter (check_symbols)
 
     def error(self, message: str, pos: Pos, hint: str = "") -> StitchError:
         return StitchError(message, pos, self.source, hint)
 
     def add(self, op: str, inputs, attrs, typ: TensorType, pos: Pos, name: str = "") -> int:
-        if typ.nbytes > MAX_TENSOR_BYTES:
-            raise self.error(f"{typ} is too large: {typ.size} elements of {dtype_bytes(typ.dtype)} bytes "
+        if dims.bounds(typ.nbytes, self.ranges)[1] > MAX_TENSOR_BYTES:
+            most = "" if isinstance(typ.size, int) else " at the symbols' largest values (declare smaller ranges)"
+            raise self.error(f"{typ} is too large{most}: {typ.size} elements of {dtype_bytes(typ.dtype)} bytes "
                              f"(stitch addresses at most 2**63 - 1 bytes per tensor)", pos)
         node = Node(len(self.nodes), op, tuple(inputs), tuple(attrs), typ, name, pos)
         self.nodes.append(node)
@@ -224,8 +260,33 @@ class _Checker:
             raise self.error(f"name '{name}' is already defined (at line {first.line}, column {first.col})", pos)
         self.defined_at[name] = pos
 
+    def check_symbols(self) -> None:
+        """Every symbol is read from an input's shape: it must be a whole dimension of a parameter.
+        Every dimension of the signature is at least 1 for every value of the symbols."""
+        f = self.func
+        whole = {s for p in f.params for d in p.type.shape if (s := dims.bare_symbol(d))}
+        self.whole = whole
+        declared = {s.name: s for s in f.symbols}
+        for t, pos in [(p.type, p.pos) for p in f.params] + [(t, f.results_pos) for t in f.results]:
+            for d in t.shape:
+                missing = sorted(dims.symbols_of((d,)) - whole)
+                if missing:
+                    where = declared[missing[0]].pos if missing[0] in declared else pos
+                    raise self.error(f"symbol '{missing[0]}' is no whole dimension of any parameter: its value is "
+                                     f"read from an input's shape", where,
+                                     f"give some parameter a dimension '{missing[0]}'")
+                if not dims.provably(1, d, self.ranges):
+                    low = dims.bounds(d, self.ranges)[0]
+                    raise self.error(f"dimension {d} of {t} can be {low}, less than 1, for values of its symbols in "
+                                     f"their ranges", pos, "narrow the symbols' ranges")
+        unused = [s for s in f.symbols if s.name not in whole]
+        if unused:
+            raise self.error(f"symbol '{unused[0].name}' is declared but is no dimension of any parameter",
+                             unused[0].pos)
+
     def run(self) -> Graph:
         f = self.func
+        self.check_symbols()
         params = []
         for p in f.params:
             self.bind(p.name, p.pos)
@@ -252,7 +313,8 @@ class _Checker:
                     f"return value {k} has type {got} but the signature of '{f.name}' declares {declared}",
                     e.pos,
                 )
-        return Graph(f.name, self.nodes, params, outputs, [p.name for p in f.params])
+        symbols = {name: self.ranges.get(name, dims.DEFAULT_RANGE) for name in sorted(self.whole)}
+        return Graph(f.name, self.nodes, params, outputs, [p.name for p in f.params], symbols)
 
     # -- expressions --------------------------------------------------------
 
@@ -385,6 +447,14 @@ class _Checker:
         if not ok:
             what = {"bool": "true or false", "dtype": "a dtype name", "int": "an integer"}.get(kind, "a list of integers")
             raise self.error(f"{e.op}: attribute '{name}' must be {what}", a.pos)
+        symbolic = [d for d in v if isinstance(d, dims.Expr)] if isinstance(v, tuple) else []
+        if symbolic and (kind in ("axes", "perm") or name == "steps"):
+            raise self.error(f"{e.op}: attribute '{name}' must be a list of integers, not of dimensions "
+                             f"({symbolic[0]})", a.pos)
+        unknown = sorted(dims.symbols_of(symbolic) - self.whole)
+        if unknown:
+            raise self.error(f"{e.op}: symbol '{unknown[0]}' is no whole dimension of any parameter of "
+                             f"'{self.func.name}'", a.pos)
         return v
 
     def attr_pos(self, e: Call, where) -> Pos:
@@ -401,7 +471,7 @@ class _Checker:
         try:
             if e.op == "slice":
                 (axes, starts, ends, steps), shape = normalize_slice(
-                    t.shape, values["axes"], values["starts"], values["ends"], values["steps"])
+                    t.shape, values["axes"], values["starts"], values["ends"], values["steps"], self.ranges)
                 attrs = (("axes", axes), ("starts", starts), ("ends", ends), ("steps", steps))
                 return attrs, TensorType(t.dtype, shape)
             if e.op == "concat":
@@ -437,25 +507,25 @@ class _Checker:
         if e.op == "reshape":
             shape = list(self.attr_value(e, "shape", "shape"))
             pos = e.attr("shape").pos
+            shown = "[" + ", ".join(map(str, shape)) + "]"
             if shape.count(-1) > 1:
                 raise self.error("reshape: at most one dimension may be -1", pos)
-            if any(d == 0 or d < -1 for d in shape):
-                raise self.error(f"reshape: dimensions must be positive (or one -1), got {shape}", pos)
+            if any(d != -1 and not dims.provably(1, d, self.ranges) for d in shape):
+                raise self.error(f"reshape: dimensions must be positive (or one -1), got {shown}", pos)
             if -1 in shape:
-                known = prod(d for d in shape if d != -1)
-                if t.size % known:
-                    raise self.error(f"reshape: cannot reshape {t} ({t.size} elements) to {shape}", pos)
-                shape[shape.index(-1)] = t.size // known
-            if prod(shape) != t.size:
-                raise self.error(
-                    f"reshape: cannot reshape {t} ({t.size} elements) to {shape} ({prod(shape)} elements)", pos
-                )
+                solved = dims.exact_div(t.size, dims.size(d for d in shape if d != -1))
+                if solved is None:
+                    raise self.error(f"reshape: cannot reshape {t} ({t.size} elements) to {shown}", pos)
+                shape[shape.index(-1)] = solved
+            if dims.size(shape) != t.size:
+                raise self.error(f"reshape: cannot reshape {t} ({t.size} elements) to {shown} ({dims.size(shape)} "
+                                 "elements)", pos)
             return (("shape", tuple(shape)),), TensorType(t.dtype, tuple(shape))
         if e.op == "broadcast_to":
             shape = tuple(self.attr_value(e, "shape", "shape"))
             pos = e.attr("shape").pos
-            if any(d <= 0 for d in shape) or broadcast_shapes(t.shape, shape) != shape:
-                raise self.error(f"broadcast_to: cannot broadcast {t} to {list(shape)}", pos)
+            if any(not dims.provably(1, d, self.ranges) for d in shape) or broadcast_shapes(t.shape, shape) != shape:
+                raise self.error(f"broadcast_to: cannot broadcast {t} to [{', '.join(map(str, shape))}]", pos)
             return (("shape", shape),), TensorType(t.dtype, shape)
         assert e.op == "cast"
         dtype = self.attr_value(e, "dtype", "dtype").name

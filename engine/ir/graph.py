@@ -41,6 +41,8 @@ class Graph:
     params: list[int]
     outputs: list[int]
     param_names: list[str] = field(default_factory=list)
+    # each symbolic dimension's inclusive range (empty: every shape is static)
+    symbols: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def node(self, i: int) -> Node:
         return self.nodes[i]
@@ -76,4 +78,5 @@ class Graph:
         params = ", ".join(f"{name}: {self.nodes[i].type}" for name, i in zip(self.param_names, self.params))
         outs = [str(t) for t in self.output_types]
         results = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
-        return f"func {self.name}({params}) -> {results}"
+        symbols = "[" + ", ".join(f"{s}: {lo}..{hi}" for s, (lo, hi) in self.symbols.items()) + "]" if self.symbols else ""
+        return f"func {self.name}{symbols}({params}) -> {results}"

@@ -14,9 +14,10 @@ import math
 
 import numpy as np
 
-from . import floats
+from . import dims, floats
 from .errors import StitchError
 from .graph import Graph, Node
+from .program import TensorType
 
 NP_DTYPES = {
     "f16": np.float16,
@@ -113,9 +114,12 @@ def elementwise(op: str, dtype: str, args: list[np.ndarray]) -> np.ndarray:
     return np.asarray(_unary(op, np.asarray(args[0])), dtype=out_dt)
 
 
-def apply_op(node: Node, args: list[np.ndarray]) -> np.ndarray:
-    """Evaluate one node on numpy arrays (the living definition of each op)."""
+def apply_op(node: Node, args: list[np.ndarray], sizes: dict[str, int] | None = None) -> np.ndarray:
+    """Evaluate one node on numpy arrays (the living definition of each op); `sizes` gives the
+    symbolic dimensions' values in this call."""
     op = node.op
+    if sizes:
+        node = concrete(node, sizes)
     out_dt = np_dtype(node.type.dtype)
     if op == "const":
         return np.asarray(node.attr("value"), dtype=out_dt)
@@ -143,6 +147,38 @@ def apply_op(node: Node, args: list[np.ndarray]) -> np.ndarray:
     return elementwise(op, node.type.dtype, args)
 
 
+def concrete(node: Node, sizes: dict[str, int]) -> Node:
+    """`node` with the symbolic dimensions of its attributes (a shape, slice bounds) at `sizes`."""
+    attrs = tuple((k, tuple(dims.evaluate(d, sizes) for d in v) if isinstance(v, tuple) else v) for k, v in node.attrs)
+    return Node(node.id, node.op, node.inputs, attrs, node.type, node.name, node.pos) if attrs != node.attrs else node
+
+
+def bind_symbols(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, int]:
+    """Each symbol's value, read from the shapes of the arrays given for the parameters it is a
+    dimension of: two that disagree, or a value outside the symbol's range, is an error naming them.
+    (An array whose rank is not its parameter's is left to `bind_inputs` to report.)"""
+    found: dict[str, tuple[int, str, int]] = {}
+    for name, t in zip(graph.param_names, graph.param_types):
+        arr = arrays.get(name)
+        if arr is None or np.ndim(arr) != t.rank:
+            continue
+        for axis, d in enumerate(t.shape):
+            symbol = dims.bare_symbol(d)
+            if symbol is None:
+                continue
+            value = np.shape(arr)[axis]
+            if symbol in found and found[symbol][0] != value:
+                v0, name0, axis0 = found[symbol]
+                raise StitchError(f"symbol '{symbol}' is {v0} in input '{name0}' (axis {axis0}) but {value} in input "
+                                  f"'{name}' (axis {axis})")
+            low, high = graph.symbols[symbol]
+            if not low <= value <= high:
+                raise StitchError(f"symbol '{symbol}' is {value} in input '{name}' (axis {axis}), outside its range "
+                                  f"{low}..{high}")
+            found[symbol] = (value, name, axis)
+    return {symbol: v for symbol, (v, _, _) in found.items()}
+
+
 def gather(node: Node, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """np.take along the node's axis, negative indices from the end; an index out of range is a StitchError.
 
@@ -160,6 +196,7 @@ def gather(node: Node, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
 def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Run `graph` on named inputs; return its outputs in return order."""
     args = bind_inputs(graph, inputs)
+    sizes = bind_symbols(graph, args) if graph.symbols else None
     env: dict[int, np.ndarray] = {}
     last = graph.last_use()
     with np.errstate(all="ignore"):
@@ -167,7 +204,7 @@ def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
             if n.op == "param":
                 env[n.id] = args[n.attr("name")]
                 continue
-            env[n.id] = apply_op(n, [env[i] for i in n.inputs])
+            env[n.id] = apply_op(n, [env[i] for i in n.inputs], sizes)
             for i in set(n.inputs):
                 if last[i] == n.id:
                     del env[i]
@@ -189,7 +226,9 @@ def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray], bound: tuple[str, .
                           "a call does not take them", hint="compile again to bind other values")
     if extra:
         raise StitchError(f"'{graph.name}' has no parameter(s) named {', '.join(extra)}")
-    return {name: _checked("input", name, inputs[name], t)
+    arrays = {name: np.asarray(inputs[name]) for name in names}
+    sizes = bind_symbols(graph, arrays) if graph.symbols else {}
+    return {name: _checked("input", name, arrays[name], t, sizes)
             for name, t in zip(graph.param_names, graph.param_types) if name not in bound}
 
 
@@ -205,22 +244,34 @@ def bind_weights(graph: Graph, weights: dict[str, np.ndarray]) -> dict[str, np.n
     return {name: _checked("weight", name, arr, types[name]) for name, arr in weights.items()}
 
 
-def _checked(kind: str, name: str, value, want) -> np.ndarray:
+def _checked(kind: str, name: str, value, want, sizes: dict[str, int] | None = None) -> np.ndarray:
     arr = np.asarray(value)
-    if arr.shape != want.shape:
+    shape = want.shape if dims.is_static(want.shape) else tuple(dims.substitute(d, sizes or {}) for d in want.shape)
+    if arr.shape != shape:
         raise StitchError(f"{kind} '{name}' has shape {list(arr.shape)} but the parameter is {want}")
     if arr.dtype != np_dtype(want.dtype):
         raise StitchError(f"{kind} '{name}' has dtype {arr.dtype} but the parameter is {want}")
     return arr
 
 
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(graph: Graph, seed: int = 0, sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Inputs for every parameter: floats in [0.5, 2) (inside every op's domain), small ints, coin-flip bools;
-    a parameter that reaches gather's indices (see `index_bounds`) gets indices in range, negative ones too."""
+    a parameter that reaches gather's indices (see `index_bounds`) gets indices in range, negative ones too.
+    A program with symbolic dimensions needs their values in `sizes`."""
+    missing = sorted(set(graph.symbols) - set(sizes or {}))
+    if missing:
+        raise StitchError(f"random inputs of '{graph.name}' need a value for its symbol(s) {', '.join(missing)}",
+                          hint=f"--dim {missing[0]}=N on the command line (random_inputs(..., sizes=) in Python)")
+    for symbol, value in (sizes or {}).items():
+        low, high = graph.symbols.get(symbol, (value, value))
+        if symbol not in graph.symbols or not low <= value <= high:
+            raise StitchError(f"'{graph.name}' has no symbol '{symbol}'" if symbol not in graph.symbols else
+                              f"symbol '{symbol}' = {value} is outside its range {low}..{high}")
     rng = np.random.default_rng(seed)
-    bounds = index_bounds(graph)
+    bounds = index_bounds(graph, sizes)
     out = {}
     for name, t in zip(graph.param_names, graph.param_types):
+        t = TensorType(t.dtype, tuple(dims.evaluate(d, sizes) for d in t.shape)) if sizes else t
         if t.dtype in ("f16", "f32", "f64"):
             arr = rng.uniform(0.5, 2.0, size=t.shape)
         elif t.dtype == "bool":
@@ -239,7 +290,7 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 _VALUE_PRESERVING = ("transpose", "reshape", "broadcast_to", "slice", "concat")
 
 
-def index_bounds(graph: Graph) -> dict[str, int]:
+def index_bounds(graph: Graph, sizes: dict[str, int] | None = None) -> dict[str, int]:
     """For each parameter whose values reach gather's indices: the size of the smallest axis they index.
 
     Values in [-n, n) are then in range for every gather they reach (through
@@ -248,7 +299,7 @@ def index_bounds(graph: Graph) -> dict[str, int]:
     bound: dict[int, int] = {}
     for n in reversed(graph.nodes):  # consumers before producers
         if n.op == "gather":
-            size = graph.nodes[n.inputs[0]].type.shape[n.attr("axis")]
+            size = dims.evaluate(graph.nodes[n.inputs[0]].type.shape[n.attr("axis")], sizes or {})
             bound[n.inputs[1]] = min(bound.get(n.inputs[1], size), size)
         if n.id not in bound:
             continue

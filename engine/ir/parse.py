@@ -19,7 +19,9 @@ from lark.parsers.lalr_interactive_parser import InteractiveParser
 
 from .comments import FuncLines, attach_comments, find_comments
 from .errors import StitchError
-from .program import DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Pos, Program, TensorType, Var
+from . import dims
+from .program import (DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Pos, Program, SymbolDecl, TensorType,
+                      Var)
 
 GRAMMAR_DIR = Path(__file__).resolve().parents[2] / "grammar"
 
@@ -188,6 +190,7 @@ class _ToIR(LiteralTransformer):
     @v_args(meta=True)
     def func(self, meta, items):
         name = items[0]
+        symbols = next((i for i in items[1:] if isinstance(i, tuple) and i and isinstance(i[0], SymbolDecl)), ())
         params = tuple(i for i in items[1:] if isinstance(i, Param))
         results = next(i for i in items if isinstance(i, _Results))
         body = tuple(i for i in items if isinstance(i, Assign))
@@ -203,7 +206,24 @@ class _ToIR(LiteralTransformer):
             pos=self._pos(name),
             return_pos=ret.pos,
             results_pos=results.pos,
+            symbols=symbols,
         )
+
+    def symbols(self, items):
+        seen = set()
+        for s in items:
+            if s.name in seen:
+                raise StitchError(f"symbol '{s.name}' is declared twice", s.pos, self.source)
+            seen.add(s.name)
+        return tuple(items)
+
+    def symbol(self, items):
+        name, low, high = items
+        lo, hi = self._int(low), self._int(high)
+        if not 1 <= lo <= hi <= MAX_DIM:
+            raise self._error(f"the range of symbol '{name}' must be {{low}}..{{high}} with 1 <= low <= high <= "
+                              f"{MAX_DIM}, got {lo}..{hi}", low)
+        return SymbolDecl(self._name(name, "symbol"), lo, hi, self._pos(name))
 
     def param(self, items):
         name, typ = items
@@ -223,18 +243,49 @@ class _ToIR(LiteralTransformer):
             close = difflib.get_close_matches(str(name), DTYPES, n=1)
             hint = f"did you mean '{close[0]}'?" if close else ""
             raise self._error(f"unknown dtype '{name}'; expected one of {', '.join(DTYPES)}", name, hint)
-        shape = []
-        for tok in dims:
-            d = self._int(tok)
-            if d <= 0:
-                raise self._error(f"dimension {tok} must be a positive integer", tok)
-            if d > MAX_DIM:
-                raise self._error(f"dimension {tok} is too large (at most {MAX_DIM})", tok)
-            shape.append(d)
-        return TensorType(str(name), tuple(shape))
+        for d in dims:
+            if isinstance(d, int) and d <= 0:
+                raise self._error(f"dimension {d} must be a positive integer", getattr(d, "token", name))
+            if isinstance(d, int) and d > MAX_DIM:
+                raise self._error(f"dimension {d} is too large (at most {MAX_DIM})", getattr(d, "token", name))
+        return TensorType(str(name), tuple(_plain(d) for d in dims))
 
-    def dim(self, items):
-        return items[0]
+    # dimensions: ints, or symbolic expressions in dims.py's canonical form
+
+    def dim_int(self, items):
+        return _IntAt(self._int(items[0]), items[0])
+
+    def dim_symbol(self, items):
+        return dims.symbol(self._name(items[0], "symbol"))
+
+    def dim_neg(self, items):
+        return dims.mul(items[0], -1)
+
+    def dim_add(self, items):
+        return dims.add(items[0], items[1])
+
+    def dim_sub(self, items):
+        return dims.add(items[0], dims.mul(items[1], -1))
+
+    def dim_mul(self, items):
+        return dims.mul(items[0], items[1])
+
+    @v_args(meta=True)
+    def dim_floordiv(self, meta, items):
+        return dims.floordiv(items[0], self._divisor(items[1], "//", meta))
+
+    @v_args(meta=True)
+    def dim_mod(self, meta, items):
+        return dims.mod(items[0], self._divisor(items[1], "%", meta))
+
+    def _divisor(self, d, op: str, meta) -> int:
+        if not isinstance(d, int) or d <= 0:
+            raise StitchError(f"a dimension is divided ({op}) only by a positive integer, not {d}",
+                              Pos(self.filename, meta.line, meta.column), self.source)
+        return int(d)
+
+    def attr_list(self, items):
+        return tuple(_plain(d) for d in items)
 
     @v_args(meta=True)
     def assign(self, meta, items):
@@ -281,6 +332,19 @@ class _ToIR(LiteralTransformer):
         name, value = items
         return Attr(str(name), value, self._pos(name))
 
+
+
+class _IntAt(int):
+    """An integer dimension and the token it was written as (for an error's position)."""
+
+    def __new__(cls, value: int, token: Token):
+        out = super().__new__(cls, value)
+        out.token = token
+        return out
+
+
+def _plain(d):
+    return int(d) if isinstance(d, int) else d
 
 
 def _expr_pos(e) -> Pos:
@@ -507,13 +571,19 @@ def _describe_token(tok: Token) -> str:
     return f"'{tok}'"
 
 
+_DIMENSION_OPERATORS = {"'+'", "'-'", "'*'", "'//'", "'%'"}
+
+
 def _describe_expected(terminals: frozenset[str], parser: Lark) -> str:
     names = set(terminals)
     described = []
     if {"NAME", "SIGNED_NUMBER"} <= names:
         described.append("an expression")
         names -= _EXPRESSION
-    described += sorted(describe_terminal(t, parser) for t in names)
+    shown = {describe_terminal(t, parser) for t in names}
+    if shown & {"','", "']'"}:  # inside a list of dimensions: the operators that could go on are not news
+        shown -= _DIMENSION_OPERATORS
+    described += sorted(shown)
     if len(described) > 8:
         described = described[:8] + ["..."]
     if len(described) <= 2:

@@ -23,7 +23,8 @@ def print_func(f: Func) -> str:
         results = print_type(f.results[0])
     else:
         results = "(" + ", ".join(print_type(t) for t in f.results) + ")"
-    lines = _commented(f"func {f.name}({params}) -> {results} {{", f.comments, "")
+    symbols = "[" + ", ".join(f"{s.name}: {s.low}..{s.high}" for s in f.symbols) + "]" if f.symbols else ""
+    lines = _commented(f"func {f.name}{symbols}({params}) -> {results} {{", f.comments, "")
     for a in f.body:
         lines += _commented(f"  {a.name} = {print_expr(a.expr)}", a.comments, "  ")
     lines += _commented("  return " + ", ".join(print_expr(e) for e in f.returns), f.return_comments, "  ")

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Union
 
+from .dims import Dim
+
 DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
 FLOAT_DTYPES = ("f16", "f32", "f64")
 INT_DTYPES = ("i32", "i64")
@@ -53,7 +55,7 @@ def _comments() -> Comments:
 @dataclass(frozen=True)
 class TensorType:
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]  # ints, or symbolic dimensions (dims.py) in a func that declares symbols
 
     @property
     def rank(self) -> int:
@@ -153,6 +155,16 @@ Expr = Union[Var, Const, Call]
 
 
 @dataclass(frozen=True)
+class SymbolDecl:
+    """`n: 1..4096` after a func's name: a symbolic dimension and its inclusive range."""
+
+    name: str
+    low: int
+    high: int
+    pos: Pos = _pos()
+
+
+@dataclass(frozen=True)
 class Param:
     name: str
     type: TensorType
@@ -180,6 +192,7 @@ class Func:
     comments: Comments = _comments()  # above the func, and at the end of its `{` line
     return_comments: Comments = _comments()
     end_comments: Comments = _comments()  # above its closing `}`, and at the end of that line
+    symbols: tuple[SymbolDecl, ...] = ()  # declared after its name, in order
 
 
 @dataclass(frozen=True)
