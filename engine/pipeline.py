@@ -137,6 +137,10 @@ LIMIT_OPTIONS = {"iteration limit": ("--iter-limit", "iterations", "iteration(s)
 def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = Limits()) -> tuple[EGraphRun, RunReport]:
     """Saturate (saturate.py: the run schedule); a run stopped by a limit warns (StitchWarning): its
     schedule may be worse than saturation's."""
+    if graph.symbols:  # the e-graph, the cost model and lowering take static shapes only, so far
+        raise StitchError(f"'{graph.name}' has symbolic dimensions ({', '.join(graph.symbols)}): this version of stitch "
+                          "checks and evaluates them (stitch eval --dim) but compiles only static shapes",
+                          hint="write the dimensions as numbers to compile it")
     run = EGraphRun(graph, rule_files)
     report = run.run(limits)
     if report.stop_reason in LIMIT_OPTIONS:
@@ -172,10 +176,6 @@ def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResul
 @allows_deep_recursion
 def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Limits = Limits()) -> Compiled:
     """Saturate, then extract the cheapest schedule for `target`."""
-    if graph.symbols:
-        raise StitchError(f"'{graph.name}' has symbolic dimensions ({', '.join(graph.symbols)}): this version of stitch "
-                          "checks and evaluates them (stitch eval --dim) but compiles only static shapes",
-                          hint="write the dimensions as numbers to compile it")
     start = time.perf_counter()
     with memory_budget(limits.memory):
         run, report = saturate_program(graph, rule_files, limits)

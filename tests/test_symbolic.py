@@ -126,5 +126,6 @@ def test_the_cli_evaluates_at_the_sizes_dim_gives_and_refuses_to_compile(tmp_pat
     assert "symbol 'p' = 0 is outside its range 1..2047" in capsys.readouterr().err
     assert main(["eval", str(path), "--dim", "p"]) == 1
     assert "--dim expects SYMBOL=N" in capsys.readouterr().err
-    assert main(["compile", str(path)]) == 1
-    assert "has symbolic dimensions (p)" in capsys.readouterr().err
+    for argv in (["compile", str(path)], ["compile", str(path), "--emit", "egraph"], ["run", str(path), "--dim", "p=3"]):
+        assert main(argv) == 1
+        assert "has symbolic dimensions (p)" in capsys.readouterr().err
