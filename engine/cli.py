@@ -465,7 +465,7 @@ def cmd_run(args) -> int:
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
-    problems = differences(outputs, evaluate(graph, inputs | weights), graph) if args.check else []
+    problems = differences(outputs, evaluate(graph, inputs | weights), graph, inputs | weights) if args.check else []
     timings = None
     if args.profile:
         timings = program.profile(args.runs, **inputs)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
+import stitch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stitch.engine.cli import main
 from stitch.engine.ir.check import check_program
 from stitch.engine.ir.interp import evaluate
@@ -82,3 +86,55 @@ def test_run_check_of_an_attention_block_passes(tmp_path, capsys):
     np.savez(inputs, **block_inputs(256))
     assert main(["run", str(program), "--inputs", str(inputs), "--check", "--cache-dir", str(tmp_path / "c")]) == 0
     assert "check: outputs equal the reference within tolerance" in capsys.readouterr().out
+
+
+# -- sums that cancel (issue 52, item 3): the tolerance follows the magnitude of the terms -----------
+
+CANCELLING = np.array([1e8, 1, -1e8, 1, 1, 1, 1, 0.2], np.float32)
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+@pytest.mark.parametrize("dtype, scale", [("f32", 1.0), ("f64", 1e9)])
+def test_run_check_accepts_a_correct_sum_that_cancels(target, dtype, scale, tmp_path, capsys):
+    program, inputs = tmp_path / "s.ir", tmp_path / "in.npz"
+    program.write_text(f"func f(x: {dtype}[8]) -> {dtype}[] {{\n  return sum(x)\n}}\n")
+    np.savez(inputs, x=CANCELLING.astype(np.float64 if dtype == "f64" else np.float32) * scale)
+    for rules in ([], ["--no-builtin-rules"]):
+        assert main(["run", str(program), "--inputs", str(inputs), "--check", "--target", target, "--cache-dir",
+                     str(tmp_path / "c"), *rules]) == 0, capsys.readouterr().err
+
+
+def test_a_cancelling_sum_is_checked_against_its_terms_and_a_wrong_one_still_fails():
+    graph = graph_of("func f(x: f32[8]) -> f32[] { return sum(x) }")
+    inputs = {"x": CANCELLING}
+    (want,) = evaluate(graph, inputs)
+    in_another_order = np.float32(sum(CANCELLING[[0, 2, 1, 3, 4, 5, 6, 7]].astype(np.float32)))
+    assert compare(np.asarray(in_another_order), want, terms=8) != ""  # the result alone is too small a scale
+    assert differences([np.asarray(in_another_order)], [want], graph, inputs) == []
+    assert differences([np.asarray(want + np.float32(1e5))], [want], graph, inputs) != []  # off by far more
+    # a sum that does not cancel keeps the tolerance of its result
+    ones = {"x": np.ones(8, np.float32)}
+    assert differences([np.asarray(np.float32(8.01))], evaluate(graph, ones), graph, ones) != []
+
+
+@st.composite
+def cancelling_sums(draw):
+    """A sum or mean over some axes of a tensor of huge values that cancel and small ones."""
+    shape = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))
+    axes = draw(st.lists(st.integers(0, len(shape) - 1), min_size=1, max_size=len(shape), unique=True))
+    op = draw(st.sampled_from(["sum", "mean"]))
+    out = [d for i, d in enumerate(shape) if i not in axes]
+    text = (f"func f(x: f32[{', '.join(map(str, shape))}]) -> f32[{', '.join(map(str, out))}] {{\n"
+            f"  return {op}(x, axes={sorted(axes)})\n}}\n")
+    x = draw(hnp.arrays(np.float32, tuple(shape), elements=st.sampled_from([1e8, -1e8, 3e7, -3e7, 1.0, 0.25, -2.0])))
+    return text, x
+
+
+@pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+@settings(max_examples=12, deadline=None)
+@given(case=cancelling_sums(), target=st.sampled_from(["cpu", "accel"]))
+def test_compiled_sums_that_cancel_pass_the_check(case, target, tmp_path_factory):
+    text, x = case
+    program = stitch.compile(text, target=target, cache_dir=tmp_path_factory.getbasetemp() / "cache")
+    inputs = {"x": x}
+    assert differences(program(**inputs), evaluate(program.graph, inputs), program.graph, inputs) == [], text

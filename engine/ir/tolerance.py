@@ -2,7 +2,7 @@
 
 Floats, elementwise:
 
-    |got - want| <= rtol * sqrt(n) * (1 + |want|)
+    |got - want| <= rtol * sqrt(n) * (1 + max(|want|, M))
 
 with rtol 1e-2 for f16, 1e-4 for f32 and 1e-9 for f64 (transcendental functions
 come from libm, and a few ops' roundings differ), and n the terms summed into
@@ -16,7 +16,11 @@ GPT-2 attention block (K=768 projections, 12 heads of 64, softmax over 1024:
 n = 5,184) is checked at 72 * rtol, while one missing term of its 768-term
 sums still fails. (`stitch rules check` uses the worst-case bound, linear in
 n, on its small instances; at real sizes that would accept such bugs.)
-`max` and `min` round nothing and add no terms. Non-finite values must be
+`max` and `min` round nothing and add no terms. M is the magnitude of what was
+summed into the element, given the inputs (`magnitudes`): a sum's error is
+bounded by its terms' magnitudes, not by its result, so a sum that cancels
+(1e8 + 1 - 1e8 + ...) is checked against the size of its terms, as any order of
+summation would round it; where nothing cancels M is |want|. Non-finite values must be
 where the reference has them: NaN where it has NaN, and an infinity where it
 has one of that sign or a finite value within rtol of the largest finite one
 (the same value rounded past it: libm and numpy round exp(88.72) either way).
@@ -30,22 +34,27 @@ import math
 import numpy as np
 
 from .graph import Graph
-from .ops import SUMMING
+from .interp import apply_op, bind_inputs, bind_symbols, gather
+from .ops import OPS, SUMMING, OpGroup
 
 RTOL = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
 
 
-def differences(outputs: list[np.ndarray], wants: list[np.ndarray], graph: Graph | None = None) -> list[str]:
+def differences(outputs: list[np.ndarray], wants: list[np.ndarray], graph: Graph | None = None,
+                inputs: dict[str, np.ndarray] | None = None) -> list[str]:
     """'outK: what differs' for every output not equal to the reference's within tolerance.
 
-    With the program's graph the tolerance of each output grows with the terms summed into it."""
+    With the program's graph the tolerance of each output grows with the terms summed into it; with
+    its inputs too, with the magnitude of what was summed (a sum that cancels)."""
     terms = summed_terms(graph) if graph is not None else [1] * len(wants)
-    return [f"out{k}: {problem}" for k, (got, want, n) in enumerate(zip(outputs, wants, terms))
-            if (problem := compare(got, want, n))]
+    scales = magnitudes(graph, inputs) if graph is not None and inputs is not None else [None] * len(wants)
+    return [f"out{k}: {problem}" for k, (got, want, n, scale) in enumerate(zip(outputs, wants, terms, scales))
+            if (problem := compare(got, want, n, scale))]
 
 
-def compare(got: np.ndarray, want: np.ndarray, terms: int = 1) -> str:
-    """'' when `got` equals `want` within tolerance (for `terms` summed terms), else what differs."""
+def compare(got: np.ndarray, want: np.ndarray, terms: int = 1, scale: np.ndarray | None = None) -> str:
+    """'' when `got` equals `want` within tolerance (for `terms` summed terms, and `scale` the
+    magnitude of what was summed into each element, when known), else what differs."""
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}"
     if want.dtype.kind != "f":
@@ -63,7 +72,8 @@ def compare(got: np.ndarray, want: np.ndarray, terms: int = 1) -> str:
     infinite = ~np.isnan(g) & ~np.isnan(w) & (beyond_g == beyond_w) & (beyond_w != 0)
     if not np.all(finite | nan | infinite):
         return "non-finite values differ"
-    err = np.abs(g[finite] - w[finite]) / (1 + np.abs(w[finite]))
+    size = np.abs(w) if scale is None else np.maximum(np.abs(w), np.broadcast_to(scale, w.shape))
+    err = np.abs(g[finite] - w[finite]) / (1 + size[finite])
     worst = float(err.max(initial=0.0))
     tol = rtol * math.sqrt(max(terms, 1))
     if worst <= tol:
@@ -91,3 +101,54 @@ def summed_terms(graph: Graph) -> list[int]:
                     stack.append(i)
         terms.append(max(n, 1))
     return terms
+
+
+def magnitudes(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """For each output, elementwise, a bound on the magnitude of what was added up into it: the
+    reference evaluated once more on absolute values through the ops that add, multiply and move
+    (|a| + |b|, |a| * |b|, sums and products of absolute values), and |value| after any other op
+    (its rounding is relative to its result)."""
+    args = bind_inputs(graph, inputs)
+    sizes = bind_symbols(graph, args) if graph.symbols else None
+    value: dict[int, np.ndarray] = {}
+    size: dict[int, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+        for n in graph.nodes:
+            ins = [value[i] for i in n.inputs]
+            value[n.id] = args[n.attr("name")] if n.op == "param" else apply_op(n, ins, sizes)
+            size[n.id] = _magnitude(n, ins, [size[i] for i in n.inputs], value[n.id], sizes)
+    return [size[o] for o in graph.outputs]
+
+
+_ADDING = {"add", "sub"}
+_KEEPING = {"neg", "abs", "relu", "cast"}  # |result| <= |operand|, and its error no larger
+
+
+def _magnitude(n, values: list[np.ndarray], sizes: list[np.ndarray], result: np.ndarray, symbols) -> np.ndarray:
+    plain = np.abs(np.asarray(result, dtype=np.float64)) if np.asarray(result).dtype.kind == "f" else \
+        np.zeros(np.shape(result))
+    if not n.inputs or np.asarray(result).dtype.kind != "f":
+        return plain
+    if n.op in _ADDING:
+        out = sizes[0] + sizes[1]
+    elif n.op == "mul":
+        out = sizes[0] * sizes[1]
+    elif n.op in _KEEPING:
+        out = sizes[0]
+    elif n.op in ("maximum", "minimum"):
+        out = np.maximum(sizes[0], sizes[1])
+    elif n.op == "where":
+        out = np.where(values[0], sizes[1], sizes[2])
+    elif n.op in ("sum", "mean"):
+        out = getattr(np, n.op)(sizes[0], axis=n.attr("axes"), keepdims=n.attr("keepdims"))
+    elif n.op in ("max", "min"):
+        out = np.max(sizes[0], axis=n.attr("axes"), keepdims=n.attr("keepdims"), initial=0.0)
+    elif n.op == "matmul":
+        out = np.matmul(sizes[0], sizes[1])
+    elif n.op == "gather":
+        out = gather(n, sizes[0], values[1])
+    elif OPS[n.op].group in (OpGroup.LAYOUT, OpGroup.MOVEMENT):
+        out = apply_op(n, sizes[:1] if n.op != "concat" else sizes, symbols)
+    else:
+        return plain
+    return np.maximum(np.asarray(out, dtype=np.float64), plain)
