@@ -23,7 +23,7 @@ from ..engine.ir.interp import aligned_empty, np_dtype
 from ..engine.schedule.target import Target
 from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
-from .c_source import buffer_order, c_source
+from .c.source import buffer_order, c_source
 from .cc import DEFAULT_FLAGS, cached_library, compiler, default_cache_dir, vector_bytes, vector_math
 
 

@@ -16,7 +16,8 @@ from stitch.engine.ir.errors import StitchError, StitchWarning
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.printer import print_func
 from stitch.engine.ir.tolerance import compare
-from stitch.targets import c_source, cc, cpu
+from stitch.targets import cc, cpu
+from stitch.targets.c import recognizers, tuning
 from stitch_testing import programs
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -153,7 +154,7 @@ def test_a_compiler_that_hangs_is_stopped_at_the_time_limit(parts, cache, tmp_pa
     fake.write_text(f"#!/bin/sh\nsleep 60 &\necho $! >> {tmp_path}/passes\nwait\n")
     fake.chmod(0o755)
     monkeypatch.setattr(cc, "COMPILER_SECONDS", 0.5)
-    monkeypatch.setattr(c_source, "PART_BYTES", 200 if parts > 1 else c_source.PART_BYTES)
+    monkeypatch.setattr(tuning, "PART_BYTES", 200 if parts > 1 else tuning.PART_BYTES)
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: parts)
     compiled = stitch.compile(EXAMPLES / "attention.ir", target="accel")  # lowered only: built below
     with pytest.raises(StitchError, match=r"the C compiler ran over 0.5 s on the generated source .*\.c"):
@@ -354,14 +355,14 @@ def test_a_streamed_rows_long_reads_are_prefetched_ahead(text, prefetched, cache
     """A row streamed out from the registers prefetches its global reads STREAM_PREFETCH elements
     ahead where they run along it for twice that, move with the rows (not the bias every row
     reads) and nothing else in the row's loop reads them; the values are the reference's."""
-    monkeypatch.setattr(c_source, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
+    monkeypatch.setattr(tuning, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
     f = stitch.compile(text, cache_dir=cache)
     source = f.native.source_path.read_text()
     if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         assert "_mm512_stream_ps(st_o" in source
         ahead = re.findall(r"__builtin_prefetch\(&(b_\w+)\[[^\]]*p1 \+ (\d+)\], 0, 0\)", source)
         # (a vector at a time, and each vector of a group of STREAM_GROUP)
-        group = {("b_x", str(c_source.STREAM_PREFETCH + 16 * k)) for k in range(c_source.STREAM_GROUP)}
+        group = {("b_x", str(tuning.STREAM_PREFETCH + 16 * k)) for k in range(tuning.STREAM_GROUP)}
         assert set(ahead) == (group if prefetched else set())
     inputs = random_inputs(f.graph, 4)
     for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
@@ -409,15 +410,15 @@ def test_pipelined_rows_compute_the_rows_one_after_the_other_do(rows, cols, stre
     division runs ahead), with -inf, NaN and large values in rows; nothing written outside. (Rows
     of 64 read a copy of the input, rows of 256 and 1024 the input itself.)"""
     if streamed:
-        monkeypatch.setattr(c_source, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
+        monkeypatch.setattr(tuning, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
     if gap is not None:
-        monkeypatch.setattr(c_source, "ROW_STORE_GAP", gap)
+        monkeypatch.setattr(tuning, "ROW_STORE_GAP", gap)
     text = SOFTMAX.format(r=rows, c=cols)
     f = stitch.compile(text, cache_dir=cache)
     source = f.native.source_path.read_text()
     if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         assert "st_sum = " in source and ("_mm512_stream_ps(st_o + st_q" in source) == streamed
-    monkeypatch.setattr(c_source._Kernel, "pipelined_rows", lambda self, *args: False)
+    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("pipelined_rows"))
     plain = stitch.compile(text, cache_dir=cache)
     assert "st_sum = " not in plain.native.source_path.read_text()
     rng = np.random.default_rng(3)
@@ -471,11 +472,11 @@ def test_streamed_rows_are_the_same_wherever_the_output_starts(cols, cache, monk
     starting offsets in a line, and 48 bytes past the input in its page, the output holds every
     element, bit for bit the same (one vector code for all, tanh included) and the same as a
     vector at a time, and nothing is written before or after it."""
-    monkeypatch.setattr(c_source, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
+    monkeypatch.setattr(tuning, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
     text = f"func f(x: f32[6, {cols}], b: f32[{cols}]) -> f32[6, {cols}] {{ return tanh(add(mul(x, x), b)) }}"
     f = stitch.compile(text, cache_dir=cache)
-    grouped = cols >= 32 * c_source.STREAM_GROUP
-    monkeypatch.setattr(c_source, "STREAM_GROUP", 1)
+    grouped = cols >= 32 * tuning.STREAM_GROUP
+    monkeypatch.setattr(tuning, "STREAM_GROUP", 1)
     single = stitch.compile(text, cache_dir=cache)
     if cc.vector_bytes(cpu.compiler(), cc.DEFAULT_FLAGS) == 64:
         assert "_mm512_stream_ps(st_o" in f.native.source_path.read_text()
@@ -621,7 +622,7 @@ def test_benchmark_torch_translation_equals_the_reference(path):
 @needs_cc
 def test_large_sources_build_in_parts_at_once(cache, monkeypatch):
     """Above PART_BYTES the kernels are dealt into one unit per core, compiled together, linked."""
-    monkeypatch.setattr(c_source, "PART_BYTES", 200)
+    monkeypatch.setattr(tuning, "PART_BYTES", 200)
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: 3)
     started = []
     real_popen = cc.subprocess.Popen
