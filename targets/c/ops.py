@@ -1,8 +1,9 @@
 """Op -> C: the scalar C of every elementwise op, and its 16-lane AVX-512 form where it has one.
 
 Both tables are keyed by the op names of engine/ir/ops.py and checked against it at import
-(`check_tables`): an elementwise op without an entry fails then, naming the op, rather than as an
-internal error on the first program that uses it. Only elementwise ops (unary, binary, compare,
+(`check_tables`, by engine/ir/ops.py's `check_elementwise_table`): an elementwise op without an
+entry fails then, naming the op, rather than as an internal error on the first program that uses
+it. Only elementwise ops (unary, binary, compare,
 select and cast) reach the printer as an `Op` node; reductions, matmul and the layout and
 movement ops become loops, accumulators and index maps in lowering.
 
@@ -18,7 +19,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ...engine.ir.ops import OPS
+from ...engine.ir.ops import OPS, check_elementwise_table
 from ...lowering.loops import Op
 from .prelude import C_TYPES
 
@@ -156,18 +157,12 @@ EXPONENTIALS = ("exp", "sigmoid", "tanh")
 
 
 def check_tables(tables: Mapping[str, Mapping[str, object]]) -> None:
-    """Raise naming the op when a table lacks an elementwise op of engine/ir/ops.py, or names an op
-    that is not one."""
-    wanted = {name for name, spec in OPS.items() if spec.elementwise}
+    """Raise naming the op when a table lacks an elementwise op of engine/ir/ops.py or names another
+    op, or when TRANSCENDENTAL or EXPONENTIALS names one that is not elementwise."""
     for table_name, table in tables.items():
-        missing, extra = sorted(wanted - set(table)), sorted(set(table) - wanted)
-        if missing:
-            raise NotImplementedError(f"targets/c/ops.py: {table_name} has no entry for op {', '.join(missing)}")
-        if extra:
-            raise ValueError(f"targets/c/ops.py: {table_name} has an entry for {', '.join(extra)}, "
-                             "which is not an elementwise op of engine/ir/ops.py")
+        check_elementwise_table(table, f"targets/c/ops.py's {table_name}")
     for name in TRANSCENDENTAL + EXPONENTIALS:
-        if name not in wanted:
+        if not (name in OPS and OPS[name].elementwise):
             raise ValueError(f"targets/c/ops.py: {name} is not an elementwise op of engine/ir/ops.py")
 
 
