@@ -208,8 +208,8 @@ class _Ahead:
     """Prefetching the region of B the next nest reads while this one computes.
 
     A product reads its right operand B once from memory (in its first row block) and then from
-    the cache; straight from memory, that first pass waits on it, 1.3-2x the time of its
-    multiply-adds on one core. Where the nest reads B from a global buffer as one contiguous
+    the cache; straight from memory, that first pass waits on it, longer than its multiply-adds
+    take. Where the nest reads B from a global buffer as one contiguous
     region of R elements (a weight's block laid out by lowering/bind.py, one tile's chunk after
     the other), the next chunk or tile most likely reads the R elements after it: every full
     register block prefetches its share of them, a line every few iterations of its k loop, so
