@@ -1,8 +1,9 @@
 """Each recognizer of the C backend (targets/c/recognizers.py) against its plain-loop twin: the same
 program compiled with the recognizer left out of the table computes the same outputs (bit for bit
 where the recognizer keeps each element's operations and their order, else both within the
-reference's tolerance), and the C with it in holds its form. The recognizers with files of their
-own (test_c_summed_row, test_c_column_sums, test_c_pipelined_passes) are tested further there."""
+reference's tolerance), and the C with it in holds its form. Each family is tested further in a
+file of its own (tests/test_c_<family>.py: summed_row, column_sums, pipelined_rows, pipelined_passes,
+stream, prefetch, matmul, reductions, read_order)."""
 
 from __future__ import annotations
 
