@@ -142,6 +142,16 @@ def test_every_folder_imports_only_its_own_layer_or_below():
     assert upward == []
 
 
+def test_only_targets_reach_into_the_c_backend():
+    """targets/c/'s modules are the C backend's own: outside targets/, the package reaches the backend
+    through targets/cpu.py only (`build`, `c_for_target`)."""
+    graph = stitch_imports()
+    inside = {m for m in graph if m == "targets" or m.startswith("targets.")}
+    backend = {m for m in graph if m == "targets.c" or m.startswith("targets.c.")}
+    assert backend and "targets.c.source" in graph["targets.cpu"]
+    assert sorted(f"{m} -> {t}" for m, found in graph.items() if m not in inside for t in found & backend) == []
+
+
 def test_no_module_is_long_and_no_folder_holds_most_of_the_package():
     lines = {m: len(path.read_text().splitlines()) for m, (path, _) in MODULES.items()}
     assert {m for m, n in lines.items() if n > MAX_MODULE_LINES} == LONG_YET
