@@ -16,15 +16,15 @@ PARALLEL_WORK = 1 << 18
 GRAIN_WORK = 1 << 14
 # A reduce loop of fewer trips is left to gcc, which unrolls it (a masked vector reduction is slower there).
 SIMD_REDUCE_TRIPS = 8
-# Local buffers of a tile up to this many bytes in all are stack arrays; the rest go to the scratch block.
+# A tile's local buffers up to this many bytes in all are stack arrays (small beside a thread's stack), others scratch.
 LOCAL_STACK_BYTES = 64 * 1024
 # Program outputs of at least this many bytes are written with non-temporal stores (larger than the caches).
 STREAM_BYTES = 8 << 20
-# Rows of this many bytes up to STREAM_ROW_BYTES are held on the stack and streamed (`stream`): shorter rows lost.
+# Rows from this many bytes are held on the stack and streamed (`stream`): rows of 4 KiB gained nothing, of 512 B lost.
 STREAM_ROW = 8 << 10
-# The longest row `stream` holds on the stack.
+# The longest row `stream` holds on the stack: 16 KiB rows, the longest measured, gained.
 STREAM_ROW_BYTES = 16 << 10
-# Statements that may stand between a row and its sum for `summed_row` to fuse them.
+# Statements that may stand between a row and its sum for `summed_row` to fuse them: a start and a few copies out.
 SUMMED_ROW_BETWEEN = 4
 # Bytes (modulo 4 KiB) a pipelined row's stores keep ahead of its reads: closer, a read waits on a store.
 ROW_STORE_GAP = 512
@@ -36,11 +36,11 @@ PIPELINE_CLAIMS = 8
 PREFETCH_RUN = 2048
 # Bytes of rows prefetched ahead: more rows ahead share the L1's sets at a 4 KiB stride and evict each other.
 PREFETCH_AHEAD = 2048
-# Rows prefetched ahead at least, whatever their length.
+# Rows prefetched ahead at least, so that short rows are still asked for early enough to arrive in time.
 PREFETCH_MIN_ROWS = 4
 # Elements ahead a streamed row's long global reads are prefetched: the best of 256 to 2048 measured.
 STREAM_PREFETCH = 512
 # A streamed row's vectors in groups this large, each group computed before the previous one's stores (4 KiB aliasing).
 STREAM_GROUP = 4
-# The most stack one matmul row block's precomputed A may take; longer k is taken in chunks.
+# The most stack one matmul row block's precomputed A may take (as LOCAL_STACK_BYTES); longer k goes in chunks.
 A_SCRATCH_BYTES = 64 * 1024
