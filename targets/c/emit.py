@@ -2,8 +2,8 @@
 
 `KernelWriter` prints a kernel's loop nests line by line (`block`, `leaf`, `expr`, `ix`,
 `access`), and the 16-lane AVX-512 form of an f32 expression (`vector_expr`) for the recognizers
-that write one. It knows no loop shape: `block` walks the recognizers it is given (targets/c/
-recognizers.py's RECOGNIZERS, in order) and writes a statement plainly only where none takes it.
+that write one. It knows no loop shape: `block` walks the recognizers it is given (in order:
+`c_source` gives it recognizers.py's RECOGNIZERS) and writes a statement plainly only where none takes it.
 
 A recognizer is a `match` returning a small frozen plan (or None) and an `emit` writing it, at
 one of three stages (`Stage`):
