@@ -32,7 +32,10 @@ HERE = Path(__file__).resolve().parent
 
 BASELINE_CHILD = r"""
 import sys, stitch
-from stitch.targets.c_source import buffer_order
+try:
+    from stitch.targets.c.source import buffer_order
+except ImportError:  # (a tree from before targets/c/)
+    from stitch.targets.c.source import buffer_order
 f = stitch.compile(sys.argv[1])
 print(f.native.library._name)
 print(" ".join(b.name for b in buffer_order(f.loops)))
@@ -52,7 +55,7 @@ def parse_args() -> argparse.Namespace:
 
 def baseline_native(tree: Path, path: Path, compiled):
     """The library `tree`'s stitch builds for `path`, called like ours (same buffers in the same order)."""
-    from stitch.targets.c_source import buffer_order
+    from stitch.targets.c.source import buffer_order
     from stitch.targets.cpu import Native
 
     proc = subprocess.run([sys.executable, "-c", BASELINE_CHILD, str(path)], capture_output=True, text=True,

@@ -3,7 +3,7 @@
     for i serial { for k reduce { for j serial { C[.., i, j] += mul(A(i, k), B[.., k, j]) } } }
 
 with j contiguous in C and B. The C backend turns such a nest into its register-blocked micro-kernel
-(targets/c_matmul.py); lowering's passes leave its loops as they are (lowering/delinearize.py).
+(targets/c/micro_kernel.py); lowering's passes leave its loops as they are (lowering/delinearize.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from ..engine.ir.interp import aligned_empty, np_dtype
 from ..engine.schedule.target import Target
 from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
-from .c_source import buffer_order, c_source
+from .c.source import buffer_order, c_source
 from .cc import DEFAULT_FLAGS, cached_library, compiler, default_cache_dir, vector_bytes, vector_math
 
 
@@ -145,7 +145,7 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
     width = vector_bytes(cc, tuple(flags))
     source, parts = c_source(program, width, max_parts=os.cpu_count() or 1)
     # gcc's default on AVX-512 machines is 256-bit loops; 512 doubles the throughput of
-    # vectorized transcendentals (bias+GELU, 1 thread: 35 -> 18 ms)
+    # vectorized transcendentals
     wide = ("-mprefer-vector-width=512",) if width == 64 else ()
     requested = tuple(flags)
     flags = requested + wide + vector_math(cc)

@@ -11,9 +11,9 @@
    The tiles are dealt in one contiguous block per thread (the caller's first), each with its own
    counter: a thread takes its own block's tiles in order, then those left in the others' blocks.
    So a thread's next tile is, as long as nobody has to help it, the one after the tile it runs,
-   and a tile can prefetch what its successor reads (a product's next block of weights, c_matmul):
-   with one counter for all, the other thread took the successor one time in two. A thread that
-   wakes late still finds its block taken by the others.
+   and a tile can prefetch what its successor reads (a product's next block of weights,
+   targets/c/micro_kernel.py): with one counter for all, the other thread took the successor one
+   time in two. A thread that wakes late still finds its block taken by the others.
 
    Each thread's scratch (a tile's merged on-chip buffer) is a heap block owned by that thread,
    grown when a kernel needs more and reused across tiles and calls: however large a target's
@@ -27,8 +27,8 @@
    Each worker is pinned to its own CPU of the process's allowed set, none of them the one the
    starting caller is on (when the set has a CPU per thread). Unpinned, Linux woke a sleeping
    worker onto the caller's own CPU (wake-affine placement) after any idle pause: both then shared
-   one core while the other idled, and a 2-thread call took the 1-thread time (the BERT layer,
-   called after a 50 ms pause: 10-11 ms against 6.2 warm). The caller stays unpinned, but a
+   one core while the other idled, and a 2-thread call took the 1-thread time (docs/perf/
+   2026-11-27-c-backend-tuning.md). The caller stays unpinned, but a
    parallel job it submits from a worker's CPU first moves it off (`step_off_workers`: its
    affinity narrowed to the other CPUs and at once restored), since the scheduler takes
    milliseconds to move it there itself. */

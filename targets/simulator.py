@@ -2,7 +2,11 @@
 
 Functionally it is the numpy executor (`lowering/execute.py`), tile by tile;
 `SimRun` extends the executor's kernel runner to keep time as each loop nest
-runs. The time model (README, "The accelerator model"):
+runs. Its values of elementwise ops are therefore the reference interpreter's
+own (engine/ir/interp.py's ELEMENTWISE table, checked against the op table at
+import); an op's cycles default to 1 where `op_cycles` does not name it.
+
+The time model (README, "The accelerator model"):
 
     dma(statement)     = ceil(global bytes it reads and writes / global_bandwidth)
     matrix(statement)  = batch * ceil(m / tile_m) * ceil(n / tile_n) * ceil(k / tile_k) * cycles_per_tile

@@ -1,4 +1,4 @@
-"""The math functions the generated C defines for itself (targets/c_source.py's prelude), against
+"""The math functions the generated C defines for itself (targets/c/prelude.h), against
 numpy in double precision over a stride of every float and at the values that decide their
 special cases."""
 
@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 from stitch.targets import cc, cpu
-from stitch.targets.c_source import PRELUDE
+from stitch.targets.c.prelude import PRELUDE
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 

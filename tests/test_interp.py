@@ -363,3 +363,42 @@ def test_random_inputs_index_in_range_through_movement_and_casts():
         evaluate(graph, inputs)  # never out of range
     drawn = np.concatenate([random_inputs(graph, s)["k"] for s in range(20)])
     assert drawn.min() < 0 and drawn.max() > 0  # negative indices too
+
+
+def test_every_elementwise_op_has_a_reference_and_the_executors_use_it():
+    """The reference table covers the elementwise ops of the op table; the numpy executor, and the
+    accelerator simulator that runs on it, compute elementwise ops with that same table."""
+    from stitch.engine.ir import interp
+    from stitch.engine.ir.ops import OPS
+    from stitch.lowering import execute
+    from stitch.targets import simulator
+
+    assert set(interp.ELEMENTWISE) == {name for name, spec in OPS.items() if spec.elementwise}
+    assert execute.elementwise is interp.elementwise
+    assert simulator.execute is execute.execute
+
+
+def test_a_table_missing_an_op_fails_naming_it():
+    from stitch.engine.ir.interp import ELEMENTWISE
+    from stitch.engine.ir.ops import check_elementwise_table
+
+    check_elementwise_table(ELEMENTWISE, "the reference")
+    without_erf = {op: f for op, f in ELEMENTWISE.items() if op != "erf"}
+    with pytest.raises(NotImplementedError, match=r"^the reference has no entry for the elementwise op erf of "):
+        check_elementwise_table(without_erf, "the reference")
+    with pytest.raises(ValueError, match=r"an entry for hypothetical, not an elementwise op"):
+        check_elementwise_table({**ELEMENTWISE, "hypothetical": None}, "the reference")
+
+
+def test_an_op_added_without_a_reference_fails_at_import():
+    """A new unary op in engine/ir/ops.py alone: importing the interpreter raises, naming it."""
+    import subprocess
+    import sys
+
+    code = ("import stitch.engine.ir.ops as o\n"
+            "o.OPS['hypothetical'] = o.OpSpec('hypothetical', o.OpGroup.UNARY, 1, o.FLOAT)\n"
+            "import importlib, stitch.engine.ir.interp as i\nimportlib.reload(i)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "NotImplementedError: engine/ir/interp.py's ELEMENTWISE has no entry for the elementwise op hypothetical" \
+        in proc.stderr

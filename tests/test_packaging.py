@@ -51,12 +51,13 @@ def test_every_module_stitch_imports_is_a_declared_dependency():
 # The package's folders, bottom to top: a module imports only from its own folder or one below it
 # (grammar/ and rules/ hold data only).
 # The stage packages of engine/ sit under lowering/ and targets/; engine/'s own files (the pipeline,
-# the API, the CLI) drive all of them, and the root package re-exports the API.
-LAYERS = ("grammar", "rules", "engine.ir", "engine.rewrite", "engine.schedule", "lowering", "targets", "frontends", "engine", "")
+# the API, the CLI) drive all of them, and the root package re-exports the API. The C backend (targets/c/) sits
+# under targets/'s own files: cpu.py compiles what it prints.
+LAYERS = ("grammar", "rules", "engine.ir", "engine.rewrite", "engine.schedule", "lowering", "targets.c", "targets",
+          "frontends", "engine", "")
 MAX_MODULE_LINES = 700
 # Modules still over the limit, each to be split (issue 43): the list only shrinks.
-LONG_YET = {"engine.rewrite.soundness", "engine.schedule.cost",
-            "targets.c_source"}
+LONG_YET = {"engine.rewrite.soundness", "engine.schedule.cost"}
 MAX_FOLDER_SHARE = 0.30  # of the package's Python lines, held by one folder's own files
 
 
@@ -139,6 +140,16 @@ def test_every_folder_imports_only_its_own_layer_or_below():
     assert folders == set(range(len(LAYERS))), "LAYERS names a folder with no module, or misses one"
     upward = sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets if layer(t) > layer(m))
     assert upward == []
+
+
+def test_only_targets_reach_into_the_c_backend():
+    """targets/c/'s modules are the C backend's own: outside targets/, the package reaches the backend
+    through targets/cpu.py only (`build`, `c_for_target`)."""
+    graph = stitch_imports()
+    inside = {m for m in graph if m == "targets" or m.startswith("targets.")}
+    backend = {m for m in graph if m == "targets.c" or m.startswith("targets.c.")}
+    assert backend and "targets.c.source" in graph["targets.cpu"]
+    assert sorted(f"{m} -> {t}" for m, found in graph.items() if m not in inside for t in found & backend) == []
 
 
 def test_no_module_is_long_and_no_folder_holds_most_of_the_package():

@@ -34,7 +34,7 @@ from stitch.engine.rewrite.saturate import EGraphRun, Limits, top_level_commands
 from stitch.engine.schedule.target import load_target
 from stitch.lowering.lower import lower
 from stitch.targets import cc, cpu
-from stitch.targets.c_source import c_source
+from stitch.targets.c.source import c_source
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")

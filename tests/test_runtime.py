@@ -19,7 +19,8 @@ from stitch.engine.cli import main
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
-from stitch.targets import c_source, cc, cpu, runtime
+from stitch.targets import cc, cpu, runtime
+from stitch.targets.c import tuning
 from stitch_testing import target_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -448,7 +449,7 @@ def test_a_large_onchip_budget_keeps_tile_buffers_off_the_stack(name, cache, tmp
     stack = [sizes[t] * int(n) * (int(m) if m else 1)
              for t, n, m in re.findall(r"\b(float|double|_Float16|int32_t|int64_t|bool) \w+\[(\d+)\](?:\[(\d+)\])?;",
                                        source)]
-    assert max(stack, default=0) <= c_source.LOCAL_STACK_BYTES
+    assert max(stack, default=0) <= tuning.LOCAL_STACK_BYTES
     assert "_Alignas" not in source
 
 

@@ -11,12 +11,14 @@ after their last use.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from . import dims, floats
 from .errors import StitchError
 from .graph import Graph, Node
+from .ops import check_elementwise_table
 from .program import TensorType
 
 NP_DTYPES = {
@@ -27,7 +29,7 @@ NP_DTYPES = {
     "i64": np.int64,
     "bool": np.bool_,
 }
-_erf = np.frompyfunc(math.erf, 1, 1)
+_erf_of_float = np.frompyfunc(math.erf, 1, 1)
 
 
 _NP_DTYPES = {name: np.dtype(t) for name, t in NP_DTYPES.items()}
@@ -37,6 +39,7 @@ def np_dtype(dtype: str) -> np.dtype:
     return _NP_DTYPES[dtype]  # (made once: np.dtype(...) took a tenth of a small program's call)
 
 
+Elementwise = Callable[[list[np.ndarray], np.dtype], np.ndarray]
 DTYPE_OF_NP = {np.dtype(v): k for k, v in NP_DTYPES.items()}  # numpy dtype -> IR dtype name
 
 ALIGNMENT = 64  # bytes: a cache line, and the widest vector compiled C loads (AVX-512's)
@@ -62,56 +65,62 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _unary(op: str, x: np.ndarray) -> np.ndarray:
-    dt = x.dtype
-    if op == "neg":
-        return np.negative(x)
-    if op == "abs":
-        return np.abs(x)
-    if op == "exp":
-        return np.exp(x)
-    if op == "log":
-        return np.log(x)
-    if op == "sqrt":
-        return np.sqrt(x)
-    if op == "rsqrt":
-        return np.reciprocal(np.sqrt(x))
-    if op == "tanh":
-        return np.tanh(x)
-    if op == "sigmoid":
-        return np.reciprocal(dt.type(1) + np.exp(np.negative(x)))
-    if op == "relu":
-        return floats.maximum(x, dt.type(0))
-    if op == "erf":
-        # frompyfunc gives a bare Python float for a 0-d input, so wrap before casting.
-        return np.asarray(_erf(x.astype(np.float64)), dtype=np.float64).astype(dt)
-    raise AssertionError(op)
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.reciprocal(x.dtype.type(1) + np.exp(np.negative(x)))
 
 
-_BINARY = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "pow": floats.power,
-    "maximum": floats.maximum,
-    "minimum": floats.minimum,
-    "less": np.less,
-    "greater": np.greater,
-    "equal": np.equal,
+def _relu(x: np.ndarray) -> np.ndarray:
+    return floats.maximum(x, x.dtype.type(0))
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    # frompyfunc gives a bare Python float for a 0-d input, so wrap before casting.
+    return np.asarray(_erf_of_float(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
+
+
+def _unary(f: Callable[[np.ndarray], np.ndarray]) -> Elementwise:
+    """A unary op computed in its operand's dtype, then given the result's."""
+    return lambda args, out_dt: np.asarray(f(np.asarray(args[0])), dtype=out_dt)
+
+
+def _binary(f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Elementwise:
+    return lambda args, out_dt: np.asarray(f(args[0], args[1]), dtype=out_dt)
+
+
+# The reference definition of every elementwise op, by name: its operand arrays and the result's
+# numpy dtype -> the result. Checked against engine/ir/ops.py at import. The numpy executor
+# (lowering/execute.py) and through it the accelerator simulator (targets/simulator.py) compute
+# elementwise ops with this same table (`elementwise`), so it covers them too.
+ELEMENTWISE: dict[str, Elementwise] = {
+    "neg": _unary(np.negative),
+    "abs": _unary(np.abs),
+    "exp": _unary(np.exp),
+    "log": _unary(np.log),
+    "sqrt": _unary(np.sqrt),
+    "rsqrt": _unary(lambda x: np.reciprocal(np.sqrt(x))),
+    "tanh": _unary(np.tanh),
+    "sigmoid": _unary(_sigmoid),
+    "relu": _unary(_relu),
+    "erf": _unary(_erf),
+    "add": _binary(np.add),
+    "sub": _binary(np.subtract),
+    "mul": _binary(np.multiply),
+    "div": _binary(np.divide),
+    "pow": _binary(floats.power),
+    "maximum": _binary(floats.maximum),
+    "minimum": _binary(floats.minimum),
+    "less": _binary(np.less),
+    "greater": _binary(np.greater),
+    "equal": _binary(np.equal),
+    "where": lambda args, out_dt: np.where(args[0], args[1], args[2]).astype(out_dt, copy=False),
+    "cast": lambda args, out_dt: floats.cast(args[0], out_dt),
 }
+check_elementwise_table(ELEMENTWISE, "engine/ir/interp.py's ELEMENTWISE")
 
 
 def elementwise(op: str, dtype: str, args: list[np.ndarray]) -> np.ndarray:
     """An elementwise op (unary, binary, compare, where, cast) with result dtype `dtype`."""
-    out_dt = np_dtype(dtype)
-    if op in _BINARY:
-        return np.asarray(_BINARY[op](args[0], args[1]), dtype=out_dt)
-    if op == "where":
-        return np.where(args[0], args[1], args[2]).astype(out_dt, copy=False)
-    if op == "cast":
-        return floats.cast(args[0], out_dt)
-    return np.asarray(_unary(op, np.asarray(args[0])), dtype=out_dt)
+    return ELEMENTWISE[op](args, np_dtype(dtype))
 
 
 def apply_op(node: Node, args: list[np.ndarray], sizes: dict[str, int] | None = None) -> np.ndarray:

@@ -6,6 +6,7 @@ interpreter, the rule compiler, the cost model, lowering) asks this table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -152,3 +153,17 @@ def value_positions(spec: OpSpec, n_args: int) -> range:
     if spec.name == "gather":
         return range(1)
     return range(n_args)
+
+
+def check_elementwise_table(table: Mapping[str, object], where: str) -> None:
+    """Raise, naming the op, unless `table` has an entry for every elementwise op of OPS and for no
+    other name. Each implementation of the ops (the reference interpreter, the C backend) checks its
+    table so at import: adding an op to OPS without its implementation fails at once, not on the
+    first program that uses it (docs/howto/add-an-op.md)."""
+    wanted = {name for name, spec in OPS.items() if spec.elementwise}
+    missing, extra = sorted(wanted - set(table)), sorted(set(table) - wanted)
+    if missing:
+        raise NotImplementedError(f"{where} has no entry for the elementwise op{'s' * (len(missing) > 1)} "
+                                  f"{', '.join(missing)} of engine/ir/ops.py")
+    if extra:
+        raise ValueError(f"{where} has an entry for {', '.join(extra)}, not an elementwise op of engine/ir/ops.py")

@@ -1,5 +1,5 @@
 """Reductions over one row, run side by side on consecutive rows: a software pipeline over the rows
-of a loop (`_Kernel.pipelined_passes` of targets/c_source.py).
+of a loop.
 
 A softmax cross-entropy's row loop makes three passes over each row, each a reduction whose start
 waits on the one before:
@@ -16,10 +16,7 @@ Each iteration of the new loop runs the K passes in one loop over the columns, p
 then finishes them, the oldest row first, each followed by the statements that came after it. One
 after the other, the exponentials kept the multiply-add pipes busy while the adds and the loads
 waited, and each pass's last lanes were summed while the next pass waited; side by side a max, an
-exponential and a multiply-add share each step (softmax_xent, 1024 rows of 512, the same arrays in
-one process: 0.092 against 0.108-0.109 ms at 2 threads, 0.85x the time, and 0.166-0.168 against
-0.198-0.201 ms at 1, 0.84x; its last pass alone beside the next row's exponentials, written by
-hand, was 0.87-0.92x; prefetching the next row in the pipelined loop, 1.0-1.03x).
+exponential and a multiply-add share each step.
 
 A pass is a reduction loop over the row's columns into one element (a sum, or an f32 maximum or
 minimum): all K of the same length, a multiple of 16, each with a 16-lane form (`vector_expr`), one
@@ -29,16 +26,16 @@ Legal where each buffer the loop's body writes is written by one pass's statemen
 none of an earlier pass, and is either private to its row (every access at one index that moves
 with the row) or one element: then a later pass reads a copy taken when its own row was the
 writer's (copies shifted down a line at the end of each iteration). Each sum adds its 16 lanes in
-the order `_lane_sum` does; a maximum or minimum is the same value in any order. Where ST_VECTOR_EXP
+the order `rows.lane_sum` does; a maximum or minimum is the same value in any order. Where ST_VECTOR_EXP
 is not defined the rows run one after the other.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-from ..engine.schedule.index import affine
-from ..lowering.loops import (
+from ...engine.schedule.index import affine
+from ...lowering.loops import (
     Accumulate,
     Buffer,
     For,
@@ -51,15 +48,19 @@ from ..lowering.loops import (
     map_indices,
     map_loads,
 )
-from ..lowering.matmul import flat_coef, shift_ix
+from ...lowering.matmul import flat_coef, shift_ix
+from . import extremum
+from .emit import KernelWriter
+from .ops import exponentials
+from .prelude import C_TYPES
 
 
-@dataclass
-class _Pass:
+@dataclass(frozen=True)
+class Pass:
     loop: For
     acc: Accumulate
-    before: list = field(default_factory=list)  # its start (and, for the first, what precedes it)
-    after: list = field(default_factory=list)  # the statements after it, up to the next pass's start
+    before: tuple = ()  # its start (and, for the first, what precedes it)
+    after: tuple = ()  # the statements after it, up to the next pass's start
 
     def statements(self) -> tuple:
         return (*self.before, self.acc, *self.after)
@@ -73,39 +74,50 @@ class _Copies:
     index: tuple[Ix, ...]
 
 
-def pipelined_passes(k, s: For, pad: str, loops: tuple[For, ...], c_types: dict[str, str], exponentials) -> bool:
-    """Write row loop `s` as a pipeline of its passes (the module's docstring) into kernel writer `k`
-    (c_source's `_Kernel`) when it has that shape; False, nothing written, otherwise. `exponentials`
-    says whether an expression computes exponentials."""
-    plan = _plan(k, s, exponentials)
-    if plan is None:
-        return False
-    _write(k, s, *plan, pad, loops, c_types)
-    return True
+@dataclass(frozen=True)
+class Plan:
+    loop: For  # the loop over rows
+    passes: tuple[Pass, ...]
+    copies: dict[str, _Copies]  # the one-element buffers a later pass reads
+    taken: int = 1
 
 
-def _plan(k, s: For, exponentials) -> tuple[list[_Pass], dict[str, _Copies]] | None:
+def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
+    """Row loop `stmts[at]` as a pipeline of its passes (the module's docstring), or None."""
+    s = stmts[at]
+    if not isinstance(s, For):
+        return None
+    found = _plan(w, s)
+    return Plan(s, *found) if found is not None else None
+
+
+def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
+    _write(w, plan.loop, plan.passes, plan.copies, pad, loops)
+
+
+def _plan(k: KernelWriter, s: For) -> tuple[tuple[Pass, ...], dict[str, _Copies]] | None:
     """The passes of row loop `s` with their statements, and the one-element buffers a later pass
     reads; None where `s` is not such a loop."""
     if not (k.vector_bytes == 64 and s.kind == "serial" and s.extent >= 2):
         return None
     at = [i for i, x in enumerate(s.body) if isinstance(x, For)]
-    if len(at) < 2 or not all(_is_pass(k, s.body[i], s.body[at[0]].extent, exponentials) for i in at):
+    if len(at) < 2 or not all(_is_pass(k, s.body[i], s.body[at[0]].extent) for i in at):
         return None
-    passes = [_Pass(s.body[i], s.body[i].body[0]) for i in at]
-    if not any(p.acc.op == "sum" and exponentials(p.acc.value) for p in passes):
+    parts = [(s.body[i], s.body[i].body[0], [], []) for i in at]  # (loop, sum, before, after)
+    if not any(acc.op == "sum" and exponentials(acc.value) for _, acc, _, _ in parts):
         return None
     for i, x in enumerate(s.body):
         if isinstance(x, For):
             continue
         following = sum(1 for j in at if j < i)  # the pass after x
-        if (following < len(passes) and isinstance(x, Store)
-                and (x.buffer, x.index) == (passes[following].acc.buffer, passes[following].acc.index)):
-            passes[following].before.append(x)  # its start
+        if (following < len(parts) and isinstance(x, Store)
+                and (x.buffer, x.index) == (parts[following][1].buffer, parts[following][1].index)):
+            parts[following][2].append(x)  # its start
         elif following == 0:
-            passes[0].before.append(x)
+            parts[0][2].append(x)
         else:
-            passes[following - 1].after.append(x)
+            parts[following - 1][3].append(x)
+    passes = tuple(Pass(loop, acc, tuple(before), tuple(after)) for loop, acc, before, after in parts)
     uses: dict[str, list[tuple[int, tuple, bool]]] = {}  # buffer -> (pass, index, written)
     for j, p in enumerate(passes):
         for x in p.statements():
@@ -135,7 +147,7 @@ def _plan(k, s: For, exponentials) -> tuple[list[_Pass], dict[str, _Copies]] | N
     return passes, copies
 
 
-def _is_pass(k, x, n: int, exponentials) -> bool:
+def _is_pass(k: KernelWriter, x, n: int) -> bool:
     """Whether `x` is a reduction over the row's n columns into one f32 element with a 16-lane form
     (n a multiple of 16) whose terms do not read its own sum (16 lanes add terms of the start)."""
     if not (isinstance(x, For) and x.kind == "reduce" and x.extent == n and n % 16 == 0
@@ -154,8 +166,8 @@ def _copy(name: str, behind: int) -> str:
     return f"{name}__row{behind}"
 
 
-def _write(k, s: For, passes: list[_Pass], copies: dict[str, _Copies], pad: str, loops: tuple[For, ...],
-           c_types: dict[str, str]) -> None:
+def _write(k: KernelWriter, s: For, passes: tuple[Pass, ...], copies: dict[str, _Copies], pad: str,
+           loops: tuple[For, ...]) -> None:
     depth, inner = len(pad) // 2, loops + (s,)
     r, rows, count = s.var, s.extent, len(passes)
     column, n = passes[0].loop.var, passes[0].loop.extent
@@ -178,7 +190,7 @@ def _write(k, s: For, passes: list[_Pass], copies: dict[str, _Copies], pad: str,
     on = [f"st_on{j}" for j in range(count)]
     k.lines += [f"{pad}#if defined(ST_VECTOR_EXP)", f"{pad}{{"]
     for name, c in copies.items():
-        k.lines.append(f"{pad}  {c_types[k.buffers[name].dtype]} " + ", ".join(
+        k.lines.append(f"{pad}  {C_TYPES[k.buffers[name].dtype]} " + ", ".join(
             f"{k.buffer_name(_copy(name, d))}[1] = {{0}}" for d in range(1, c.behind + 1)) + ";")
     k.lines.append(f"{pad}  for (int64_t {r} = 0; {r} < {rows + count - 1}; ++{r}) {{")
     k.lines.append(f"{pad}    const int " + ", ".join(
@@ -212,7 +224,7 @@ def _write(k, s: For, passes: list[_Pass], copies: dict[str, _Copies], pad: str,
         if acc.op == "sum":
             k.lines.append(f"{pad}      {target} += _mm512_reduce_add_ps((__m512)st_l{j});")
         else:
-            k.float_extremum(acc, target, "float", f"for (int64_t {column} = 0; {column} < {n}; ++{column})",
+            extremum.write(k, acc, target, "float", f"for (int64_t {column} = 0; {column} < {n}; ++{column})",
                              pad + "      ", passes[j].loop,
                              [f"{pad}        acc = _mm512_reduce_{acc.op}_ps(st_l{j}); nan = st_n{j} != 0;"])
         k.block([on_row(x, j) for x in passes[j].after], depth + 3, inner)

@@ -1,6 +1,6 @@
 """A loop over the rows of an on-chip tile whose row loops update the rows in place and add them
 into sums over the rows, written by the C backend with the columns outside and each sum's lanes in
-a register (c_source's `column_sums`): which loops it takes, and that its results are the plain
+a register (targets/c/column_sums.py): which loops it takes, and that its results are the plain
 loops' bit for bit and the reference's."""
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from stitch.engine.ir.tolerance import differences
 from stitch.engine.schedule.index import Ix
 from stitch.lowering.loops import Accumulate, Buffer, For, Load, LoopKernel, Op, Store
 from stitch.targets import cc, cpu
-from stitch.targets.c_source import _Kernel
+from stitch.targets.c import recognizers
+from stitch.targets.c.emit import KernelWriter
+from stitch.targets.c.recognizers import RECOGNIZERS
 from stitch_testing import sources_holding
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -42,8 +44,8 @@ def squares(value=None, columns: int = 64, index=None) -> For:
 
 
 def written(*nests) -> str:
-    k = _Kernel(LoopKernel("k0", [b for b in BUFFERS if b.scope != "global"], []),
-                {b.name: b for b in BUFFERS if b.scope == "global"}, 64)
+    k = KernelWriter(LoopKernel("k0", [b for b in BUFFERS if b.scope != "global"], []),
+                     {b.name: b for b in BUFFERS if b.scope == "global"}, 64, recognizers=RECOGNIZERS)
     k.block([For("r", 32, "serial", list(nests))], 1)
     return "\n".join(k.lines)
 
@@ -92,7 +94,7 @@ def test_a_layer_norm_over_the_first_axis_equals_the_plain_loops_bit_for_bit(tmp
     taken = stitch.compile(text, cache_dir=tmp_path)
     if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:
         assert "st_c0" in taken.native.source_path.read_text()
-    monkeypatch.setattr(_Kernel, "column_sums", lambda self, s, pad: False)
+    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("column_sums"))
     plain = stitch.compile(text, cache_dir=tmp_path)
     assert "st_c0" not in plain.native.source_path.read_text()
     inputs = random_inputs(taken.graph, 7)
@@ -119,7 +121,7 @@ def first_axis_programs(draw) -> str:
 
 def taken_and_plain(text: str, cache) -> tuple:
     taken = stitch.compile(text, cache_dir=cache)
-    with mock.patch.object(_Kernel, "column_sums", lambda self, s, pad: False):
+    with mock.patch.object(recognizers, "RECOGNIZERS", recognizers.without("column_sums")):
         plain = stitch.compile(text, cache_dir=cache)
     return taken, plain
 

@@ -1,6 +1,6 @@
-"""Reductions over a row run side by side on consecutive rows by the C backend (targets/c_passes.py,
-`pipelined_passes`): which row loops it takes, and that the programs it writes so equal the
-reference, at edge values too, and the rows one after the other."""
+"""Reductions over a row run side by side on consecutive rows by the C backend
+(targets/c/pipelined_passes.py): which row loops it takes, and that the programs it writes so equal
+the reference, at edge values too, and the rows one after the other."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import differences
 from stitch.engine.schedule.index import Ix
 from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, Op, Store
-from stitch.targets import c_source, cc, cpu
-from stitch.targets.c_source import _Kernel
+from stitch.targets import cc, cpu
+from stitch.targets.c import recognizers
+from stitch.targets.c.emit import KernelWriter
+from stitch.targets.c.recognizers import RECOGNIZERS
 from stitch_testing import sources_holding
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -59,7 +61,8 @@ def xent(third=None, n3: int = 64, log_reads: str = "s") -> list:
 
 def written(stmts, rows: int = 8) -> str:
     globals_ = {b.name: b for b in BUFFERS if b.scope == "global"}
-    k = _Kernel(LoopKernel("k0", [b for b in BUFFERS if b.scope != "global"], stmts), globals_, 64)
+    k = KernelWriter(LoopKernel("k0", [b for b in BUFFERS if b.scope != "global"], stmts), globals_, 64,
+                     recognizers=RECOGNIZERS)
     k.block([For("r", rows, "serial", stmts)], 1)
     return "\n".join(k.lines)
 
@@ -183,12 +186,12 @@ def test_the_property_sees_pipelined_rows(tmp_path_factory):
 
 @pytest.mark.parametrize("rows, cols", [(16, 256), (300, 512), (64, 1024)])
 def test_the_maximum_and_the_exponentials_are_the_same_bits_as_row_by_row(tmp_path, monkeypatch, rows, cols):
-    """A log-sum-exp's passes (a maximum, a sum of exponentials in `_lane_sum`'s order) pipelined
+    """A log-sum-exp's passes (a maximum, a sum of exponentials in `rows.lane_sum`'s order) pipelined
     give the bits the rows one after the other give, NaN, infinities and zeros included."""
     text = (f"func f(x: f32[{rows}, {cols}]) -> f32[{rows}] {{\n  m = max(x, axes=[1], keepdims=true)\n"
             f"  return reshape(add(log(sum(exp(sub(x, m)), axes=[1], keepdims=true)), m), shape=[-1])\n}}\n")
     piped = stitch.compile(text, cache_dir=tmp_path / "a")
-    monkeypatch.setattr(c_source, "pipelined_passes", lambda *args: False)
+    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("pipelined_passes"))
     plain = stitch.compile(text, cache_dir=tmp_path / "b")
     if AVX512:
         assert MARK in piped.native.source_path.read_text()

@@ -25,20 +25,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.ir.program import dtype_bytes
-from ..engine.schedule.cost import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES
-from ..engine.schedule.index import affine
-from ..lowering.loops import For, Ix, Load, loads, map_indices
-from ..lowering.matmul import (
-    BLOCKED_DTYPES,
-    MatmulNest,
-    shift_ix,
-)
+from ...engine.ir.program import dtype_bytes
+from ...engine.schedule.cost import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES
+from ...engine.schedule.index import affine
+from ...lowering.loops import For, Ix, Load, loads, map_indices
+from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
+from . import tuning
+from .emit import KernelWriter
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
 assert tuple(VECTOR_TYPES) == BLOCKED_DTYPES
 C_FLOAT = {"f32": "float", "f64": "double"}
-A_SCRATCH_BYTES = 64 * 1024  # the most stack one row block's precomputed A may take
 MAX_ROWS = MICRO_ROWS  # rows of C in one register block (the cost model prices its panel reads by it)
 
 
@@ -90,7 +87,7 @@ _FMA_INTRINSICS = {16: ("_mm", "defined(__FMA__)"), 32: ("_mm256", "defined(__FM
                    64: ("_mm512", "defined(__AVX512F__)")}
 
 
-def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: int) -> list[str]:
+def render_matmul(nest: MatmulNest, kernel: KernelWriter, pad: str, dtype: str, vector_bytes: int) -> list[str]:
     """C for the nest: MR x NV register blocks over rows and vector columns, then the leftovers.
 
     Vectors are the machine's widest unless the nest has fewer columns than one holds: then the
@@ -104,7 +101,7 @@ def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: 
     registers = 32 if vector_bytes >= 64 else 16
     nv = block_vectors(nest.j.extent // lanes, registers)
     mr = max(1, min(MAX_ROWS, nest.i.extent, (registers - nv - 2) // nv))
-    i, n_i = nest.i.var, nest.i.extent
+    n_i = nest.i.extent
     lines = [f"{pad}{{ const int64_t {', '.join(f'{u} = 0' for u in nest.units)};"] if nest.units else []
     full_rows = n_i - n_i % mr
     ahead = _ahead(nest, kernel, full_rows // mr, nest.j.extent // (nv * lanes))
@@ -115,7 +112,7 @@ def render_matmul(nest: MatmulNest, kernel, pad: str, dtype: str, vector_bytes: 
     return lines
 
 
-def _row_blocks(nest: MatmulNest, kernel, pad: str, mr: int, nv: int, vec: _Vec, dtype: str,
+def _row_blocks(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, vec: _Vec, dtype: str,
                 ahead: _Ahead) -> list[str]:
     """A computed A's product, block of rows by block: each block computes its rows of A once
     (`_precompute_a`) and walks every panel of B's columns with them."""
@@ -135,15 +132,13 @@ def _row_blocks(nest: MatmulNest, kernel, pad: str, mr: int, nv: int, vec: _Vec,
     return lines
 
 
-def _panels(nest: MatmulNest, kernel, pad: str, mr: int, nv: int, vec: _Vec, dtype: str,
+def _panels(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, vec: _Vec, dtype: str,
             ahead: _Ahead) -> list[str]:
     """A plain A's product, panel by panel: for each nv vectors of B's columns, every block of rows.
 
     A panel of B (k x nv vectors) stays in the nearest cache while all the blocks of rows read it,
     and the tile's rows of A (read where they are) in the next. With the rows outside, every block
-    of 8 rows read the tile's whole k x columns of B again: GPT-2's 128 x 768 x 2304 product in
-    tiles of 576 columns and chunks of 384 took 3.3 ms, panels outside 3.1 (the whole file of four
-    blocks, one process: 0.95-0.99x the time)."""
+    of 8 rows read the tile's whole k x columns of B again."""
     i, n_i = nest.i.var, nest.i.extent
     j, n_j = nest.j.var, nest.j.extent
     lanes = vec.lanes
@@ -191,10 +186,8 @@ def _panels(nest: MatmulNest, kernel, pad: str, mr: int, nv: int, vec: _Vec, dty
 
 def block_vectors(vectors: int, registers: int) -> int:
     """Vectors of C across one register block. With 32 registers, 3 (8 rows: 24 sums, B's panel read
-    once per 8 rows) unless that leaves a lone vector over that 4 (6 rows) does not. The four
-    transformer blocks (products of 128 rows, 8, 9 and 12 vectors) ran in 0.986-0.997x the time of
-    6 x 4 everywhere at 1 and 2 threads (one process, interleaved; 0.97-0.99x in an earlier run),
-    plain products of 128 to 512 rows and the examples' in 0.99-1.0x. With 16 registers, 2 (6 rows)."""
+    once per 8 rows) unless that leaves a lone vector over that 4 (6 rows) does not: a little faster
+    than 6 x 4 on the transformer blocks' products. With 16 registers, 2 (6 rows)."""
     wide = MICRO_VECTORS  # (the cost model's panels are this wide)
     if registers < 32 or vectors < wide:
         return max(1, min(registers // 8, vectors))
@@ -215,13 +208,12 @@ class _Ahead:
     """Prefetching the region of B the next nest reads while this one computes.
 
     A product reads its right operand B once from memory (in its first row block) and then from
-    the cache; straight from memory, that first pass waits on it, 1.3-2x the time of its
-    multiply-adds on one core. Where the nest reads B from a global buffer as one contiguous
+    the cache; straight from memory, that first pass waits on it, longer than its multiply-adds
+    take. Where the nest reads B from a global buffer as one contiguous
     region of R elements (a weight's block laid out by lowering/bind.py, one tile's chunk after
     the other), the next chunk or tile most likely reads the R elements after it: every full
     register block prefetches its share of them, a line every few iterations of its k loop, so
-    that stream overlaps this nest's arithmetic (a product of 128x3072 by 3072x768 in chunks of
-    256, one thread: 6.2 -> 5.8 ms). Nothing past the buffer's end is prefetched."""
+    that stream overlaps this nest's arithmetic. Nothing past the buffer's end is prefetched."""
 
     step: int = 0  # bytes of the next region per iteration of a block's k loop (0: no prefetching)
     start_at: str = ""  # C: the flat offset of this nest's region in its buffer
@@ -247,7 +239,7 @@ class _Ahead:
         return f"{pad}__builtin_prefetch(st_ahead + ({block} * {k_extent} + {k}) * {self.step}, 0, 2);"
 
 
-def _ahead(nest: MatmulNest, kernel, row_blocks: int, across: int) -> _Ahead:
+def _ahead(nest: MatmulNest, kernel: KernelWriter, row_blocks: int, across: int) -> _Ahead:
     """The prefetching of the next region of B, where the nest reads B from a global buffer as one
     contiguous region and its full register blocks make enough iterations to cover it."""
     buffer = kernel.buffers[nest.b.buffer]
@@ -273,7 +265,7 @@ def _ahead(nest: MatmulNest, kernel, row_blocks: int, across: int) -> _Ahead:
     return _Ahead(step, start_at, kernel.buffer_name(nest.b.buffer), region, span, total, across)
 
 
-def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
+def _row_block(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
                ahead: _Ahead = _Ahead()) -> list[str]:
     """Rows i .. i+rows-1: vector blocks across j, then the columns left over one by one; the full
     blocks prefetch `ahead`'s share of the next region of B."""
@@ -313,7 +305,7 @@ def _row_block(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec
 @dataclass(frozen=True)
 class _KSpan:
     """The k steps one pass of a row block's tiles takes: all of k, or (where a computed A's rows
-    would not fit A_SCRATCH_BYTES for all of k) `steps` from the chunk loop's st_k0 to its st_k1 (a
+    would not fit tuning.A_SCRATCH_BYTES for all of k) `steps` from the chunk loop's st_k0 to its st_k1 (a
     loop bound gcc's `omp simd` takes)."""
 
     steps: int
@@ -336,15 +328,15 @@ class _KSpan:
 
 def _a_chunk(nest: MatmulNest, dtype: str) -> int:
     """The k steps each pass over the tiles takes: all of k unless A is computed and MAX_ROWS rows of
-    it would not fit A_SCRATCH_BYTES (a grouped Conv's windows: 6,144 k of 8 rows, 196 KB), then
+    it would not fit tuning.A_SCRATCH_BYTES (a grouped Conv's windows: 6,144 k of 8 rows, 196 KB), then
     as many as fit. The accumulators go to their buffer and back once per pass."""
     size = dtype_bytes(dtype)
-    if not _computed(nest.a) or MAX_ROWS * nest.k.extent * size <= A_SCRATCH_BYTES:
+    if not _computed(nest.a) or MAX_ROWS * nest.k.extent * size <= tuning.A_SCRATCH_BYTES:
         return nest.k.extent
-    return A_SCRATCH_BYTES // (MAX_ROWS * size)
+    return tuning.A_SCRATCH_BYTES // (MAX_ROWS * size)
 
 
-def _precompute_a(nest: MatmulNest, kernel, pad: str, rows: int, dtype: str, span: _KSpan) -> list[str]:
+def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, dtype: str, span: _KSpan) -> list[str]:
     """A computed A (not a plain load) for these rows and the span's k, once, in vectorized loops.
 
     Inside the tile A is a scalar per row and k; a transcendental there would
@@ -396,7 +388,7 @@ def _at_row(i: str, r: int, text: str) -> str:
     return f"{enter} {text} {leave}" if enter else text
 
 
-def _tile(nest: MatmulNest, kernel, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
+def _tile(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
           a_pre: str | None, span: _KSpan, ahead: _Ahead = _Ahead()) -> list[str]:
     """One rows x nv-vector block of C in registers across the whole k loop."""
     vt, lanes = vec.type, vec.lanes

@@ -1,5 +1,5 @@
 """A row stored on chip and a later sum over it, written as one loop by the C backend
-(c_source's `summed_row`): which statement sequences it fuses, and that the results of fused
+(targets/c/summed_row.py): which statement sequences it fuses, and that the results of fused
 programs equal the reference's."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from stitch.engine.ir.tolerance import differences
 from stitch.engine.schedule.index import Ix
 from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, Op, Store
 from stitch.targets import cc, cpu
-from stitch.targets.c_source import _Kernel
+from stitch.targets.c.emit import KernelWriter
+from stitch.targets.c.recognizers import RECOGNIZERS
 from stitch_testing import sources_holding
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
@@ -42,7 +43,8 @@ def copy_out(reads: str = "r", writes: str = "y") -> For:
 
 def written(stmts) -> str:
     globals_ = {b.name: b for b in BUFFERS if b.scope == "global"}
-    k = _Kernel(LoopKernel("k0", [b for b in BUFFERS if b.scope != "global"], stmts), globals_, 64)
+    k = KernelWriter(LoopKernel("k0", [b for b in BUFFERS if b.scope != "global"], stmts), globals_, 64,
+                     recognizers=RECOGNIZERS)
     k.block(stmts, 1)
     return "\n".join(k.lines)
 

@@ -1,0 +1,84 @@
+"""An innermost loop whose statement reads a concat along it, written as one loop per piece, each
+reading only its own operand: no select per element, no index out of range, and it vectorizes."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ...lowering.loops import Accumulate, Checked, For, Ix, Op, Select, Store, index_vars
+from .emit import KernelWriter
+
+
+@dataclass(frozen=True)
+class Plan:
+    loop: For
+    leaf: Store | Accumulate
+    taken: int = 1
+
+
+def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
+    s = stmts[at]
+    if not (isinstance(s, For) and s.kind != "parallel" and len(s.body) == 1
+            and isinstance(s.body[0], (Store, Accumulate))):
+        return None
+    leaf = s.body[0]
+    if select_on(leaf.value, s.var) is None:
+        return None
+    return Plan(s, leaf)
+
+
+def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
+    pieces(w, plan.loop, plan.leaf, "0", str(plan.loop.extent), pad)
+
+
+def pieces(w: KernelWriter, loop: For, leaf, start: str, end: str, pad: str) -> None:
+    """`loop` over start..end-1, cut where its first select changes sides, each piece cut again."""
+    sel = select_on(leaf.value, loop.var)
+    if sel is None:
+        w.lines.append(f"{pad}for (int64_t {loop.var} = {start}; {loop.var} < {end}; ++{loop.var}) " + w.leaf(leaf))
+        return
+    c = sel.ix.coef(loop.var)
+    rest = sel.ix - Ix.var(loop.var, c)
+    cut = f"cut_{loop.var}_{len(w.lines)}"
+    # the first i with c*i + rest >= split: ceil((split - rest) / c), kept inside [start, end]
+    first = f"(({sel.split} - ({w.ix(rest)})) + {c - 1}) / {c}" if c > 1 else f"{sel.split} - ({w.ix(rest)})"
+    w.lines.append(f"{pad}{{ int64_t {cut} = ST_CLAMP((int64_t)({first}), (int64_t)({start}), (int64_t)({end}));")
+    pieces(w, loop, replace_select(leaf, sel, sel.low), start, cut, pad + "  ")
+    pieces(w, loop, replace_select(leaf, sel, sel.high), cut, end, pad + "  ")
+    w.lines.append(f"{pad}}}")
+
+
+def select_on(e, var: str):
+    """The first Select in `e` whose condition moves with `var` by a positive step (splittable)."""
+    if isinstance(e, Select):
+        if var in index_vars(e.ix) and e.ix.coef(var) > 0 and var not in index_vars(e.ix - Ix.var(var, e.ix.coef(var))):
+            return e
+        return select_on(e.low, var) or select_on(e.high, var)
+    if isinstance(e, Op):
+        for a in e.args:
+            found = select_on(a, var)
+            if found is not None:
+                return found
+    if isinstance(e, Checked):
+        return select_on(e.value, var)
+    return None
+
+
+def replace_select(leaf, sel: Select, by):
+    """`leaf` with the Select `sel` (by identity) replaced by one of its sides."""
+
+    def sub(e):
+        if e is sel:
+            return by
+        if isinstance(e, Op):
+            return Op(e.op, tuple(sub(a) for a in e.args), e.dtype)
+        if isinstance(e, Select):
+            return Select(e.ix, e.split, sub(e.low), sub(e.high), e.dtype)
+        if isinstance(e, Checked):
+            return Checked(e.check, sub(e.value))
+        return e
+
+    if isinstance(leaf, Store):
+        return Store(leaf.buffer, leaf.index, sub(leaf.value))
+    return dataclasses.replace(leaf, value=sub(leaf.value))

@@ -1,0 +1,121 @@
+"""An innermost f32 loop writing a row from contiguous and loop-invariant reads with + - * / and
+exp, sigmoid or tanh, written in 16-lane vectors where the machine has AVX-512 (st_expv_f32,
+vector_math.h), when the row computes an exponential or is a streamed output's.
+
+A streamed output's row is stored with non-temporal stores straight from the registers: its whole
+lines one vector each; its partial first and last lines from the 16 elements at the row's start
+and at its end, by plain stores of 8, 4, 2 and 1 lanes (st_store_lanes), so every element comes
+from the same vector code wherever the output array starts; rows of 2 * STREAM_GROUP vectors and
+more in groups of STREAM_GROUP, each group's values computed before the previous group's stores
+(4 KiB aliasing). Non-temporal stores from a row held on the stack first (`stream`) stall while
+it drains; from the registers they overlap the arithmetic. A masked store beside non-temporal
+stores is far slower, hence the partial lines' plain stores. Other rows of exponentials are
+stored plainly, their last iterations by the scalar loop (st_expf and st_tanhf give
+st_expv_f32's and st_tanhv_f32's results). Everything else is left to gcc's vectorizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...lowering.liveness import buffers_read
+from ...lowering.loops import For, Load, Store, leaves
+from ...lowering.matmul import flat_coef, shift_ix
+from . import stream, tuning
+from .emit import KernelWriter
+from .ops import exponentials
+from .rows import around, row_reads, row_start, row_store
+
+
+@dataclass(frozen=True)
+class Plan:
+    loop: For
+    leaf: Store
+    value: str  # the row's value on 16 lanes
+    streamed: bool
+    taken: int = 1
+
+
+def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
+    s = stmts[at]
+    leaf = row_store(w, s) if w.vector_bytes == 64 else None
+    if leaf is None or s.kind != "serial" or w.buffers[leaf.buffer].dtype != "f32":
+        return None
+    streamed = leaf.buffer in w.streamed and s.extent >= 16
+    if not (streamed or exponentials(leaf.value)):
+        return None
+    value = w.vector_expr(leaf.value, s.var)
+    if value is None:
+        return None
+    return Plan(s, leaf, value, streamed)
+
+
+def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
+    s, leaf, value = plan.loop, plan.leaf, plan.value
+    v, n = s.var, s.extent
+    add = w.lines.append
+    if not plan.streamed:
+        add(f"{pad}{{ int64_t {v} = 0;")
+        add(f"{pad}#if defined(ST_VECTOR_EXP)")
+        add(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) *(st_vf32 *)&{w.access(leaf.buffer, leaf.index)} = {value};")
+        add(f"{pad}#endif")
+        add(f"{pad}  for (; {v} < {n}; ++{v}) {w.leaf(leaf)} }}")
+        return
+    w.before_loop(s, loops, pad, skip=leaf.buffer)  # (prefetching lines to be streamed would read them)
+    start = row_start(w, leaf, v)
+    add(f"{pad}#if defined(ST_VECTOR_EXP)")
+    # the row's value at `v`, for its partial first line, its whole lines and its partial last one
+    add(f"{pad}#define ST_ROW({v}) ((__m512)({value}))")
+    add(f"{pad}{{ float *st_o = &{start}; int64_t st_h = (int64_t)((-(uintptr_t)st_o & 63) >> 2), {v} = st_h;")
+    add(f"{pad}  if (st_h) st_store_lanes(st_o, ST_ROW(0), 0, st_h);")
+    reads = long_row_reads(w, leaf, v, n, loops)
+    ahead_by = tuning.STREAM_PREFETCH
+
+    def ahead(at: int) -> str:  # prefetches for the vector `at` elements past `v`
+        return "".join(f"__builtin_prefetch(&{w.access(ld.buffer, shift_ix(ld.index, {v: ahead_by + at}))}, 0, 0); "
+                       for ld in reads)
+    group_size = tuning.STREAM_GROUP
+    g = 16 * group_size
+    if group_size > 1 and n >= 2 * g:
+        # groups of STREAM_GROUP vectors, the next group's computed before this one's stores
+        def group(name: str, at: int) -> str:
+            return ", ".join(f"{name}{k} = ST_ROW({v} + {at + 16 * k})" for k in range(group_size))
+        stores = " ".join(f"_mm512_stream_ps(st_o + {v} + {16 * k}, st_a{k});" for k in range(group_size))
+        shift = " ".join(f"st_a{k} = st_b{k};" for k in range(group_size))
+        add(f"{pad}  if ({v} + {2 * g} <= {n}) {{ __m512 {group('st_a', 0)};")
+        add(f"{pad}    for (; {v} + {2 * g} <= {n}; {v} += {g}) {{ "
+            + "".join(ahead(16 * k) for k in range(group_size))
+            + f"__m512 {group('st_b', g)}; {stores} {shift} }}")
+        add(f"{pad}    {stores} {v} += {g}; }}")
+    store = f"_mm512_stream_ps(st_o + {v}, ST_ROW({v}));"
+    add(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) " + (f"{{ {ahead(0)}{store} }}" if reads else store))
+    add(f"{pad}  if ({v} < {n}) st_store_lanes(st_o + {n - 16}, ST_ROW({n - 16}), {v} - {n - 16}, 16); }}")
+    add(f"{pad}#undef ST_ROW")
+    add(f"{pad}#else")
+    row = stream.match_loop(w, s)
+    if row is not None:
+        stream.emit(w, row, pad)
+    else:
+        add(f"{pad}for (int64_t {v} = 0; {v} < {n}; ++{v}) {w.leaf(leaf)}")
+    add(f"{pad}#endif")
+
+
+def long_row_reads(w: KernelWriter, leaf: Store, var: str, n: int, loops: tuple[For, ...]) -> list[Load]:
+    """The global f32 reads of a streamed row that run along it (contiguous in `var`) for at least
+    twice STREAM_PREFETCH elements and move with the loops around it (a bias read by every row
+    stays in the cache), where no other statement of the loop around the row reads them (a sum
+    there has just brought its row in): the row prefetches them STREAM_PREFETCH ahead."""
+    if n < 2 * tuning.STREAM_PREFETCH:
+        return []
+    outer = around(loops)
+    others = set()
+    for x in outer.body if outer else []:
+        inside = list(leaves([x]))
+        if not any(y is leaf for y in inside):
+            others |= {b for y in inside for b in buffers_read(y)}
+    found = {}
+    for ld in row_reads(w, (leaf.value,), var):
+        shape = w.buffers[ld.buffer].shape
+        if ld.buffer not in others and any(u.extent > 1 and flat_coef(ld.index, u.var, shape) for u in loops):
+            found.setdefault((ld.buffer, ld.index), ld)
+    return list(found.values())

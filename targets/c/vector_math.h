@@ -1,0 +1,59 @@
+#if defined(__AVX512F__)
+static inline st_vf32 st_bcast_f32(float a) { return (st_vf32)_mm512_set1_ps(a); }
+static inline st_vf32 st_expv_f32(st_vf32 xv) {
+  __m512 x = (__m512)xv;
+  /* NaN: maxps and minps give their second operand, so x's NaN goes through to the result (a blend
+     choosing x there cost softmax 4% of its time) */
+  __m512 c = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
+  __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(c, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f)),
+                           _mm512_set1_ps(12582912.0f));
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), c);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.3814540580e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3687454462e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1668388993e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666521132e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9999994040e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  __m512 y = _mm512_scalef_ps(p, n);
+  return (st_vf32)y;
+}
+/* the first n < 16 elements of src to dst with plain stores of 8, 4, 2 and 1 elements: a row's
+   partial first and last lines, beside lines written with non-temporal stores (a masked store
+   there made layernorm 512x64x256 four times slower on Zen 4, a copy loop became rep movs) */
+static inline void st_store_part(float *dst, const float *src, int64_t n) {
+  if (n & 8) { memcpy(dst, src, 32); dst += 8; src += 8; }
+  if (n & 4) { memcpy(dst, src, 16); dst += 4; src += 4; }
+  if (n & 2) { memcpy(dst, src, 8); dst += 2; src += 2; }
+  if (n & 1) *dst = *src;
+}
+/* lanes from..to-1 of v to dst[from..to-1] */
+static inline void st_store_lanes(float *dst, __m512 v, int64_t from, int64_t to) {
+  float t[16];
+  _mm512_storeu_ps(t, v);
+  st_store_part(dst + from, t + from, to - from);
+}
+#ifndef ST_NO_VECTOR_EXP  /* -DST_NO_VECTOR_EXP: the scalar loops, for comparison */
+#define ST_VECTOR_EXP 1
+#endif
+/* st_tanhf on 16 lanes: the same steps, 2^n by vscalefps (n <= 27: exact either way) */
+static inline st_vf32 st_tanhv_f32(st_vf32 xv) {
+  __m512 x = (__m512)xv;
+  __m512 a = _mm512_min_ps(_mm512_set1_ps(9.1f), _mm512_abs_ps(x));  /* (NaN: minps gives its second operand) */
+  __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(a, _mm512_set1_ps(2.88539008177792681f), _mm512_set1_ps(12582912.0f)),
+                           _mm512_set1_ps(12582912.0f));
+  __m512 h = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.3466796875f), a);
+  h = _mm512_fmadd_ps(n, _mm512_set1_ps(1.06097220e-4f), h);
+  __m512 r = _mm512_add_ps(h, h);
+  __m512 p = _mm512_set1_ps(1.3882515486e-3f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3665475249e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1667200625e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666543484e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.9999997020e-1f));
+  __m512 e = _mm512_fmadd_ps(_mm512_mul_ps(r, r), p, r);
+  __m512 s = _mm512_scalef_ps(_mm512_set1_ps(1.0f), n);
+  __m512 d = _mm512_fmadd_ps(s, e, _mm512_sub_ps(s, _mm512_set1_ps(1.0f)));
+  __m512 t = _mm512_div_ps(d, _mm512_add_ps(d, _mm512_set1_ps(2.0f)));
+  return (st_vf32)_mm512_or_ps(t, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
+}
+#endif

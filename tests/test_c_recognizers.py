@@ -1,0 +1,108 @@
+"""Each recognizer of the C backend (targets/c/recognizers.py) against its plain-loop twin: the same
+program compiled with the recognizer left out of the table computes the same outputs (bit for bit
+where the recognizer keeps each element's operations and their order, else both within the
+reference's tolerance), and the C with it in holds its form. Each family is tested further in a
+file of its own (tests/test_c_<family>.py: summed_row, column_sums, pipelined_rows, pipelined_passes,
+stream, prefetch, matmul, reductions, read_order)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import stitch
+from stitch.engine.ir.interp import evaluate, random_inputs
+from stitch.engine.ir.tolerance import differences
+from stitch.targets import cc, cpu
+from stitch.targets.c import recognizers, tuning
+
+pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+AVX512 = cpu.compiler() is not None and cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64
+
+
+@dataclass(frozen=True)
+class Twin:
+    recognizer: str
+    text: str
+    form: str  # a pattern (re) the C matches with the recognizer in, and not without it
+    bitwise: bool  # whether the twin computes the same bits
+    avx512: bool = False  # written only where the machine has AVX-512
+    streamed: bool = False  # with every output streamed (tuning.STREAM_BYTES: 64)
+
+
+SOFTMAX = ("func f(x: f32[24, 256]) -> f32[24, 256] {\n  e = exp(sub(x, max(x, axes=[1], keepdims=true)))\n"
+           "  return div(e, sum(e, axes=[1], keepdims=true))\n}\n")
+LAYERNORM_LAST = ("func f(x: f32[64, 40], r: f32[64, 40]) -> (f32[64, 40], f32[64, 40]) {\n  h = add(x, r)\n"
+                  "  m = mean(h, axes=[-1], keepdims=true)\n  d = sub(h, m)\n"
+                  "  v = mean(mul(d, d), axes=[-1], keepdims=true)\n  return h, mul(d, rsqrt(add(v, 1e-5)))\n}\n")
+LAYERNORM_FIRST = ("func f(x: f32[40, 4, 48], g: f32[4, 48]) -> f32[40, 4, 48] {\n  m = mean(x, axes=[0])\n"
+                   "  d = sub(x, m)\n  v = mean(mul(d, d), axes=[0])\n"
+                   "  return mul(mul(d, rsqrt(add(v, 1e-5))), g)\n}\n")
+LOG_SUM_EXP = ("func f(x: f32[16, 256]) -> f32[16] {\n  m = max(x, axes=[1], keepdims=true)\n"
+               "  return reshape(add(log(sum(exp(sub(x, m)), axes=[1], keepdims=true)), m), shape=[-1])\n}\n")
+
+TWINS = [
+    Twin("read_order", "func t(x: f32[1, 40, 48], b: f32[1, 48, 1]) -> f32[1, 48, 40] {\n"
+         "  return erf(add(mul(transpose(x, perm=[0, 2, 1]), 0.5), b))\n}\n",
+         r"for \(int64_t p1 = 0; p1 < \d+; \+\+p1\) \{\n *b_out0\[", True),  # (p1: along x's rows)
+    Twin("summed_row", LAYERNORM_LAST, re.escape("st_acc += st_e;"), False, avx512=True),
+    Twin("split", "func f(a: f32[8, 16], b: f32[8, 24]) -> f32[8, 40] { return exp(concat(a, b, axis=1)) }",
+         re.escape("int64_t cut_"), True),
+    Twin("matmul", "func f(a: f32[32, 64], b: f32[64, 48]) -> f32[32, 48] { return matmul(a, b) }",
+         re.escape("(a0, b0, c0_0)"), False),
+    Twin("f16_matmul", "func f(a: f16[16, 32], b: f16[32, 16]) -> f16[16, 16] { return matmul(a, b) }",
+         re.escape("acc_f["), False),
+    Twin("column_sums", LAYERNORM_FIRST, re.escape("st_c0"), True, avx512=True),
+    Twin("vector_sum", "func f(x: f32[16, 256]) -> f32[16] { return sum(exp(x), axes=[1]) }",
+         re.escape("st_acc += st_expv_f32("), False, avx512=True),
+    Twin("float_extremum", "func f(x: f32[16, 256]) -> f32[16] { return max(x, axes=[1]) }",
+         re.escape("int zero = 0;"), True),
+    Twin("simd_reduce", "func f(x: f32[16, 256]) -> f32[16] { return sum(x, axes=[1]) }",
+         re.escape("#pragma omp simd reduction(+:acc)"), False),
+    Twin("simd_reduce", "func f(x: i32[16, 256]) -> i32[16] { return min(x, axes=[1]) }",
+         re.escape("#pragma omp simd reduction(min:acc)"), True),
+    Twin("vector_loop", "func f(x: f32[16, 250]) -> f32[16, 250] { return tanh(x) }",
+         re.escape("+= 16) *(st_vf32 *)&"), True, avx512=True),
+    Twin("vector_loop", "func f(x: f32[6, 300], b: f32[300]) -> f32[6, 300] { return tanh(add(mul(x, x), b)) }",
+         re.escape("_mm512_stream_ps(st_o"), True, avx512=True, streamed=True),
+    Twin("stream", "func f(x: f64[4, 1024]) -> f64[4, 1024] { return mul(x, x) }", re.escape("st_stream_f64(&"), True,
+         streamed=True),
+    Twin("pipelined_rows", SOFTMAX, re.escape("st_sum = "), True, avx512=True),
+    Twin("pipelined_passes", LOG_SUM_EXP, re.escape("const int st_on0"), True, avx512=True),
+    Twin("prefetch", (EXAMPLES / "layernorm_large.ir").read_text().replace("64, 256]", "8, 256]"),
+         re.escape("3); __builtin_prefetch(&b_x["), True),
+]
+
+
+def test_every_recognizer_has_a_twin():
+    assert {t.recognizer for t in TWINS} == set(recognizers.NAMES)
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda t: t.recognizer)
+def test_a_recognizer_computes_what_its_plain_loop_twin_does(twin, tmp_path, monkeypatch):
+    if twin.streamed:
+        monkeypatch.setattr(tuning, "STREAM_BYTES", 64)  # (outputs of 8 MiB and more, at full size)
+    taken = stitch.compile(twin.text, cache_dir=tmp_path)
+    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without(twin.recognizer))
+    plain = stitch.compile(twin.text, cache_dir=tmp_path)
+    if AVX512 or not twin.avx512:
+        assert re.search(twin.form, taken.native.source_path.read_text())
+    assert not re.search(twin.form, plain.native.source_path.read_text())
+    inputs = random_inputs(taken.graph, 3)
+    got, want = taken(**inputs), plain(**inputs)
+    if twin.bitwise:
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(got, want))
+    reference = evaluate(taken.graph, inputs)
+    assert differences(got, reference, taken.graph) == []
+    assert differences(want, reference, taken.graph) == []
+
+
+def test_without_names_only_recognizers():
+    assert recognizers.without() == recognizers.RECOGNIZERS
+    assert "column_sums" not in {r.name for r in recognizers.without("column_sums")}
+    with pytest.raises(ValueError, match="no recognizer fast_path"):
+        recognizers.without("fast_path")
