@@ -41,6 +41,10 @@ class Native:
     flags: tuple[str, ...] = DEFAULT_FLAGS  # what it was built with, before the additions `build` makes
     cache_dir: Path | None = None
 
+    def __post_init__(self):
+        if self.library is not None:  # one lock per loaded library: its error slot is the library's
+            self.lock = library_lock(self.library)
+
     def run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None = None) -> list[np.ndarray]:
         with self.lock:
             return self._run(inputs, out)
@@ -95,6 +99,18 @@ class Native:
         if rc:
             raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
         return _outputs(self.program.outputs, arrays, params, out)
+
+
+_LIBRARY_LOCKS: dict[int, threading.Lock] = {}
+_LIBRARY_LOCKS_LOCK = threading.Lock()
+
+
+def library_lock(library: ctypes.CDLL) -> threading.Lock:
+    """The lock every call into `library` holds. Programs compiled from the same source load the same
+    library (one dlopen handle), whose gather error slot (`st_error_site`, set during a call and read
+    after it) is one for the library: calls from two threads through two programs would race on it."""
+    with _LIBRARY_LOCKS_LOCK:
+        return _LIBRARY_LOCKS.setdefault(library._handle, threading.Lock())
 
 
 def _outputs(names: list[str], arrays: dict[str, np.ndarray], params: set[str],
