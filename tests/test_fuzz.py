@@ -26,7 +26,7 @@ from hypothesis.extra.lark import from_lark
 from lark import Lark
 from stitch.engine.cli import main
 from stitch.engine.ir.ops import OPS
-from stitch.engine.ir.parse import GRAMMAR_DIR, ir_parser
+from stitch.engine.ir.parse import GRAMMAR_DIR
 from stitch.engine.ir.program import DTYPES
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
@@ -104,10 +104,32 @@ _KEYWORDS = {
     "SIGNED_NUMBER": _padded(_NUMBERS),
 }
 
+# Dimension expressions nest without bound (`(n + (m * (2 - ...)))`): drawn from the grammar as
+# it is, sentences grow until hypothesis gives up on them. The fuzzed grammar keeps one operator
+# and one level of parentheses; test_dims covers deeper expressions.
+_FLAT_DIMS = """?dim: dim_unary
+    | dim_unary "+" dim_unary -> dim_add
+    | dim_unary "-" dim_unary -> dim_sub
+    | dim_unary "*" dim_unary -> dim_mul
+    | dim_unary "//" dim_unary -> dim_floordiv
+    | dim_unary "%" dim_unary -> dim_mod
+?dim_unary: SIGNED_INT -> dim_int
+          | NAME -> dim_symbol
+          | "(" dim_unary "+" SIGNED_INT ")"
+"""
+
+
+def _fuzzed_grammar_text() -> str:
+    """ir.lark with its dimension rules flattened (`_FLAT_DIMS`)."""
+    text = (GRAMMAR_DIR / "ir.lark").read_text()
+    start, end = text.index("?dim: dim_product"), text.index('          | "(" dim ")"\n')
+    return text[:start] + _FLAT_DIMS + text[end + len('          | "(" dim ")"\n'):]
+
+
 # The grammar as it is: a NAME is any word, so most sentences stop in the parser
 # (bad dtype names) or at the checker's first name lookup.
 sentences = from_lark(
-    ir_parser(),
+    Lark(_fuzzed_grammar_text(), parser="lalr"),
     start="start",
     explicit=_KEYWORDS | {"NAME": _padded(st.sampled_from(_WORDS) | _IDENTIFIERS)},
 )
@@ -116,13 +138,15 @@ sentences = from_lark(
 def _typed_grammar() -> Lark:
     """ir.lark with one terminal per role of NAME, so sentences reach the checker.
 
-    Dtype names, op names, attribute names and dimensions each get a terminal
-    of their own (declared, drawn from `explicit`); NAME is left to values.
+    Dtype names, op names, attribute names, dimensions and symbols each get a
+    terminal of their own (declared, drawn from `explicit`); NAME is left to values.
     """
-    text = (GRAMMAR_DIR / "ir.lark").read_text()
+    text = _fuzzed_grammar_text()
     roles = [
         ('type: NAME "["', 'type: DTYPE "["'),
-        ("dim: SIGNED_INT", "dim: DIM"),
+        ("?dim_unary: SIGNED_INT -> dim_int", "?dim_unary: DIM -> dim_int"),
+        ("| NAME -> dim_symbol", "| SYMBOL -> dim_symbol"),
+        ('symbol: NAME ":"', 'symbol: SYMBOL ":"'),
         ('| NAME "(" [arg', '| OP "(" [arg'),
         ('| NAME "=" attr_value', '| ATTR "=" attr_value'),
         ("| NAME                          -> attr_name", "| DTYPE                          -> attr_name"),
@@ -130,7 +154,7 @@ def _typed_grammar() -> Lark:
     for old, new in roles:
         assert text.count(old) == 1, f"ir.lark changed; update the fuzzer's role split for {old!r}"
         text = text.replace(old, new)
-    return Lark(text + "\n%declare DTYPE DIM OP ATTR\n", parser="lalr")
+    return Lark(text + "\n%declare DTYPE DIM OP ATTR SYMBOL\n", parser="lalr")
 
 
 typed_sentences = from_lark(
@@ -141,6 +165,7 @@ typed_sentences = from_lark(
         "NAME": _padded(_mostly(_VALUE_NAMES, ["func", "true", "z", "x_1"])),
         "DTYPE": _padded(_mostly(["f32", "f32", "i32", "bool", "f16", "f64", "i64"], ["f8"])),
         "DIM": _padded(_mostly(["1", "2", "3"], ["0", "-1", "2147483648"])),
+        "SYMBOL": _padded(_mostly(["n", "p"], ["x", "func"])),
         "OP": _padded(_mostly(sorted(OPS), ["nop"])),
         "ATTR": _padded(_mostly(_ATTR_NAMES, ["axis"])),
     },
