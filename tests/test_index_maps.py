@@ -365,7 +365,7 @@ def test_a_read_guarded_along_two_axes_is_priced_as_an_upper_bound(target):
     bound and says so, not exact."""
     c = compile_text(CONCAT_BEHIND_A_RESHAPE, target)
     traffic = executes_like_the_reference(lower(c), c.graph, 0)
-    assert not all(kc.exact for kc in c.cost.kernels)
+    assert not all(kc.price.exact for kc in c.cost.kernels)
     assert traffic.read + traffic.written <= c.cost.global_bytes
 
 
@@ -383,7 +383,7 @@ PIECES_THROUGH_A_GATHER = """func f0(x0: i32[45], x1: f32[1, 1, 1]) -> f32[3, 3,
 def test_a_concats_pieces_read_through_a_gather_are_priced_as_an_upper_bound(target):
     c = compile_text(PIECES_THROUGH_A_GATHER, target)
     traffic = executes_like_the_reference(lower(c), c.graph, 0)
-    assert not all(kc.exact for kc in c.cost.kernels)
+    assert not all(kc.price.exact for kc in c.cost.kernels)
     assert traffic.read + traffic.written <= c.cost.global_bytes
 
 
@@ -411,7 +411,7 @@ def test_movement_programs_run_like_the_reference_and_move_the_estimated_bytes(g
     if traffic is None:
         return
     moved = traffic.read + traffic.written
-    if all(kc.exact for kc in c.cost.kernels):
+    if all(kc.price.exact for kc in c.cost.kernels):
         assert moved == c.cost.global_bytes, print_loops(program)
     else:  # a gather with repeated indices reads a row once
         assert moved <= c.cost.global_bytes, print_loops(program)

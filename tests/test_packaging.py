@@ -55,7 +55,7 @@ def test_every_module_stitch_imports_is_a_declared_dependency():
 LAYERS = ("grammar", "rules", "engine.ir", "engine.rewrite", "engine.schedule", "lowering", "targets", "frontends", "engine", "")
 MAX_MODULE_LINES = 700
 # Modules still over the limit, each to be split (issue 43): the list only shrinks.
-LONG_YET = {"engine.rewrite.soundness", "engine.schedule.cost", "frontends.onnx_ops",
+LONG_YET = {"engine.rewrite.soundness", "frontends.onnx_ops",
             "targets.c_source"}
 MAX_FOLDER_SHARE = 0.30  # of the package's Python lines, held by one folder's own files
 

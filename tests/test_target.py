@@ -100,9 +100,9 @@ def test_capacity_policies_are_what_tiling_reads():
 
     scale = "func f(x: f32[4096, 256], g: f32[256]) -> f32[4096, 256] {\n  return mul(x, g)\n}\n"
     default, small = priced(scale, resident_share=0.001)
-    assert len(default.resident) == 1 and not small.resident  # g
+    assert len(default.plan.resident) == 1 and not small.plan.resident  # g
     default, many = priced((EXAMPLES / "softmax.ir").read_text(), tiles_per_core=128)
-    assert (default.tiles, many.tiles) == (128, 256)
+    assert (default.price.tiles, many.price.tiles) == (128, 256)
 
 
 def fake_caches(root: Path, caches: list[tuple[int, str, str, str]]) -> Path:

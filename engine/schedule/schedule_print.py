@@ -7,7 +7,7 @@ from collections.abc import Callable
 from ..ir.printer import print_attr_value, print_scalar
 from .cost import KernelCost, ScheduleCost
 from .index import FloorDiv, Indirect, Ix, Mod
-from .kernel import Instance, Kernel, Schedule
+from .kernel import Instance, Kernel, RefKind, Schedule
 from .maps import GatherRef
 
 
@@ -41,17 +41,18 @@ def print_schedule(name: str, target_name: str, schedule: Schedule, cost: Schedu
 
 
 def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], schedule: Schedule) -> list[str]:
-    space = ", ".join(f"{a}={k.extents[a]}" for a in kc.parallel) or "one tile"
-    tile = ", ".join(str(kc.tile[a]) for a in kc.parallel)
+    plan, price = kc.plan, kc.price
+    space = ", ".join(f"{a}={k.extents[a]}" for a in plan.parallel) or "one tile"
+    tile = ", ".join(str(plan.tile[a]) for a in plan.parallel)
     writes = ", ".join(f"{names[c]}: {schedule.types[c]}" for c in k.roots)
     lines = [
         f"kernel k{index} -> {writes}",
-        f"  tiles over [{space}]" + (f" by [{tile}]" if kc.parallel else "") + f": {kc.tiles} tile(s), "
-        f"on-chip {kc.footprint} B per tile",
-        f"  reads {kc.bytes_read} B, writes {kc.bytes_written} B, {kc.cycles:.4g} cycles",
+        f"  tiles over [{space}]" + (f" by [{tile}]" if plan.parallel else "") + f": {price.tiles} tile(s), "
+        f"on-chip {price.footprint} B per tile",
+        f"  reads {price.bytes_read} B, writes {price.bytes_written} B, {price.cycles:.4g} cycles",
     ]
-    if kc.problem:
-        lines.append(f"  infeasible: {kc.problem}")
+    if price.problem:
+        lines.append(f"  infeasible: {price.problem}")
     ordered = k.ordered()
     number = {inst.key: i for i, inst in enumerate(ordered)}
     computed = {}
@@ -77,13 +78,13 @@ def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], s
 def print_instance(inst: Instance, names: dict[str, str], number: dict[int, int],
                    value_name: Callable[[str], str] = str) -> str:
     args = []
-    for kind, ref in inst.operands:
-        if kind == "const":
-            args.append(print_scalar(ref))
-        elif kind == "global":
-            args.append(f"global {names.get(ref, ref)}")
+    for ref in inst.operands:
+        if ref.kind is RefKind.CONST:
+            args.append(print_scalar(ref.target))
+        elif ref.kind is RefKind.GLOBAL:
+            args.append(f"global {names.get(ref.target, ref.target)}")
         else:
-            args.append(f"{kind} %{number[ref]}")
+            args.append(f"{ref.hold.value} %{number[ref.key]}")
     attrs = [f"{k}={print_attr_value(v)}" for k, v in inst.node.attrs if inst.node.op not in ("param", "const")]
     call = f"{inst.node.op}({', '.join(args + attrs)})"
     return f"%{number[inst.key]} = {call:<44} [{_index(inst.index, value_name)}]  {inst.hold.value}"
@@ -122,14 +123,14 @@ def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:
                 "ops": [inst.node.op for inst in k.ordered()],
                 "placements": [inst.hold.value for inst in k.ordered()],
                 "reads": [names.get(c, c) for c in k.inputs],
-                "parallel_axes": [k.extents[a] for a in kc.parallel],
-                "tile": [kc.tile[a] for a in kc.parallel],
-                "tiles": kc.tiles,
-                "onchip_bytes": kc.footprint,
-                "bytes_read": kc.bytes_read,
-                "bytes_written": kc.bytes_written,
-                "cycles": None if kc.problem else kc.cycles,
-                "problem": kc.problem or None,
+                "parallel_axes": [k.extents[a] for a in kc.plan.parallel],
+                "tile": [kc.plan.tile[a] for a in kc.plan.parallel],
+                "tiles": kc.price.tiles,
+                "onchip_bytes": kc.price.footprint,
+                "bytes_read": kc.price.bytes_read,
+                "bytes_written": kc.price.bytes_written,
+                "cycles": None if kc.price.problem else kc.price.cycles,
+                "problem": kc.price.problem or None,
             }
         )
     return {
