@@ -276,7 +276,7 @@ def test_the_simulator_refuses_a_kernel_whose_on_chip_bytes_exceed_the_target():
     assert need > 4096
     with pytest.raises(StitchError) as err:
         simulate(program, accel(onchip_bytes=4096), random_inputs(graph, 0))
-    assert f"kernel k0 needs {need} bytes on chip" in str(err.value) and "has 4096" in str(err.value)
+    assert f"kernel k0: needs {need} bytes on chip" in str(err.value) and "has 4096" in str(err.value)
 
 
 def test_accel_targets_have_one_core():
