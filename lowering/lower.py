@@ -105,7 +105,7 @@ def _forward(program: LoopProgram, target: Target) -> LoopProgram:
 def _hoist(program: LoopProgram, target: Target) -> LoopProgram:
     from .bind import hoist_bound
 
-    return hoist_bound(program, in_place=target.kind == "cpu")  # a cpu's on-chip memory is its cache
+    return hoist_bound(program, in_place=target.weights_in_place)
 
 
 def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
@@ -117,7 +117,7 @@ def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
 def _fuse(program: LoopProgram, target: Target) -> LoopProgram:
     from .fuse import fuse_rows
 
-    return fuse_rows(program) if target.kind == "cpu" else program  # rows of a tile through the cache
+    return fuse_rows(program) if target.fuse_rows else program
 
 
 def _reuse(program: LoopProgram, target: Target) -> LoopProgram:
