@@ -21,7 +21,7 @@ from stitch.engine.schedule.extract import ALL_GLOBAL, extract_schedule, extract
 from stitch.engine.schedule.form import build_schedule
 from stitch.engine.schedule.kernel import CyclicChoice
 from stitch.engine.schedule.target import load_target, parse_target
-from stitch_testing import graphs, schedule_of, target_text
+from stitch_testing import compile_text, graphs, plan_of, target_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CPU = load_target("cpu")
@@ -90,11 +90,11 @@ def test_softmax_is_one_stitched_kernel():
   return div(e, sum(e, axes=[1], keepdims=true))
 }"""
     after = """\
-schedule softmax on cpu: 1 kernel(s), global bytes 16384 (compulsory 16384), estimated 9484 cycles (3.161 us)
+schedule softmax on cpu: 1 kernel(s)
 
 kernel k0 -> out0: f32[64, 32]
-  tiles over [p0=64] by [16]: 4 tile(s), on-chip 4224 B per tile
-  reads 8192 B, writes 8192 B, 9484 cycles
+  tiles over [p0=64] by [16]: 4 tile(s)
+  staged per tile: x
   in  x: f32[64, 32]  [p0, p1; p0, r0]
   %0 = max(global x, axes=[1], keepdims=true)       [p0, 0]  shared
   %1 = sub(global x, shared %0)                     [p0, p1]  inline
@@ -102,7 +102,9 @@ kernel k0 -> out0: f32[64, 32]
   %3 = sum(shared %2, axes=[1], keepdims=true)      [p0, 0]  shared
   %4 = div(local %2, shared %3)                     [p0, p1]  root
 """
-    assert schedule_of(before, CPU) == after
+    assert plan_of(before, CPU) == after
+    c = compile_text(before, CPU)
+    assert c.cost.global_bytes == c.cost.compulsory_bytes  # x read once
 
 
 def test_the_mlp_matmul_tile_is_forwarded_to_its_epilogue():
@@ -112,11 +114,11 @@ def test_the_mlp_matmul_tile_is_forwarded_to_its_epilogue():
   return relu(add(matmul(x, w), bias))
 }"""
     after = """\
-schedule mlp on accel: 1 kernel(s), global bytes 12992 (compulsory 12992), estimated 1203 cycles (1.203 us)
+schedule mlp on accel: 1 kernel(s)
 
 kernel k0 -> out0: f32[1, 64]
-  tiles over [p1=64] by [32]: 2 tile(s), on-chip 320 B per tile
-  reads 12736 B, writes 256 B, 1203 cycles
+  tiles over [p1=64] by [32]: 2 tile(s)
+  held whole: x
   in  x: f32[1, 48]  [0, r0]
   in  w: f32[48, 64]  [r0, p1]
   in  bias: f32[64]  [p1]
@@ -124,7 +126,9 @@ kernel k0 -> out0: f32[1, 64]
   %1 = add(local %0, global bias)                   [p0, p1]  inline
   %2 = relu(inline %1)                              [p0, p1]  root
 """
-    assert schedule_of(before, ACCEL) == after
+    assert plan_of(before, ACCEL) == after
+    c = compile_text(before, ACCEL)
+    assert c.cost.global_bytes == c.cost.compulsory_bytes  # the matmul's tile never leaves the chip
 
 
 def test_two_results_of_one_input_are_one_kernel_with_two_outputs():
@@ -133,16 +137,31 @@ def test_two_results_of_one_input_are_one_kernel_with_two_outputs():
   return mul(x, 2.0), sum(x, axes=[1])
 }"""
     after = """\
-schedule two on cpu: 1 kernel(s), global bytes 4160 (compulsory 4160), estimated 6526 cycles (2.175 us)
+schedule two on cpu: 1 kernel(s)
 
 kernel k0 -> out0: f32[16, 32], out1: f32[16]
-  tiles over [p0=16, p1=32] by [4, 32]: 4 tile(s), on-chip 576 B per tile
-  reads 2048 B, writes 2112 B, 6526 cycles
+  tiles over [p0=16, p1=32] by [4, 32]: 4 tile(s)
+  staged per tile: x
   in  x: f32[16, 32]  [p0, p1]
   %0 = mul(global x, 2.0)                           [p0, p1]  root
   %1 = sum(global x, axes=[1], keepdims=false)      [p0]  root
 """
-    assert schedule_of(before, CPU) == after
+    assert plan_of(before, CPU) == after
+    c = compile_text(before, CPU)
+    assert c.cost.global_bytes == c.cost.compulsory_bytes  # x read once
+
+
+def test_the_structural_schedule_is_the_priced_one_without_its_prices():
+    """`plan_of` (print_schedule's structural form) prints the same kernels and instances as
+    `--emit schedule`, and the plan's decisions, but no cycles, bytes or footprint."""
+    from stitch_testing import schedule_of
+
+    text = (EXAMPLES / "mlp.ir").read_text()
+    priced, plain = schedule_of(text, ACCEL), plan_of(text, ACCEL)
+    assert "cycles" not in plain and " B" not in plain and "bytes" not in plain
+    kept = [line for line in priced.splitlines() if not line.startswith("  reads ")]
+    kept = [line.split(", on-chip ")[0].split(", global bytes ")[0] for line in kept]
+    assert [line for line in plain.splitlines() if not line.startswith(("  held whole", "  staged"))] == kept
 
 
 def tiny_target(onchip: int) -> object:

@@ -108,7 +108,9 @@ def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
 
 def schedule_cost(schedule: Schedule, target: Target, kernel_costs: list[KernelCost] | None = None) -> ScheduleCost:
     """Price every kernel (or take the prices given, one per kernel) and add them up."""
-    kcs = kernel_costs if kernel_costs is not None else [kernel_cost(k, schedule.types, target) for k in schedule.kernels]
+    kcs = kernel_costs
+    if kcs is None:
+        kcs = [kernel_cost(k, schedule.types, target) for k in schedule.kernels]
     problems = [f"kernel {k.root_instance.node.op}: {kc.price.problem}"
                 for k, kc in zip(schedule.kernels, kcs) if kc.price.problem]
     cycles = sum(kc.price.cycles for kc in kcs)

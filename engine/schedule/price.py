@@ -90,14 +90,14 @@ def price_plan(kernel: Kernel, plan: KernelPlan, types, target: Target, f: Kerne
     written = sum(types[cid].nbytes for cid in kernel.roots)
     sync = 0.0
     for key in plan.partial:  # each tile writes its partial; one thread combines them in tile order
-        nbytes = slice_elems(kernel.instances[key].axes, kernel, {}) * dtype_bytes(types[kernel.instances[key].cid].dtype)
+        inst = kernel.instances[key]
+        nbytes = slice_elems(inst.axes, kernel, {}) * dtype_bytes(types[inst.cid].dtype)
         split = math.prod(-(-kernel.extents[a] // tile[a]) for a in f.partial_axes[key]
-                          if a in tile and a not in kernel.instances[key].axes)
+                          if a in tile and a not in inst.axes)
         written += nbytes * split
         reads += nbytes * split
         moved += 2 * nbytes * split
         sync += target.sync_cycles
-        inst = kernel.instances[key]
         if key in kernel.stores and inst.hold is Hold.ROOT:
             # combined in its global buffer (lowering's split_across_tiles): set to the identity, then
             # read and written once more by the combining nest, and by a mean's division
