@@ -156,3 +156,15 @@ def test_the_test_strategies_are_not_shipped():
     """hypothesis strategies the tests draw programs with live in tests/, not in the package users
     install (the package uses hypothesis only for `stitch rules check`)."""
     assert not any("testing" in m.split(".") for m in MODULES)
+
+
+def test_lowering_and_the_backends_read_the_plan_not_the_price():
+    """The cost model's plan (engine/schedule/plan.py) is its one contract with lowering and the
+    backends: they import no price, so decide nothing by one; the C micro-kernel's shape comes from
+    the module the price reads it from (engine/schedule/machine.py)."""
+    graph = stitch_imports()
+    readers = [m for m in graph if MODULES[m][1].split(".")[0] in ("lowering", "targets")]
+    assert "engine.schedule.plan" in graph["lowering.lower"]
+    assert sorted(f"{m} -> {t}" for m in readers for t in graph[m] if t == "engine.schedule.price") == []
+    assert "engine.schedule.machine" in graph["engine.schedule.price"]
+    assert any("engine.schedule.machine" in graph[m] for m in readers if m.startswith("targets"))

@@ -106,7 +106,7 @@ def price_plan(kernel: Kernel, plan: KernelPlan, types, target: Target, f: Kerne
             reads += nbytes * again
             moved += 2 * nbytes * again
     chunk = plan.chunk
-    moved += tiles * panel_bytes(kernel, tile, target, f, types, chunk)
+    moved += tiles * panel_bytes(kernel, tile, target, f, types, chunk, plan.left_in_place)
     vec, mat = tile_work(kernel, tile, target, f, types)
     if chunk:  # every chunk loads the tile's accumulators and stores them again
         (inst, _), = f.matmuls
@@ -148,9 +148,10 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelFac
 
 
 def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelFacts, types,
-                chunk: tuple[str, int] | None) -> float:
+                chunk: tuple[str, int] | None, left_in_place: frozenset | None = None) -> float:
     """Bytes one tile's products read again from memory, in the order the vector unit's
-    micro-kernel walks a tile (targets/c_matmul.py):
+    micro-kernel walks a tile (targets/c_matmul.py), the products whose left operand it reads in
+    place as the plan says (`KernelPlan.left_in_place`; by default as the facts imply):
 
     - A left operand A read with plain loads: panel by panel of MICRO_VECTORS vectors of columns,
       every block of rows reading its panel of B (which stays in the nearest cache) and the tile's
@@ -172,7 +173,7 @@ def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelF
         batch = slice_elems(inst.axes, kernel, tile) // max(rows * cols, 1)
         depth = chunk[1] if chunk else k
         chunks = k // depth
-        if inst.key in f.plain:
+        if inst.key in (f.plain if left_in_place is None else left_in_place):
             block = depth * rows * dtype_bytes(types[inst.node.children[0]].dtype)
             if block > share:
                 total += batch * -(-cols // (MICRO_VECTORS * target.vector_lanes)) * block * chunks
