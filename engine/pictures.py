@@ -21,9 +21,10 @@ from pathlib import Path
 
 from .ir.errors import StitchError
 from .rewrite.egraph_data import EGraphData
+from .rewrite.placement import Placement
 
-PLACEMENT_COLORS = {"global": "#6b7280", "shared": "#2563eb", "local": "#16a34a", "inline": "#ea580c",
-                    "root": "#111827"}
+PLACEMENT_COLORS = {Placement.GLOBAL: "#6b7280", Placement.SHARED: "#2563eb", Placement.LOCAL: "#16a34a",
+                    Placement.INLINE: "#ea580c"}
 RENDERED = (".svg", ".png", ".pdf")
 RENDER_SECONDS = 120
 
@@ -47,7 +48,7 @@ def schedule_dot(compiled) -> str:
         for cid in k.roots:  # a kernel may write several values
             writer[names[cid]] = _id("k", i)
             types[names[cid]] = schedule.types[cid]
-        color = "#dc2626" if kc.problem else "#111827"
+        color = "#dc2626" if kc.price.problem else "#111827"
         label = _quote("\n".join(text) + "\n", left=True)
         lines.append(f"  {_id('k', i)} [label={label}, color={_quote(color)}];")
     outputs = [names[cid] for cid in schedule.outputs]
@@ -111,7 +112,7 @@ def _enode_text(node) -> str:
 
 def _legend() -> list[str]:
     items = [("value", "e-class of a value: each e-node inside computes it", "#111827", "rounded")]
-    items += [(p, f"e-class of {'an' if p == 'inline' else 'a'} {p} edge: the value it points to, held {HELD[p]}",
+    items += [(p.value, f"e-class of {'an' if p is Placement.INLINE else 'a'} {p} edge: the value it points to, held {HELD[p]}",
                PLACEMENT_COLORS[p], "dashed,rounded") for p in HELD]
     items.append(("arrow", "from an e-node to each of its operands' e-classes", "#ffffff", "solid"))
     lines = ["  subgraph cluster_legend {", '    label="legend"; fontsize=10; style=rounded; color="#9ca3af";',
@@ -124,8 +125,9 @@ def _legend() -> list[str]:
     return lines
 
 
-HELD = {"global": "in global memory (a kernel boundary)", "shared": "on chip for the whole tile",
-        "local": "tile by tile in registers", "inline": "recomputed at each use"}
+HELD = {Placement.GLOBAL: "in global memory (a kernel boundary)", Placement.SHARED: "on chip for the whole tile",
+        Placement.LOCAL: "tile by tile in registers", Placement.INLINE: "recomputed at each use"}
+assert set(HELD) == set(PLACEMENT_COLORS) == set(Placement)
 
 
 def write_picture(path: str, dot: str) -> str:

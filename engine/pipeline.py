@@ -209,14 +209,14 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
 
     target = compiled.target
     native = None
-    if target.kind == "cpu":
+    if target.executor == "c":
         from ..targets.cpu import build as build_c
         from ..targets.cc import compiler_flags
 
         start = time.perf_counter()
         native = build_c(loops, cache_dir, compiler_flags(cflags))
         compiled.seconds += time.perf_counter() - start
-    if target.kind == "accel":
+    if target.executor == "simulator":
         executor = "simulator"
     else:  # the numpy executor only where no C compiler could build the library
         executor = "c" if native is not None and native.library is not None else "numpy"

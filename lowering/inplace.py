@@ -1,7 +1,7 @@
 """Reading in place: on a cache, a staged copy of long rows is a pass that buys nothing.
 
 The cost model stages a read on chip where tiles or nests would read it again
-(`cost.classify`): lowering copies the tile's region into a buffer of its
+(`plan.classify`): lowering copies the tile's region into a buffer of its
 own first (`a_s0[p0, r0] = a[p0, 128*r0o + r0]`) and the nests read the copy.
 On a scratchpad (`accel`) that copy is the only way on chip. Where on-chip
 memory is a cache (a `cpu` target), the hardware keeps what the tile reads

@@ -1,6 +1,6 @@
 """Schedule -> LoopProgram: each kernel becomes tile loops around per-value loop nests.
 
-The cost model's plan (`KernelCost`: tiled axes, tile sizes, inputs held
+The cost model's plan (`KernelPlan`: tiled axes, tile sizes, inputs held
 whole, staged reads, partial reductions) is followed, not re-decided. For a
 kernel tiled over axes P (outermost first) with tile sizes t:
 
@@ -31,10 +31,13 @@ from ..engine.ir.graph import Graph
 from ..engine.ir.ops import REDUCE as REDUCTIONS
 from ..engine.ir.program import TensorType
 from ..engine.ir.recursion import allows_deep_recursion
-from ..engine.schedule.cost import KernelCost, ScheduleCost, Staged, matrix_dims, reduced_axes, region
+from ..engine.schedule.cost import ScheduleCost
+from ..engine.schedule.facts import matrix_dims, reduced_axes
 from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify, simplify_in
-from ..engine.schedule.kernel import Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
+from ..engine.schedule.kernel import Hold, Instance, Kernel, Read, RefKind, Schedule, index_axes, packed_operand
 from ..engine.schedule.maps import GatherRef
+from ..engine.schedule.plan import KernelPlan, Staged
+from ..engine.schedule.reads import region
 from ..engine.schedule.schedule_print import global_names
 from ..engine.schedule.target import Target
 from .loops import (
@@ -102,7 +105,7 @@ def _forward(program: LoopProgram, target: Target) -> LoopProgram:
 def _hoist(program: LoopProgram, target: Target) -> LoopProgram:
     from .bind import hoist_bound
 
-    return hoist_bound(program, in_place=target.kind == "cpu")  # a cpu's on-chip memory is its cache
+    return hoist_bound(program, in_place=target.weights_in_place)
 
 
 def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
@@ -114,7 +117,7 @@ def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
 def _fuse(program: LoopProgram, target: Target) -> LoopProgram:
     from .fuse import fuse_rows
 
-    return fuse_rows(program) if target.kind == "cpu" else program  # rows of a tile through the cache
+    return fuse_rows(program) if target.fuse_rows else program
 
 
 def _reuse(program: LoopProgram, target: Target) -> LoopProgram:
@@ -172,12 +175,12 @@ def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target: Ta
     intermediates = []
     kernels = []
     checks: list[str] = []
-    for i, (kernel, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
+    for i, (kernel, plan) in enumerate(zip(schedule.kernels, cost.plans)):
         for cid in kernel.roots:
             if cid not in outputs:
                 t = types[cid]
                 intermediates.append(Buffer(names[cid], "global", t.dtype, t.shape))
-        lowering = _KernelLowering(f"k{i}", kernel, kc, types, names, checks, graph)
+        lowering = _KernelLowering(f"k{i}", kernel, plan, types, names, checks, graph)
         kernels.append(lowering.lower())
         intermediates.extend(lowering.temporaries)
     for cid, value in schedule.constants.items():  # an output that is a literal: a kernel filling it
@@ -203,17 +206,17 @@ def fill_kernel(name: str, buffer: str, t: TensorType, value) -> LoopKernel:
 
 
 class _KernelLowering:
-    def __init__(self, name: str, kernel: Kernel, kc: KernelCost, types: dict[str, TensorType],
+    def __init__(self, name: str, kernel: Kernel, plan: KernelPlan, types: dict[str, TensorType],
                  names: dict[str, str], checks: list[str], graph):
         self.name = name
         self.k = kernel
-        self.kc = kc
+        self.plan = plan
         self.types = types
         self.names = names
         self.checks = checks
         self.graph = graph
-        self.parallel = kc.parallel
-        self.tile = kc.tile
+        self.parallel = plan.parallel
+        self.tile = plan.tile
         self.allocs: list[Buffer] = []
         self.temporaries: list[Buffer] = []
         self.forwardable: dict[str, str] = {}
@@ -230,7 +233,7 @@ class _KernelLowering:
         # loop variables a concat's side narrows (it is read only where the concat's index is below,
         # or from, its split): inclusive (lo, hi), which indices inside that side simplify with
         self.narrowed: dict[str, tuple[int, int]] = {}
-        # a chunked reduction (KernelCost.chunked): its accumulator is set before the chunk loop,
+        # a chunked reduction (KernelPlan.chunked): its accumulator is set before the chunk loop,
         # and what follows the product runs after it
         self.before_chunk: list[Stmt] = []
         self.after_chunk: list[Stmt] = []
@@ -293,9 +296,9 @@ class _KernelLowering:
 
     def lower(self) -> LoopKernel:
         body_at: dict[int, list[Stmt]] = {i: [] for i in range(len(self.parallel) + 1)}
-        for cid in sorted(self.kc.resident):  # (a set: sorted, the same C in every process)
+        for cid in sorted(self.plan.resident):  # (a set: sorted, the same C in every process)
             body_at[0].extend(self.stage_whole(cid))
-        for s in self.kc.staged:
+        for s in self.plan.staged:
             axes = index_axes(s.index)
             body_at[self.staging_level(axes)].extend(self.stage(s, axes))
         epilogue: list[Stmt] = []
@@ -303,11 +306,11 @@ class _KernelLowering:
         for inst in self.k.ordered():
             if not inst.held:
                 continue
-            if inst.key in self.kc.epilogue:
+            if inst.key in self.plan.epilogue:
                 later.append(inst)
                 continue
             tile_part, after = self.compute(inst)
-            after_chunks = self.kc.chunked and not self.walks_chunks(inst)
+            after_chunks = self.plan.chunked and not self.walks_chunks(inst)
             (self.after_chunk if after_chunks else body_at[len(self.parallel)]).extend(tile_part)
             epilogue.extend(after)
         self.after_tiles = True  # what a split reduction's combined value feeds: once, after the tiles
@@ -318,7 +321,7 @@ class _KernelLowering:
         for level in reversed(range(len(self.parallel))):
             axis = self.parallel[level]
             tiles = self.k.extents[axis] // self.tile[axis]
-            if axis == self.kc.chunked:  # the chunks of one tile's reduction, in order, on its thread
+            if axis == self.plan.chunked:  # the chunks of one tile's reduction, in order, on its thread
                 body = body_at[level] + self.before_chunk + [For(axis + "o", tiles, "serial", body)] + self.after_chunk
                 continue
             if tiles == 1:  # a tile loop of one iteration is no loop
@@ -403,7 +406,7 @@ class _KernelLowering:
             stmts.append(self.nest(extra + loop, Accumulate(  # reduce loop stays innermost
                 name, index, acc, self.operand(inst, 0))))
         after: list[Stmt] = []
-        if inst.key in self.kc.partial:
+        if inst.key in self.plan.partial:
             stmts_partial, after = self.split_across_tiles(inst, name)
             return stmts + stmts_partial, after
         if op == "mean":
@@ -416,20 +419,20 @@ class _KernelLowering:
 
     def walks_chunks(self, inst: Instance) -> bool:
         """Whether `inst` is the matmul whose reduction the plan walks in chunks."""
-        return inst.node.op == "matmul" and self.kc.chunked in reduced_axes(inst)
+        return inst.node.op == "matmul" and self.plan.chunked in reduced_axes(inst)
 
     def pack(self, inst: Instance, stmts: list[Stmt]) -> Expr:
         """A matmul's right operand, packed into a tile buffer (columns innermost) first where the
-        plan says so (`KernelCost.packed`): computed once per tile, then read contiguously."""
+        plan says so (`KernelPlan.packed`): computed once per tile, then read contiguously."""
         b = self.operand(inst, 1)
-        if inst.key not in self.kc.packed:
+        if inst.key not in self.plan.packed:
             return b
         axes = packed_operand(self.k, inst)
         name = f"{self.name}_pack{inst.key}"
         dtype = self.types[inst.node.children[1]].dtype
         # a chunked reduction's axis: one chunk of it, packed in the chunk loop (the whole axis
         # would not fit where the plan chunks it)
-        chunk = self.kc.chunked
+        chunk = self.plan.chunked
         self.temporaries.append(Buffer(name, "global", dtype, tuple(self.extent(a) if a == chunk else self.k.extents[a]
                                                                     for a in axes)))
         self.forwardable[name] = "local"
@@ -485,15 +488,15 @@ class _KernelLowering:
     # -- expressions ---------------------------------------------------------
 
     def operand(self, inst: Instance, i: int) -> Expr:
-        kind, ref = inst.operands[i]
-        if kind == "const":
-            return Lit(ref, self.types[inst.node.children[i]].dtype)
-        if kind == "global":
+        ref = inst.operands[i]
+        if ref.kind is RefKind.CONST:
+            return Lit(ref.target, self.types[inst.node.children[i]].dtype)
+        if ref.kind is RefKind.GLOBAL:
             return self.read(self.reads_at[(inst.key, i)])
-        producer = self.k.instances[ref]
-        if kind == "inline":
+        producer = self.k.instances[ref.key]
+        if ref.inline:
             return self.expr(producer)
-        return Load(self.held[ref], self.held_index(producer, inst.operand_index[i]))
+        return Load(self.held[ref.key], self.held_index(producer, inst.operand_index[i]))
 
     def held_index(self, holder: Instance, at: tuple[Ix, ...]) -> tuple[Ix, ...]:
         """A held buffer (over the holder's axes) read where the reader wants `at`: equal to the

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..engine.schedule.machine import sum_accumulator
 from .loops import Accumulate, Buffer, For, Lit, Load, LoopProgram, Op, Store
 
-WIDE = "f32"
+WIDE = sum_accumulator("f16")  # the one rule, which the cost model counts in an accumulator's bytes
 
 
 def widen_f16_accumulators(program: LoopProgram) -> LoopProgram:

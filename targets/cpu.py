@@ -132,9 +132,9 @@ def _outputs(names: list[str], arrays: dict[str, np.ndarray], params: set[str],
 
 def c_for_target(program: LoopProgram, target: Target, flags: tuple[str, ...] = DEFAULT_FLAGS) -> str:
     """The C `build` would compile for `program` (`stitch compile --emit c`), as one unit."""
-    if target.kind != "cpu":
-        raise StitchError(f"C is generated for cpu targets; '{target.name}' is an {target.kind} target "
-                          "(run it with stitch run --target ...)")
+    if target.executor != "c":
+        raise StitchError(f"C is generated for cpu targets; '{target.name}' is an {target.kind} target, run on the "
+                          f"{target.executor} (run it with stitch run --target ...)")
     cc = compiler()
     return c_source(program, vector_bytes(cc, tuple(flags)) if cc else 32)[0]
 

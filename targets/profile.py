@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..engine.ir.errors import StitchError
-from ..engine.schedule.cost import facts, slice_elems
+from ..engine.schedule.facts import facts
+from ..engine.schedule.plan import slice_elems
 from ..engine.schedule.schedule_print import global_names
 from .cpu import build
 
@@ -71,7 +72,7 @@ def profile(program, inputs: dict[str, np.ndarray], runs: int = 10) -> list[Kern
     for lk, k, kc, times in zip(kernels, schedule.kernels, cost.kernels, samples):
         flops = sum(2 * slice_elems(inst.axes, k, {}) * depth for inst, depth in facts(k, schedule.types).matmuls)
         rows.append(KernelTime(lk.name, ", ".join(names[c] for c in k.roots), statistics.median(times),
-                               target.seconds(kc.cycles), kc.bytes_read + kc.bytes_written, flops))
+                               target.seconds(kc.price.cycles), kc.price.bytes_read + kc.price.bytes_written, flops))
     return rows
 
 

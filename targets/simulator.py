@@ -36,9 +36,9 @@ import numpy as np
 
 from ..engine.ir.errors import StitchError
 from ..engine.schedule.target import Target
-from ..lowering.alloc import local_bytes, shared_bytes
 from ..lowering.execute import TileRun, execute
 from ..lowering.loops import Accumulate, For, LoopKernel, LoopProgram, Op
+from ..lowering.verify import capacity_problem, onchip_bytes
 
 
 @dataclass
@@ -124,15 +124,13 @@ def simulate(program: LoopProgram, target: Target, inputs: dict[str, np.ndarray]
 
 
 def check_fits(kernel: LoopKernel, target: Target) -> int:
-    """The kernel's on-chip bytes (merged shared + local), or an error if they exceed the target's."""
-    shared, _ = shared_bytes(kernel)
-    local = local_bytes(kernel)
-    if shared + local > target.onchip_bytes:
-        raise StitchError(
-            f"kernel {kernel.name} needs {shared + local} bytes on chip ({shared} shared + {local} local) "
-            f"but target '{target.name}' has {target.onchip_bytes}",
-            hint="compile for this target (the cost model then picks tiles that fit), or raise onchip_bytes")
-    return shared + local
+    """The kernel's on-chip bytes (lowering/verify.py's count), or its error if they exceed the target's."""
+    problem = capacity_problem(kernel, target.onchip_bytes)
+    if problem:
+        raise StitchError(f"kernel {kernel.name}: {problem}",
+                          hint=f"compile for target '{target.name}' (the cost model then picks tiles that fit), "
+                               "or raise onchip_bytes")
+    return sum(onchip_bytes(kernel))
 
 
 class SimRun(TileRun):

@@ -12,9 +12,11 @@ The movement ops (slice, concat, gather) are drawn only with `movement=True`
 a parameter of their own (or an integer literal) whose values `inputs_for`
 draws in range, from the graph (`interp.index_bounds`).
 
-Pass tests read as Before/After text: `schedule_of` and `loops_of` take a
-program's `.ir` text through the pipeline and print the stage a test compares
-(`--emit schedule`, `--emit loops`).
+Pass tests read as Before/After text: `plan_of`, `schedule_of` and `loops_of`
+take a program's `.ir` text through the pipeline and print the stage a test
+compares (the schedule's structure without its prices, `--emit schedule`,
+`--emit loops`). A test of fusion and tiling compares `plan_of`, so that a change
+of the cost model's numbers does not rewrite it; a test of prices asserts them.
 """
 
 from __future__ import annotations
@@ -523,6 +525,15 @@ def schedule_of(text: str, target) -> str:
 
     c = compile_text(text, target)
     return print_schedule(c.graph.name, target.name, c.schedule, c.cost, target.clock_ghz)
+
+
+def plan_of(text: str, target) -> str:
+    """The schedule's structural form (`print_schedule(..., prices=False)`): kernels, plans and
+    instances without cycles or bytes, what a test of fusion and tiling compares."""
+    from stitch.engine.schedule.schedule_print import print_schedule
+
+    c = compile_text(text, target)
+    return print_schedule(c.graph.name, target.name, c.schedule, c.cost, target.clock_ghz, prices=False)
 
 
 def target_text(builtin: str = "cpu", **keys) -> str:

@@ -129,6 +129,20 @@ def test_a_copy_of_a_whole_weight_in_its_layout_is_the_weight():
     assert not any(b.name.startswith("g_s") for k in loops.kernels for b in k.allocs)
 
 
+def test_a_weight_is_read_in_place_where_the_target_says():
+    """Reading a bound weight where it is (above) is the target's `weights_in_place` key, not its kind:
+    a cpu target without it keeps the on-chip copy of the weight, as a scratchpad does."""
+    text = """
+    func f(x: f32[64, 32], g: f32[32]) -> f32[64, 32] {
+      m = mean(x, axes=[1], keepdims=true)
+      return mul(sub(x, m), g)
+    }
+    """
+    target = parse_target(target_text("cpu", onchip_bytes=65536, resident_share=0.5, weights_in_place="false"))
+    loops = lower(compile_text(text, target), ("g",))
+    assert any(b.name.startswith("g_s") for k in loops.kernels for b in k.allocs), print_loops(loops)
+
+
 def test_nothing_bound_changes_nothing():
     c = compile_text(PROJ, small("cpu"))
     assert print_loops(lower(c, ())) == print_loops(lower(c))

@@ -193,7 +193,7 @@ def test_a_matmul_walked_in_chunks_equals_the_reference(t, cache, tmp_path):
     text = (f"func f(a: {t}[24, 1024], b: {t}[1024, 48], bias: {t}[48], r: {t}[24, 48]) -> {t}[24, 48] {{ "
             "return relu(add(add(matmul(a, b), bias), r)) }")
     f = stitch.compile(text, target=str(target), cache_dir=cache)
-    kc = next(kc for kc in f.compiled.cost.kernels if kc.chunked)
+    kc = next(plan for plan in f.compiled.cost.plans if plan.chunked)
     assert f"{kc.chunked}o in 0..{1024 // kc.tile[kc.chunked]} serial" in loops_of(text, f.compiled.target)
     inputs = random_inputs(f.graph, 7)
     inputs["a"] = inputs["a"] - 1.25  # both signs, so relu and the sums' order both matter
@@ -214,8 +214,8 @@ def test_a_packed_right_operand_walked_in_chunks_packs_one_chunk_at_a_time(cache
     text = ("func f(a: f32[32, 1024], w: f32[128, 1024], r: f32[32, 128]) -> f32[32, 128] { "
             "return add(matmul(a, transpose(w, perm=[1, 0])), r) }")
     f = stitch.compile(text, target=str(target), cache_dir=cache)
-    kc = next(kc for kc in f.compiled.cost.kernels if kc.chunked)
-    assert kc.packed and kc.footprint <= 131072
+    kc, price = next((k.plan, k.price) for k in f.compiled.cost.kernels if k.plan.chunked)
+    assert kc.packed and price.footprint <= 131072
     loops = loops_of(text, f.compiled.target)
     assert f"{kc.chunked}o in 0..{1024 // kc.tile[kc.chunked]} serial" in loops
     pack = next(line for line in loops.splitlines() if "alloc local" in line and "_pack" in line)

@@ -21,7 +21,7 @@ from stitch.engine.schedule.extract import ALL_GLOBAL, extract_schedule, extract
 from stitch.engine.schedule.form import build_schedule
 from stitch.engine.schedule.kernel import CyclicChoice
 from stitch.engine.schedule.target import load_target, parse_target
-from stitch_testing import graphs, schedule_of, target_text
+from stitch_testing import compile_text, graphs, plan_of, target_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CPU = load_target("cpu")
@@ -56,7 +56,7 @@ def test_a_value_broadcast_into_a_larger_nest_is_priced_per_element_of_that_nest
     """rsqrt of a layer norm's variance over axis 0 ([64, 256]) is read by a [512, 64, 256] nest:
     inline, it is recomputed 512 times per element, which the model prices, so it is held once per
     tile (inline it was priced once, and recomputed 512 times in the C)."""
-    from stitch.engine.schedule.cost import facts
+    from stitch.engine.schedule.facts import facts
 
     c = compiled("layernorm_large", target)
     (kernel,) = c.schedule.kernels
@@ -90,11 +90,11 @@ def test_softmax_is_one_stitched_kernel():
   return div(e, sum(e, axes=[1], keepdims=true))
 }"""
     after = """\
-schedule softmax on cpu: 1 kernel(s), global bytes 16384 (compulsory 16384), estimated 9484 cycles (3.161 us)
+schedule softmax on cpu: 1 kernel(s)
 
 kernel k0 -> out0: f32[64, 32]
-  tiles over [p0=64] by [16]: 4 tile(s), on-chip 4224 B per tile
-  reads 8192 B, writes 8192 B, 9484 cycles
+  tiles over [p0=64] by [16]: 4 tile(s)
+  staged per tile: x
   in  x: f32[64, 32]  [p0, p1; p0, r0]
   %0 = max(global x, axes=[1], keepdims=true)       [p0, 0]  shared
   %1 = sub(global x, shared %0)                     [p0, p1]  inline
@@ -102,7 +102,9 @@ kernel k0 -> out0: f32[64, 32]
   %3 = sum(shared %2, axes=[1], keepdims=true)      [p0, 0]  shared
   %4 = div(local %2, shared %3)                     [p0, p1]  root
 """
-    assert schedule_of(before, CPU) == after
+    assert plan_of(before, CPU) == after
+    c = compile_text(before, CPU)
+    assert c.cost.global_bytes == c.cost.compulsory_bytes  # x read once
 
 
 def test_the_mlp_matmul_tile_is_forwarded_to_its_epilogue():
@@ -112,11 +114,11 @@ def test_the_mlp_matmul_tile_is_forwarded_to_its_epilogue():
   return relu(add(matmul(x, w), bias))
 }"""
     after = """\
-schedule mlp on accel: 1 kernel(s), global bytes 12992 (compulsory 12992), estimated 1203 cycles (1.203 us)
+schedule mlp on accel: 1 kernel(s)
 
 kernel k0 -> out0: f32[1, 64]
-  tiles over [p1=64] by [32]: 2 tile(s), on-chip 320 B per tile
-  reads 12736 B, writes 256 B, 1203 cycles
+  tiles over [p1=64] by [32]: 2 tile(s)
+  held whole: x
   in  x: f32[1, 48]  [0, r0]
   in  w: f32[48, 64]  [r0, p1]
   in  bias: f32[64]  [p1]
@@ -124,7 +126,9 @@ kernel k0 -> out0: f32[1, 64]
   %1 = add(local %0, global bias)                   [p0, p1]  inline
   %2 = relu(inline %1)                              [p0, p1]  root
 """
-    assert schedule_of(before, ACCEL) == after
+    assert plan_of(before, ACCEL) == after
+    c = compile_text(before, ACCEL)
+    assert c.cost.global_bytes == c.cost.compulsory_bytes  # the matmul's tile never leaves the chip
 
 
 def test_two_results_of_one_input_are_one_kernel_with_two_outputs():
@@ -133,16 +137,31 @@ def test_two_results_of_one_input_are_one_kernel_with_two_outputs():
   return mul(x, 2.0), sum(x, axes=[1])
 }"""
     after = """\
-schedule two on cpu: 1 kernel(s), global bytes 4160 (compulsory 4160), estimated 6526 cycles (2.175 us)
+schedule two on cpu: 1 kernel(s)
 
 kernel k0 -> out0: f32[16, 32], out1: f32[16]
-  tiles over [p0=16, p1=32] by [4, 32]: 4 tile(s), on-chip 576 B per tile
-  reads 2048 B, writes 2112 B, 6526 cycles
+  tiles over [p0=16, p1=32] by [4, 32]: 4 tile(s)
+  staged per tile: x
   in  x: f32[16, 32]  [p0, p1]
   %0 = mul(global x, 2.0)                           [p0, p1]  root
   %1 = sum(global x, axes=[1], keepdims=false)      [p0]  root
 """
-    assert schedule_of(before, CPU) == after
+    assert plan_of(before, CPU) == after
+    c = compile_text(before, CPU)
+    assert c.cost.global_bytes == c.cost.compulsory_bytes  # x read once
+
+
+def test_the_structural_schedule_is_the_priced_one_without_its_prices():
+    """`plan_of` (print_schedule's structural form) prints the same kernels and instances as
+    `--emit schedule`, and the plan's decisions, but no cycles, bytes or footprint."""
+    from stitch_testing import schedule_of
+
+    text = (EXAMPLES / "mlp.ir").read_text()
+    priced, plain = schedule_of(text, ACCEL), plan_of(text, ACCEL)
+    assert "cycles" not in plain and " B" not in plain and "bytes" not in plain
+    kept = [line for line in priced.splitlines() if not line.startswith("  reads ")]
+    kept = [line.split(", on-chip ")[0].split(", global bytes ")[0] for line in kept]
+    assert [line for line in plain.splitlines() if not line.startswith(("  held whole", "  staged"))] == kept
 
 
 def tiny_target(onchip: int) -> object:
@@ -374,7 +393,7 @@ def test_greedy_kernels_price_like_freshly_formed_ones(graph):
     for kernel, kc in zip(result.schedule.kernels, result.cost.kernels):
         (formed,) = merge_kernels([form_kernel(data, result.choice, r) for r in kernel.roots], outputs)
         fresh = kernel_cost(formed, data.types, CPU)
-        assert (fresh.cycles, fresh.bytes_read, fresh.footprint) == (kc.cycles, kc.bytes_read, kc.footprint)
+        assert fresh.price == kc.price and fresh.plan.tile == kc.plan.tile
 
 
 def test_large_programs_extract_with_the_greedy_search():
@@ -476,25 +495,25 @@ def test_a_long_matmul_walks_its_reduction_in_chunks_on_the_cpu(monkeypatch):
     """K = 3072: holding whole rows of a and whole columns of b leaves tiles 8 columns wide (one
     vector, the micro-kernel starved) and re-reads b's columns for every 32 rows. Walking K in
     chunks (GEMM's K blocking) stages a chunk at a time, so the tile is wider, and fewer bytes move."""
-    from stitch.engine.schedule import cost
+    from stitch.engine.schedule import plan
     from stitch_testing import compile_text
 
     chunked = compile_text(LONG_MATMUL, CPU)
-    (kc,) = chunked.cost.kernels
+    ((kc, price),) = ((k.plan, k.price) for k in chunked.cost.kernels)
     assert kc.chunked and kc.chunked == kc.parallel[-1] and kc.tile[kc.chunked] < 3072
-    assert kc.footprint <= CPU.onchip_bytes
+    assert price.footprint <= CPU.onchip_bytes
     columns = kc.parallel[-2]
     assert kc.tile[columns] >= 2 * CPU.vector_lanes and kc.tile[columns] % CPU.vector_lanes == 0
-    monkeypatch.setattr(cost, "chunk_sizes", lambda extent: [])
-    (whole,) = compile_text(LONG_MATMUL, CPU).cost.kernels
+    monkeypatch.setattr(plan, "chunk_sizes", lambda extent: [])
+    ((whole, whole_price),) = ((k.plan, k.price) for k in compile_text(LONG_MATMUL, CPU).cost.kernels)
     assert not whole.chunked and whole.tile[columns] < kc.tile[columns]
-    assert kc.bytes_read < whole.bytes_read and kc.cycles < whole.cycles
+    assert price.bytes_read < whole_price.bytes_read and price.cycles < whole_price.cycles
 
 
 def test_no_chunks_where_a_matrix_unit_runs_the_product():
     from stitch_testing import compile_text
 
-    assert all(kc.chunked == "" for kc in compile_text(LONG_MATMUL, ACCEL).cost.kernels)
+    assert all(plan.chunked == "" for plan in compile_text(LONG_MATMUL, ACCEL).cost.plans)
 
 
 @pytest.mark.parametrize("text", [
@@ -510,7 +529,7 @@ def test_two_reads_of_one_input_in_many_tiles_are_bounded_tile_by_tile(text, bui
 
     c = compile_text(text, parse_target(target_text(builtin)))
     traffic = executes_like_the_reference(lower(c), c.graph, 0)
-    assert c.cost.kernels[0].tiles > 1
+    assert c.cost.kernels[0].price.tiles > 1
     assert traffic.read + traffic.written <= c.cost.global_bytes
 
 
@@ -539,7 +558,7 @@ def test_an_input_too_large_to_stay_on_chip_is_read_again_by_every_tile_of_colum
     reads it again (wav2vec2's strided conv, 8.4 MB of windows' input here, was priced read once)."""
     import numpy as np
     from onnx import TensorProto, helper
-    from stitch.engine.schedule import cost
+    from stitch.engine.schedule import facts, plan, price
     from stitch.frontends.onnx_import import import_onnx
     from stitch_testing import compile_text
 
@@ -552,14 +571,14 @@ def test_an_input_too_large_to_stay_on_chip_is_read_again_by_every_tile_of_colum
     target = load_target("cpu")
     c = compile_text(import_onnx(model).text, target)
     (kernel,) = c.schedule.kernels
-    f = cost.facts(kernel, c.schedule.types).on(target)
-    priced = [cost._kernel_cost(kernel, order, grow, c.schedule.types, target, f)
-              for order, grow in cost.tile_orders(kernel, cost.parallel_axes(kernel, f), c.schedule.types, target)]
+    f = facts.facts(kernel, c.schedule.types).on(target)
+    plans = [plan.plan_kernel(kernel, order, grow, c.schedule.types, target, f)
+             for order, grow in plan.tile_orders(kernel, facts.parallel_axes(kernel, f), c.schedule.types, target)]
     x_bytes = 256 * 8207 * 4
-    tall = [kc for kc in priced if kc.tile.get("p2") == 4103 and kc.tile["p1"] < 512]
+    tall = [p for p in plans if p.tile.get("p2") == 4103 and p.tile["p1"] < 512]
     assert tall and x_bytes > target.onchip_bytes
-    for kc in tall:
-        assert kc.bytes_read >= x_bytes * (512 // kc.tile["p1"])
+    for p in tall:
+        assert price.price_plan(kernel, p, c.schedule.types, target, f).bytes_read >= x_bytes * (512 // p.tile["p1"])
 
 
 @pytest.mark.parametrize("onchip", [1 << 20, 2 << 20])
@@ -572,22 +591,22 @@ def test_a_products_panel_larger_than_on_chip_memory_is_read_again_by_every_bloc
     plan's panel now fits PANEL_SHARE of on-chip memory."""
     from dataclasses import replace
 
-    from stitch.engine.schedule import cost
+    from stitch.engine.schedule import facts, price
     from stitch_testing import compile_text
 
     target = replace(CPU, onchip_bytes=onchip)
     c = compile_text("func mm(a: f32[4103, 768], b: f32[4103, 768], w: f32[1536, 512]) -> f32[4103, 512] {\n"
                      "  return matmul(concat(a, b, axis=1), w)\n}", target)  # (A a select: computed)
-    (kernel,), (kc,) = c.schedule.kernels, c.cost.kernels
-    f = cost.facts(kernel, c.schedule.types).on(target)
+    (kernel,), (kc,) = c.schedule.kernels, c.cost.plans
+    f = facts.facts(kernel, c.schedule.types).on(target)
     (inst, _), = f.matmuls
-    assert not cost.plain_left(kernel, inst)
+    assert not facts.plain_left(kernel, inst)
     panel = 1536 * 256 * 4
-    assert panel > cost.PANEL_SHARE * onchip
-    assert cost.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, c.schedule.types, None) == 2 * panel
-    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, c.schedule.types, ("r0", 256)) == 0
+    assert panel > price.PANEL_SHARE * onchip
+    assert price.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, c.schedule.types, None) == 2 * panel
+    assert price.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, c.schedule.types, ("r0", 256)) == 0
     depth = kc.tile[kc.chunked] if kc.chunked else 1536
-    assert depth * kc.tile.get("p1", 512) * 4 <= cost.PANEL_SHARE * onchip, kc
+    assert depth * kc.tile.get("p1", 512) * 4 <= price.PANEL_SHARE * onchip, kc
 
 
 @pytest.mark.parametrize("onchip", [1 << 20, 2 << 20])
@@ -599,22 +618,22 @@ def test_a_products_rows_of_a_larger_than_on_chip_memory_are_read_again_by_every
     it took 73)."""
     from dataclasses import replace
 
-    from stitch.engine.schedule import cost
+    from stitch.engine.schedule import facts, machine, price
     from stitch_testing import compile_text
 
     target = replace(CPU, onchip_bytes=onchip)
     c = compile_text("func mm(a: f32[4103, 1536], w: f32[1536, 512]) -> f32[4103, 512] {\n"
                      "  return matmul(a, w)\n}", target)
-    (kernel,), (kc,) = c.schedule.kernels, c.cost.kernels
-    f = cost.facts(kernel, c.schedule.types).on(target)
+    (kernel,), (kc,) = c.schedule.kernels, c.cost.plans
+    f = facts.facts(kernel, c.schedule.types).on(target)
     (inst, _), = f.matmuls
-    assert cost.plain_left(kernel, inst)
+    assert facts.plain_left(kernel, inst)
     types = c.schedule.types
-    assert cost.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, types, None) == 0
+    assert price.panel_bytes(kernel, {"p0": 11, "p1": 256}, target, f, types, None) == 0
     rows = 373 * 1536 * 4
-    assert rows > cost.PANEL_SHARE * onchip
-    panels = -(-256 // (cost.MICRO_VECTORS * target.vector_lanes))
-    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256}, target, f, types, None) == panels * rows
-    assert cost.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, types, ("r0", 256)) == 0
+    assert rows > price.PANEL_SHARE * onchip
+    panels = -(-256 // (machine.MICRO_VECTORS * target.vector_lanes))
+    assert price.panel_bytes(kernel, {"p0": 373, "p1": 256}, target, f, types, None) == panels * rows
+    assert price.panel_bytes(kernel, {"p0": 373, "p1": 256, "r0": 256}, target, f, types, ("r0", 256)) == 0
     depth = kc.tile[kc.chunked] if kc.chunked else 1536
-    assert depth * kc.tile.get("p0", 4103) * 4 <= cost.PANEL_SHARE * onchip, kc
+    assert depth * kc.tile.get("p0", 4103) * 4 <= price.PANEL_SHARE * onchip, kc

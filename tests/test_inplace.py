@@ -25,8 +25,8 @@ def test_long_rows_are_read_where_they_are_and_short_ones_stay_staged():
     assert "a_s0" not in after
     assert "k0_v0[p0, p1] += mul(a[p0, r0], b_s1[r0, p1])" in after
     assert "b_s1[r0, p1] = b[r0, 16*p1o + p1]" in after
-    assert c.cost.kernels[0].footprint == compile_text(PRODUCT, parse_target(target_text(
-        "cpu", onchip_bytes=262144, inplace_run_bytes=0))).cost.kernels[0].footprint  # the plan is the model's
+    assert c.cost.kernels[0].price.footprint == compile_text(PRODUCT, parse_target(target_text(
+        "cpu", onchip_bytes=262144, inplace_run_bytes=0))).cost.kernels[0].price.footprint  # the plan is the model's
     executes_like_the_reference(program, c.graph, 1)
 
 

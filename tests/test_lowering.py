@@ -199,7 +199,7 @@ def test_lowered_onchip_bytes_never_exceed_the_cost_models_footprint(graph, targ
     c, program = lowered(graph, target)
     assert len(program.kernels) == len(c.cost.kernels)
     for kernel, kc in zip(program.kernels, c.cost.kernels):
-        assert shared_bytes(kernel)[0] + local_bytes(kernel) <= kc.footprint, print_loops(program)
+        assert shared_bytes(kernel)[0] + local_bytes(kernel) <= kc.price.footprint, print_loops(program)
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
@@ -212,7 +212,7 @@ def test_an_f16_sums_wide_accumulator_fits_the_footprint_sized_for_it(target):
     text = "func f(x: f16[2, 3, 6]) -> f32[2, 3, 6] {\n  return cast(sum(x, axes=[]), dtype=f32)\n}\n"
     c, program = lowered(next(iter(check_program(parse_program(text, "<string>")).values())), target)
     for kernel, kc in zip(program.kernels, c.cost.kernels):
-        assert shared_bytes(kernel)[0] + local_bytes(kernel) <= kc.footprint, print_loops(program)
+        assert shared_bytes(kernel)[0] + local_bytes(kernel) <= kc.price.footprint, print_loops(program)
 
 
 def test_compile_emit_loops_and_json_shared_bytes(capsys):

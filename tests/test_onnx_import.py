@@ -259,8 +259,8 @@ def test_a_strided_conv_reads_its_windows_at_affine_indices_a_tap_at_a_time(tmp_
     assert reads and all(affine(ix) for ld in reads for ix in ld.index)
     source = f.native.source_path.read_text()
     assert "{ const int64_t st_row = p2 + 1; { const int64_t p2 = st_row; a_pre[1][r0] =" in source
-    (kernel,) = f.compiled.cost.kernels
-    assert kernel.chunked and kernel.tile["p1"] == 512  # k in chunks: each row's A computed once
+    (plan,) = f.compiled.cost.plans
+    assert plan.chunked and plan.tile["p1"] == 512  # k in chunks: each row's A computed once
     x = x_of(1, 256, 8207)
     (got,) = f(**{imported.inputs["x"]: x})
     assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
@@ -310,7 +310,7 @@ def test_a_grouped_conv_runs_the_micro_kernel_one_group_per_tile():
     imported = import_onnx(model)
     f = stitch.compile(imported.text, target="cpu", weights=imported.weights)
     source = f.native.source_path.read_text()
-    assert "c0_0 = st_fma_f32" in source and f.compiled.cost.kernels[0].chunked
+    assert "c0_0 = st_fma_f32" in source and f.compiled.cost.plans[0].chunked
     (got,) = f(**{imported.inputs["x"]: x})
     assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
 

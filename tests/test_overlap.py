@@ -57,10 +57,10 @@ def test_what_is_not_pipelined():
     assert not lowered(layer_norm(64, 16, 128), pipeline_tiles="false")[1].kernels[0].pipelined
     c, one = lowered(layer_norm(64, 16, 128))
     # a budget the same tiles fit (the cost model's footprint) but two copies of their buffers do not
-    budget = c.cost.kernels[0].footprint
+    budget = c.cost.kernels[0].price.footprint
     assert budget < 2 * scratch_layout(one.kernels[0])[0]
     tight = compile_text(layer_norm(64, 16, 128), parse_target(target_text("cpu", onchip_bytes=budget)))
-    assert tight.cost.kernels[0].tile == c.cost.kernels[0].tile and not lower(tight).kernels[0].pipelined
+    assert tight.cost.plans[0].tile == c.cost.plans[0].tile and not lower(tight).kernels[0].pipelined
     assert not lowered(layer_norm(MIN_ROWS - 1, 16, 128))[1].kernels[0].pipelined  # too few rows to take turns in
     # a row of the last axis is read, reduced and written in one row loop: nothing to overlap
     text = "func f(x: f32[256, 512]) -> f32[256, 512] { m = max(x, axes=[1], keepdims=true) \n return exp(sub(x, m)) }"

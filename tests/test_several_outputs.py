@@ -124,6 +124,6 @@ def test_sibling_products_of_one_input_share_a_kernel_and_its_column_tiles(targe
 }"""
     c = compile_text(text, target)
     (kernel,) = c.schedule.kernels
-    assert len(kernel.roots) == 2 and len(c.cost.kernels[0].tile) >= 2
+    assert len(kernel.roots) == 2 and len(c.cost.plans[0].tile) >= 2
     assert c.cost.global_bytes == c.cost.compulsory_bytes
     executes_like_the_reference(lower(c), c.graph, 0)

@@ -69,7 +69,7 @@ def test_generated_programs_simulate_like_the_reference_and_move_the_estimated_b
     assert_matches_reference(graph, outputs, inputs)
     _, traffic = execute(program, inputs)
     assert report.global_bytes == traffic.read + traffic.written
-    if all(kc.exact for kc in compiled.cost.kernels):
+    if all(kc.price.exact for kc in compiled.cost.kernels):
         assert report.global_bytes == compiled.cost.global_bytes
     else:  # a gather with repeated indices reads a row once: the estimate is an upper bound
         assert report.global_bytes <= compiled.cost.global_bytes
@@ -108,7 +108,7 @@ def assert_simulated_cycles_match_the_estimate(graph, factor: float | None = Non
     per element it is read at (a broadcast operand), so vector work can differ several times."""
     compiled, program, inputs, outputs, report = simulated(graph)
     assert_matches_reference(graph, outputs, inputs)
-    for sim, est in zip(report.kernels, compiled.cost.kernels):
+    for sim, est in zip(report.kernels, (kc.price for kc in compiled.cost.kernels)):
         assert sim.matrix_cycles == est.matrix_cycles, sim.name
         if factor:
             assert est.cycles / factor <= sim.cycles <= est.cycles * factor, (sim.name, sim.cycles, est.cycles)
@@ -142,7 +142,7 @@ def test_products_with_a_vector_operand_count_their_matrix_tiles(text):
     simulator counts the tiles the estimate counts, at least one."""
     (graph,) = check_program(parse_program(text)).values()
     compiled, _, _, _, report = simulated(graph)
-    estimate = sum(kc.matrix_cycles for kc in compiled.cost.kernels)
+    estimate = sum(kc.price.matrix_cycles for kc in compiled.cost.kernels)
     assert report.total("matrix_cycles") == estimate >= ACCEL.matrix.cycles_per_tile
 
 
@@ -160,7 +160,7 @@ def test_examples_simulate_like_the_reference_and_move_the_estimated_bytes(name)
     _, traffic = execute(program, inputs)
     assert report.global_bytes == compiled.cost.global_bytes == traffic.read + traffic.written
     for k, kc in zip(report.kernels, compiled.cost.kernels):
-        assert k.peak_onchip_bytes <= kc.footprint <= ACCEL.onchip_bytes
+        assert k.peak_onchip_bytes <= kc.price.footprint <= ACCEL.onchip_bytes
 
 
 # ---------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_the_simulator_refuses_a_kernel_whose_on_chip_bytes_exceed_the_target():
     assert need > 4096
     with pytest.raises(StitchError) as err:
         simulate(program, accel(onchip_bytes=4096), random_inputs(graph, 0))
-    assert f"kernel k0 needs {need} bytes on chip" in str(err.value) and "has 4096" in str(err.value)
+    assert f"kernel k0: needs {need} bytes on chip" in str(err.value) and "has 4096" in str(err.value)
 
 
 def test_accel_targets_have_one_core():

@@ -100,9 +100,9 @@ def test_capacity_policies_are_what_tiling_reads():
 
     scale = "func f(x: f32[4096, 256], g: f32[256]) -> f32[4096, 256] {\n  return mul(x, g)\n}\n"
     default, small = priced(scale, resident_share=0.001)
-    assert len(default.resident) == 1 and not small.resident  # g
+    assert len(default.plan.resident) == 1 and not small.plan.resident  # g
     default, many = priced((EXAMPLES / "softmax.ir").read_text(), tiles_per_core=128)
-    assert (default.tiles, many.tiles) == (128, 256)
+    assert (default.price.tiles, many.price.tiles) == (128, 256)
 
 
 def fake_caches(root: Path, caches: list[tuple[int, str, str, str]]) -> Path:
@@ -203,3 +203,28 @@ def test_mutated_target_files_load_and_run_or_are_clear_errors(text, program, tm
         assert code == 0 or (code == 1 and "fits target" in err), err
     else:
         assert code == 1 and f"{path}" in err, err
+
+
+def test_the_executor_defaults_by_kind_and_is_checked():
+    """What runs a lowered program is a key: C on a cpu target, the simulator on an accel one, unless
+    the description says; the simulator runs only accel targets."""
+    from stitch.engine.schedule.target import load_target
+
+    assert (load_target("cpu").executor, load_target("accel").executor) == ("c", "simulator")
+    with pytest.raises(StitchError, match="'executor' must be one of 'c', 'simulator', got 'gpu'"):
+        parse_target('executor = "gpu"\n' + BUILTIN["cpu"], "t.toml")
+    with pytest.raises(StitchError, match="the simulator runs accel targets only"):
+        parse_target('executor = "simulator"\n' + BUILTIN["cpu"], "t.toml")
+
+
+def test_row_fusion_and_weights_read_in_place_are_target_keys():
+    """The passes for a cache (lowering/fuse.py's row fusion, lowering/bind.py reading a bound weight
+    where it is) run where the target's keys say, whatever its kind."""
+    from stitch.engine.schedule.target import load_target
+    from stitch_testing import loops_of, target_text
+
+    softmax = (EXAMPLES / "softmax.ir").read_text()
+    fused = loops_of(softmax, load_target("cpu"))
+    plain = loops_of(softmax, parse_target(target_text(fuse_rows="false"), "t.toml"))
+    assert fused != plain and fused.count("for ") < plain.count("for ")
+    assert load_target("cpu").weights_in_place and not load_target("accel").weights_in_place

@@ -180,7 +180,7 @@ def test_every_shared_buffer_has_an_offset():
 
 def test_footprint_within_capacity():
     p = program()
-    rejects(p, 0, "on-chip footprint 128 B shared [+] 4 B local exceeds the capacity of 131 B", capacity=131)
+    rejects(p, 0, r"needs 132 bytes on chip \(128 B shared \+ 4 B local\) but has 131", capacity=131)
     verify(p, capacity=132)
 
 

@@ -33,8 +33,9 @@ import math
 from ..ir.graph import Graph, Node
 from ..ir.ops import BINARY, COMPARE, OPS, REDUCE, UNARY
 from ..ir.program import DTypeName
+from .placement import Placement
 
-PLACEMENT_CTORS = {"global": "Global", "shared": "Shared", "local": "Local", "inline": "Inline"}
+PLACEMENT_CTORS = {p.value: p.ctor for p in Placement}
 
 # Families of constructors: which ops each holds, and its attribute fields in order.
 FAMILIES = {

@@ -27,8 +27,8 @@ from ..ir.errors import StitchError
 from ..ir.ops import LIST_KINDS, OPS
 from ..ir.parse import GRAMMAR_DIR, LiteralTransformer, read_source, syntax_error
 from ..ir.program import NOPOS, DTypeName, Pos
+from .placement import PLACEMENT_NAMES, Placement
 
-PLACEMENTS = ("global", "shared", "local", "inline")
 RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
 
 
@@ -318,12 +318,12 @@ class _Validator:
         r = self.rule
         if not isinstance(r.lhs, PCall):
             raise self.error("the left side must be an op call, not a bare variable or literal", r.lhs.pos)
-        if r.lhs.op in PLACEMENTS:
+        if r.lhs.op in PLACEMENT_NAMES:
             raise self.error(
                 f"the left side cannot be a bare placement '{r.lhs.op}(...)': rewrite the consumer that reads it",
                 r.lhs.pos,
             )
-        if isinstance(r.rhs, PCall) and r.rhs.op in PLACEMENTS:
+        if isinstance(r.rhs, PCall) and r.rhs.op in PLACEMENT_NAMES:
             raise self.error(
                 f"the right side cannot be a bare placement '{r.rhs.op}(...)': a value and its placement "
                 "must stay distinct e-classes",
@@ -358,16 +358,16 @@ class _Validator:
             if not fits:
                 raise self.error(f"no op takes {arity} argument(s) with attributes "
                                  f"{', '.join(a.name for a in p.attrs) or '(none)'}", p.pos)
-        elif p.op in PLACEMENTS:
+        elif p.op in PLACEMENT_NAMES:
             if len(p.args) != 1 or p.attrs:
                 raise self.error(f"placement {p.op} takes exactly one argument", p.pos)
             inner = p.args[0]
-            if isinstance(inner, PCall) and inner.op in PLACEMENTS:
+            if isinstance(inner, PCall) and inner.op in PLACEMENT_NAMES:
                 raise self.error("a placement cannot wrap another placement", inner.pos)
         else:
             spec = OPS.get(p.op)
             if spec is None:
-                close = difflib.get_close_matches(p.op, list(OPS) + list(PLACEMENTS), n=1)
+                close = difflib.get_close_matches(p.op, list(OPS) + [p.value for p in Placement], n=1)
                 raise self.error(f"unknown op '{p.op}'", p.pos, f"did you mean '{close[0]}'?" if close else "")
             if spec.variadic and len(p.args) < 2:
                 raise self.error(f"{p.op} in a rule takes 2 or more operands, got {len(p.args)}", p.pos)
@@ -434,7 +434,7 @@ class _Validator:
     @staticmethod
     def _attr_kind(p: PCall, name: str) -> str | None:
         """What an attribute holds (axes, a bool, a perm, a shape, a dtype), whatever op it is on."""
-        if p.op_is_var or p.op in PLACEMENTS:
+        if p.op_is_var or p.op in PLACEMENT_NAMES:
             kinds = {s.attrs[name].kind for s in OPS.values() if name in s.attrs}
             return next(iter(kinds)) if len(kinds) == 1 else None
         return OPS[p.op].attrs[name].kind

@@ -96,7 +96,8 @@ from ..ir.program import (
     TensorType,
     Var,
 )
-from .rules import PLACEMENTS, CFun, Cond, Pattern, PCall, PLit, PVar, Rule, RuleFile, op_variable_fits
+from .placement import PLACEMENT_NAMES
+from .rules import CFun, Cond, Pattern, PCall, PLit, PVar, Rule, RuleFile, op_variable_fits
 
 ULPS = 64
 TOLERANCE = f"|left - right| <= {ULPS}*eps*(max(|left|, |right|) + n*M)"
@@ -292,7 +293,7 @@ class _Facts:
         elif p.op in OPS:
             self.lhs_specs.append(OPS[p.op])
         for k, a in enumerate(p.args):
-            self._walk(a, p if p.op not in PLACEMENTS else parent, k if p.op not in PLACEMENTS else index)
+            self._walk(a, p if p.op not in PLACEMENT_NAMES else parent, k if p.op not in PLACEMENT_NAMES else index)
 
     def _op_candidates(self, name: str, p: PCall) -> list[OpSpec]:
         tests = [_OP_CLASSES[c.name] for c in self.rule.conds
@@ -563,7 +564,7 @@ class _Drawer:
         """Like _build, drawing attribute and op-variable values at their first use."""
         if not isinstance(p, PCall):
             return _build(p, self.inst)
-        if p.op in PLACEMENTS:
+        if p.op in PLACEMENT_NAMES:
             return self.build_left(p.args[0])
         args = tuple(self.build_left(a) for a in p.args)
         op = self.inst.ops[p.op][0] if p.op_is_var else p.op
@@ -663,7 +664,7 @@ def _build(p: Pattern, inst: _Instance) -> Expr:
         return Var(p.name[1:])
     if isinstance(p, PLit):
         return Const(p.value)
-    if p.op in PLACEMENTS:
+    if p.op in PLACEMENT_NAMES:
         return _build(p.args[0], inst)
     return _call(p, tuple(_build(a, inst) for a in p.args), inst)
 

@@ -18,6 +18,7 @@ from ..ir.check import check_func
 from ..ir.graph import Graph
 from ..ir.program import Assign, Attr, Call, Const, DTypeName, Func, Param, Var
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
+from ..rewrite.placement import Placement
 from .target import Target
 
 if TYPE_CHECKING:
@@ -188,14 +189,16 @@ def reachable_classes(data: EGraphData, choice: Choice | None = None) -> list[st
     return list(seen)
 
 
-def prefer(weights: dict[str, float]) -> Callable[[ENode], float]:
+def prefer(weights: dict[Placement, float]) -> Callable[[ENode], float]:
+    """Each placement e-node weighs its placement's weight (an enum keyed by its name: a StrEnum
+    member hashes as its value), each value e-node 1."""
     def cost(node: ENode) -> float:
         return weights.get(node.op, 0.0) if node.is_placement else 1.0
     return cost
 
 
-ALL_GLOBAL = prefer({"global": 0.0, "shared": 1e6, "local": 1e6, "inline": 1e6})
-MOST_FUSED = prefer({"global": 100.0, "shared": 1.0, "local": 2.0, "inline": 0.0})
+ALL_GLOBAL = prefer({Placement.GLOBAL: 0.0, Placement.SHARED: 1e6, Placement.LOCAL: 1e6, Placement.INLINE: 1e6})
+MOST_FUSED = prefer({Placement.GLOBAL: 100.0, Placement.SHARED: 1.0, Placement.LOCAL: 2.0, Placement.INLINE: 0.0})
 
 
 def work_cost(data: EGraphData, target: Target) -> Callable[[ENode], float]:
@@ -204,7 +207,7 @@ def work_cost(data: EGraphData, target: Target) -> Callable[[ENode], float]:
 
     def cost(node: ENode) -> float:
         if node.is_placement:
-            return 0.0 if node.op == "global" else math.inf
+            return 0.0 if node.op == Placement.GLOBAL else math.inf
         if node.op in ("param", "const"):
             return 0.0
         return (1.0 + data.types[class_of[id(node)]].size) * target.cycles_per_element(node.op)

@@ -11,8 +11,11 @@ nest that performs them (`Read.owner`). `build_schedule` then merges the kernels
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..ir.ops import ACCUMULATING, is_injective
 from ..rewrite.egraph_data import EGraphData, ENode
+from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
 from .index import Ix
 from .kernel import (
     Axis,
@@ -21,16 +24,17 @@ from .kernel import (
     Hold,
     Instance,
     Kernel,
-    Placement,
     Read,
     Schedule,
+    const_ref,
+    global_ref,
+    held_ref,
     with_owners,
 )
 from .maps import Guard, operand_maps
 from .merge import merge_kernels
 
 # by name, for the kernel walk (a dict lookup, not an enum call per edge)
-_PLACEMENTS = {p.value: p for p in Placement}
 _HOLDS = {h.value: h for h in Hold}
 
 
@@ -43,15 +47,22 @@ def values_of(data: EGraphData, choice: dict[str, ENode], cid: str) -> tuple[str
     return cid, node
 
 
-def operand_edges(choice: dict[str, ENode], node: ENode) -> list[tuple[Placement, str]]:
-    """(placement, value e-class) for each operand of a value e-node."""
+class Edge(NamedTuple):
+    """An operand edge of a value e-node: the value e-class it reads, and how it is held."""
+
+    placement: Placement
+    value: str
+
+
+def operand_edges(choice: dict[str, ENode], node: ENode) -> list[Edge]:
+    """The edge of each operand of a value e-node."""
     edges = []
     for child in node.children:
         pnode = choice[child]
         if pnode.is_placement:
-            edges.append((_PLACEMENTS[pnode.op], pnode.children[0]))
+            edges.append(Edge(PLACEMENT_OF_NAME[pnode.op], pnode.children[0]))
         else:
-            edges.append((Placement.GLOBAL, child))
+            edges.append(Edge(Placement.GLOBAL, child))
     return edges
 
 
@@ -155,7 +166,7 @@ class _Builder:
             if guards:
                 self.problems.append(f"{node.op} is held on chip but read inside a concat piece")
         edges = operand_edges(self.choice, node)
-        indices = edges[1][1] if node.op == "gather" else ""  # what its Indirect atom reads
+        indices = edges[1].value if node.op == "gather" else ""  # what its Indirect atom reads
         maps = operand_maps(node.op, node.attrs, index, [self.types[c].shape for c in node.children],
                             self.types[cid].shape, self.fresh, self.extent, indices)
         operands = []
@@ -163,14 +174,15 @@ class _Builder:
             vnode = self.choice[value]
             under = guards + m.guards
             if vnode.op == "const":
-                operands.append(("const", vnode.attr("value")))
+                operands.append(const_ref(vnode.attr("value")))
             elif edge is Placement.GLOBAL or vnode.op == "param":
                 shared = edge is Placement.SHARED and vnode.op == "param"
                 self.reads.append(Read(value, m.index, owner, (key, i), under, shared))
-                operands.append(("global", value))
+                operands.append(global_ref(value))
             else:
                 self.check_edge(node, edge, vnode, m.index, index)
-                operands.append((edge.value, self.visit(value, m.index, _HOLDS[edge.value], owner, under)))
+                held_as = _HOLDS[edge.value]
+                operands.append(held_ref(self.visit(value, m.index, held_as, owner, under), held_as))
         self.instances[key] = Instance(cid, node, index, hold, key, tuple(operands),
                                        tuple(m.index for m in maps), owner, guards)
         if hold in (Hold.SHARED, Hold.LOCAL):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from enum import Enum, StrEnum
 from functools import cached_property
 
 from ..ir.frozen import cached_hash
@@ -24,15 +24,6 @@ from ..ir.program import TensorType
 from ..rewrite.egraph_data import ENode
 from .index import FloorDiv, Indirect, Ix, Mod
 from .maps import GatherRef, Guard
-
-
-class Placement(StrEnum):
-    """How a producer -> consumer edge is held (README, "Schedule vocabulary")."""
-
-    GLOBAL = "global"
-    SHARED = "shared"
-    LOCAL = "local"
-    INLINE = "inline"
 
 
 class Hold(StrEnum):
@@ -49,8 +40,50 @@ class AxisKind(StrEnum):
     REDUCE = "reduce"  # an axis a reduction or matmul sums over inside the kernel
 
 
-# An operand reference: ("global", cid) | ("const", value) | (hold, instance key)
-Operand = tuple[str, object]
+class RefKind(Enum):
+    GLOBAL = "global"  # a value in global memory, read by the kernel (`Read`)
+    CONST = "const"  # a literal
+    HELD = "held"  # an instance of the kernel, held as the reference says
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """An operand reference: the global value `target` (an e-class), the literal `target`, or the
+    instance of key `target`, held as `hold` (shared, local or inline)."""
+
+    kind: RefKind
+    target: object
+    hold: Hold | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether it names an instance of the kernel (a fused edge)."""
+        return self.kind is RefKind.HELD
+
+    @property
+    def inline(self) -> bool:
+        return self.hold is Hold.INLINE
+
+    @property
+    def key(self) -> int:
+        assert self.kind is RefKind.HELD
+        return self.target
+
+    def rekeyed(self, key) -> Ref:
+        """This reference with its instance key mapped by `key` (a function); others unchanged."""
+        return Ref(RefKind.HELD, key(self.target), self.hold) if self.kind is RefKind.HELD else self
+
+
+def global_ref(cid: str) -> Ref:
+    return Ref(RefKind.GLOBAL, cid)
+
+
+def const_ref(value: object) -> Ref:
+    return Ref(RefKind.CONST, value)
+
+
+def held_ref(key: int, hold: Hold) -> Ref:
+    return Ref(RefKind.HELD, key, hold)
 
 
 def index_axes(index: tuple[Ix, ...]) -> tuple[str, ...]:
@@ -79,7 +112,7 @@ class Instance:
     index: tuple[Ix, ...]  # where each of its elements sits: one Ix per dimension, over kernel axes
     hold: Hold
     key: int  # its position in Kernel.instances
-    operands: tuple[Operand, ...] = ()
+    operands: tuple[Ref, ...] = ()
     operand_index: tuple[tuple[Ix, ...], ...] = ()  # where each operand is read
     owner: int = -1  # the held instance whose nest computes it (itself, unless inline)
     guards: tuple[Guard, ...] = ()  # computed only where these hold (inside a concat piece)
@@ -88,7 +121,7 @@ class Instance:
     def held(self) -> bool:
         return self.hold is not Hold.INLINE
 
-    def renumbered(self, key: int, owner: int, operands: tuple[Operand, ...]) -> "Instance":
+    def renumbered(self, key: int, owner: int, operands: tuple[Ref, ...]) -> "Instance":
         """This instance under another key, owner and operand references (as `Read.moved`)."""
         return Instance(self.cid, self.node, self.index, self.hold, key, operands, self.operand_index, owner,
                         self.guards)
@@ -119,17 +152,19 @@ def packed_operand(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
     bias add, a softmax, a value read through a transpose) would be evaluated, or gathered with a
     stride, once per block of rows; packed, it is computed once per tile and read contiguously. A
     global value read with the columns as its last index needs no packing."""
-    kind, _ = inst.operands[1]
-    if inst.node.op != "matmul" or kind == "const" or not inst.index or len(inst.operand_index[1]) < 2:
+    if inst.node.op != "matmul":
+        return ()
+    right = inst.operands[1]
+    if right.kind is RefKind.CONST or not inst.index or len(inst.operand_index[1]) < 2:
         return ()  # (a vector right operand has no columns)
     columns = tuple(inst.index[-1].axes())
     if not columns:
         return ()
-    if kind == "global":
+    if right.kind is RefKind.GLOBAL:
         read = next(r for r in kernel.reads if r.site == (inst.key, 1))
         if read.index and read.index[-1] == inst.index[-1] and not set(columns) & set(index_axes(read.index[:-1])):
             return ()
-    elif kind != "inline":
+    elif not right.inline:
         return ()  # held on chip over its own axes
     axes = index_axes(inst.operand_index[1])
     return tuple(a for a in axes if a not in columns) + tuple(a for a in axes if a in columns)
@@ -220,7 +255,7 @@ class Kernel:
             k = stack.pop()
             if k not in seen:
                 seen[k] = None
-                stack.extend(ref for kind, ref in self.instances[k].operands if kind == "inline")
+                stack.extend(ref.key for ref in self.instances[k].operands if ref.inline)
         return list(seen)
 
     @cached_property
@@ -228,9 +263,9 @@ class Kernel:
         """For each instance, the instances reading it through a fused edge."""
         out: dict[int, list[int]] = {}
         for inst in self.instances:
-            for kind, ref in inst.operands:
-                if kind not in ("global", "const"):
-                    out.setdefault(ref, []).append(inst.key)
+            for ref in inst.operands:
+                if ref.held:
+                    out.setdefault(ref.key, []).append(inst.key)
         return out
 
     def ordered(self) -> list[Instance]:
@@ -241,13 +276,13 @@ class Kernel:
             if key in done:
                 return
             inst = self.instances[key]
-            for kind, ref in inst.operands:
-                if kind not in ("global", "const"):
-                    visit(ref)
+            for ref in inst.operands:
+                if ref.held:
+                    visit(ref.key)
             for atom in indirect_atoms(inst.index):
-                kind, ref = self.instances[self.gathers[atom]].operands[1]  # the gather's indices operand
-                if kind not in ("global", "const"):
-                    visit(ref)
+                ref = self.instances[self.gathers[atom]].operands[1]  # the gather's indices operand
+                if ref.held:
+                    visit(ref.key)
             done[key] = None
 
         for key in self.stores:

@@ -237,7 +237,7 @@ def _rename(k: Kernel, mapping: dict[str, Ix], offset: int) -> Kernel:
         return tuple(Guard(ix(g.ix), g.lo, g.hi) for g in gs)
 
     def ops(operands):
-        return tuple((kind, ref + offset if kind not in ("global", "const") else ref) for kind, ref in operands)
+        return tuple(ref.rekeyed(lambda key: key + offset) for ref in operands)
 
     instances = tuple(
         Instance(inst.cid, inst.node, idx(inst.index), inst.hold, inst.key + offset, ops(inst.operands),
@@ -291,8 +291,7 @@ def _redirect(instances: list[Instance], same: dict[int, int]) -> list[Instance]
     strongest hold of the two (shared/local over root)."""
     out = []
     for inst in instances:
-        operands = tuple((kind, same.get(ref, ref) if kind not in ("global", "const") else ref)
-                         for kind, ref in inst.operands)
+        operands = tuple(ref.rekeyed(lambda key: same.get(key, key)) for ref in inst.operands)
         out.append(inst.renumbered(inst.key, same.get(inst.owner, inst.owner), operands))
     for dup, kept in same.items():
         if out[dup].hold in (Hold.SHARED, Hold.LOCAL) and out[kept].hold is Hold.ROOT:
@@ -310,7 +309,7 @@ def _compact(k: Kernel) -> Kernel:
             continue
         reach[key] = None
         inst = k.instances[key]
-        stack.extend(ref for kind, ref in inst.operands if kind not in ("global", "const"))
+        stack.extend(ref.key for ref in inst.operands if ref.held)
     if len(reach) == len(k.instances):
         return k
     keep = sorted(reach)
@@ -319,7 +318,7 @@ def _compact(k: Kernel) -> Kernel:
     instances = []
     for old in keep:
         inst = k.instances[old]
-        operands = tuple((kind, new[ref] if kind not in ("global", "const") else ref) for kind, ref in inst.operands)
+        operands = tuple(ref.rekeyed(new.__getitem__) for ref in inst.operands)
         instances.append(inst.renumbered(new[old], new.get(inst.owner, -1), operands))
     reads = tuple(r.moved(new.get(r.owner, -1), (new[r.site[0]], r.site[1]))
                   for r in k.reads if r.site[0] in new)

@@ -1,4 +1,8 @@
-"""The text and JSON forms of a priced schedule (`--emit schedule`, `--json`)."""
+"""The text and JSON forms of a priced schedule (`--emit schedule`, `--json`).
+
+The text has a structural form (`prices=False`): the kernels, their plans and their instances
+without the price (cycles, bytes, on-chip footprint), so that a test pinning how a program fuses
+and tiles does not change when the cost model's numbers do."""
 
 from __future__ import annotations
 
@@ -7,8 +11,9 @@ from collections.abc import Callable
 from ..ir.printer import print_attr_value, print_scalar
 from .cost import KernelCost, ScheduleCost
 from .index import FloorDiv, Indirect, Ix, Mod
-from .kernel import Instance, Kernel, Schedule
+from .kernel import Instance, Kernel, RefKind, Schedule
 from .maps import GatherRef
+from .plan import KernelPlan, count_tiles
 
 
 def global_names(schedule: Schedule) -> dict[str, str]:
@@ -22,38 +27,44 @@ def global_names(schedule: Schedule) -> dict[str, str]:
     return names
 
 
-def print_schedule(name: str, target_name: str, schedule: Schedule, cost: ScheduleCost, clock_ghz: float) -> str:
+def print_schedule(name: str, target_name: str, schedule: Schedule, cost: ScheduleCost, clock_ghz: float,
+                   prices: bool = True) -> str:
+    """The schedule as `--emit schedule` prints it; without its prices, its structural form."""
     names = global_names(schedule)
-    us = cost.cycles / (clock_ghz * 1e3)
-    head = (
-        f"schedule {name} on {target_name}: {len(schedule.kernels)} kernel(s), "
-        f"global bytes {cost.global_bytes} (compulsory {cost.compulsory_bytes}), "
-        f"estimated {cost.cycles:.4g} cycles ({us:.4g} us)"
-    )
+    head = f"schedule {name} on {target_name}: {len(schedule.kernels)} kernel(s)"
+    if prices:
+        us = cost.cycles / (clock_ghz * 1e3)
+        head += (f", global bytes {cost.global_bytes} (compulsory {cost.compulsory_bytes}), "
+                 f"estimated {cost.cycles:.4g} cycles ({us:.4g} us)")
     lines = [head]
     for i, (k, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
         lines.append("")
-        lines.extend(print_kernel(i, k, kc, names, schedule))
+        lines.extend(print_kernel(i, k, kc, names, schedule, prices))
     if cost.problems:
         lines.append("")
         lines.extend(f"infeasible: {p}" for p in cost.problems)
     return "\n".join(lines) + "\n"
 
 
-def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], schedule: Schedule) -> list[str]:
-    space = ", ".join(f"{a}={k.extents[a]}" for a in kc.parallel) or "one tile"
-    tile = ", ".join(str(kc.tile[a]) for a in kc.parallel)
+def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], schedule: Schedule,
+                 prices: bool = True) -> list[str]:
+    plan, price = kc.plan, kc.price
+    space = ", ".join(f"{a}={k.extents[a]}" for a in plan.parallel) or "one tile"
+    tile = ", ".join(str(plan.tile[a]) for a in plan.parallel)
     writes = ", ".join(f"{names[c]}: {schedule.types[c]}" for c in k.roots)
-    lines = [
-        f"kernel k{index} -> {writes}",
-        f"  tiles over [{space}]" + (f" by [{tile}]" if kc.parallel else "") + f": {kc.tiles} tile(s), "
-        f"on-chip {kc.footprint} B per tile",
-        f"  reads {kc.bytes_read} B, writes {kc.bytes_written} B, {kc.cycles:.4g} cycles",
-    ]
-    if kc.problem:
-        lines.append(f"  infeasible: {kc.problem}")
+    tiles = (f"  tiles over [{space}]" + (f" by [{tile}]" if plan.parallel else "")
+             + f": {count_tiles(k, plan.spread)} tile(s)")
     ordered = k.ordered()
     number = {inst.key: i for i, inst in enumerate(ordered)}
+    lines = [f"kernel k{index} -> {writes}"]
+    if prices:
+        lines += [tiles + f", on-chip {price.footprint} B per tile",
+                  f"  reads {price.bytes_read} B, writes {price.bytes_written} B, {price.cycles:.4g} cycles"]
+    else:
+        lines.append(tiles)
+        lines.extend(_plan_lines(plan, names, number))
+    if price.problem:
+        lines.append(f"  infeasible: {price.problem}")
     computed = {}
     for inst in ordered:
         computed.setdefault(inst.cid, f"%{number[inst.key]}")
@@ -74,16 +85,35 @@ def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], s
     return lines
 
 
+def _plan_lines(plan: KernelPlan, names: dict[str, str], number: dict[int, int]) -> list[str]:
+    """The plan's decisions besides its tiles, one line each where it makes any."""
+    def values(keys) -> str:
+        return ", ".join(f"%{n}" for n in sorted(number[key] for key in keys))
+
+    lines = []
+    if plan.resident:
+        lines.append(f"  held whole: {', '.join(sorted(names.get(c, c) for c in plan.resident))}")
+    if plan.staged:
+        lines.append(f"  staged per tile: {', '.join(names.get(s.cid, s.cid) for s in plan.staged)}")
+    if plan.chunked:
+        lines.append(f"  {plan.chunked} in chunks of {plan.tile[plan.chunked]}")
+    if plan.partial:
+        lines.append(f"  split across tiles: {values(plan.partial)}, then {values(plan.epilogue) or 'nothing'}")
+    if plan.packed:
+        lines.append(f"  right operand packed per tile: {values(plan.packed)}")
+    return lines
+
+
 def print_instance(inst: Instance, names: dict[str, str], number: dict[int, int],
                    value_name: Callable[[str], str] = str) -> str:
     args = []
-    for kind, ref in inst.operands:
-        if kind == "const":
-            args.append(print_scalar(ref))
-        elif kind == "global":
-            args.append(f"global {names.get(ref, ref)}")
+    for ref in inst.operands:
+        if ref.kind is RefKind.CONST:
+            args.append(print_scalar(ref.target))
+        elif ref.kind is RefKind.GLOBAL:
+            args.append(f"global {names.get(ref.target, ref.target)}")
         else:
-            args.append(f"{kind} %{number[ref]}")
+            args.append(f"{ref.hold.value} %{number[ref.key]}")
     attrs = [f"{k}={print_attr_value(v)}" for k, v in inst.node.attrs if inst.node.op not in ("param", "const")]
     call = f"{inst.node.op}({', '.join(args + attrs)})"
     return f"%{number[inst.key]} = {call:<44} [{_index(inst.index, value_name)}]  {inst.hold.value}"
@@ -122,14 +152,14 @@ def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:
                 "ops": [inst.node.op for inst in k.ordered()],
                 "placements": [inst.hold.value for inst in k.ordered()],
                 "reads": [names.get(c, c) for c in k.inputs],
-                "parallel_axes": [k.extents[a] for a in kc.parallel],
-                "tile": [kc.tile[a] for a in kc.parallel],
-                "tiles": kc.tiles,
-                "onchip_bytes": kc.footprint,
-                "bytes_read": kc.bytes_read,
-                "bytes_written": kc.bytes_written,
-                "cycles": None if kc.problem else kc.cycles,
-                "problem": kc.problem or None,
+                "parallel_axes": [k.extents[a] for a in kc.plan.parallel],
+                "tile": [kc.plan.tile[a] for a in kc.plan.parallel],
+                "tiles": kc.price.tiles,
+                "onchip_bytes": kc.price.footprint,
+                "bytes_read": kc.price.bytes_read,
+                "bytes_written": kc.price.bytes_written,
+                "cycles": None if kc.price.problem else kc.price.cycles,
+                "problem": kc.price.problem or None,
             }
         )
     return {

@@ -39,9 +39,11 @@ from dataclasses import dataclass
 from ..ir.memory import checkpoint
 from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
-from .cost import FREE_OPS, KernelCost, ScheduleCost, kernel_cost, schedule_cost
-from .form import build_schedule, find_roots, form_kernel
-from .kernel import CyclicChoice, Kernel, Placement, Schedule
+from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
+from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
+from .facts import FREE_OPS
+from .form import Edge, build_schedule, find_roots, form_kernel
+from .kernel import CyclicChoice, Kernel, Schedule
 from .merge import merge_kernels, order_kernels
 from .target import Target
 
@@ -67,8 +69,9 @@ GREEDY_ROUNDS = 4
 # no kernel), then `shared`; recomputing it at each use (`inline`, which only a user's rule
 # can ask for) would redo a whole reduction per element, so it ranks after everything.
 RANK_LAST = 9  # above every other rank of either table
-RANK_INJECTIVE = {"global": 0, "inline": 0, "local": 1, "shared": 2}
-RANK_OTHER = {"global": 0, "local": 0, "shared": 1, "inline": RANK_LAST}
+RANK_INJECTIVE = {Placement.GLOBAL: 0, Placement.INLINE: 0, Placement.LOCAL: 1, Placement.SHARED: 2}
+RANK_OTHER = {Placement.GLOBAL: 0, Placement.LOCAL: 0, Placement.SHARED: 1, Placement.INLINE: RANK_LAST}
+assert set(RANK_INJECTIVE) == set(RANK_OTHER) == set(Placement)
 
 
 @dataclass
@@ -124,9 +127,10 @@ class Space:
         node = self.data.classes[cid][0]
         return node.children[0] if node.is_placement else cid
 
-    def edge(self, child: str) -> tuple[str, str]:
+    def edge(self, child: str) -> Edge:
+        """The edge a placement class stands for (every operand of an e-node is one)."""
         pnode = self.data.classes[child][0]
-        return pnode.op, pnode.children[0]
+        return Edge(PLACEMENT_OF_NAME[pnode.op], pnode.children[0])
 
     def _consumer_classes(self) -> dict[str, set[str]]:
         """For each value class, the classes with an e-node reading it."""
@@ -134,24 +138,24 @@ class Space:
         for cid in self.value_classes:
             for n in self.data.classes[cid]:
                 for child in n.children:
-                    out.setdefault(self.edge(child)[1], set()).add(cid)
+                    out.setdefault(self.edge(child).value, set()).add(cid)
         return out
 
-    def is_global(self, kind: str, value: str) -> bool:
+    def is_global(self, placement: Placement, value: str) -> bool:
         """A kernel boundary: a global edge, or a shared read of an input only one class reads."""
-        if kind == "global":
+        if placement is Placement.GLOBAL:
             return True
         return value in self.params and len(self.consumers.get(value, ())) < 2
 
     def signature(self, node: ENode) -> tuple:
-        edges = tuple((self.is_global(kind, value), value) for kind, value in map(self.edge, node.children))
+        edges = tuple((self.is_global(*edge), edge.value) for edge in map(self.edge, node.children))
         return node.op, node.attrs, edges
 
     def rank(self, node: ENode) -> tuple:
         out = []
-        for kind, value in map(self.edge, node.children):
-            injective = self.kinds[value] == {True}
-            out.append((RANK_INJECTIVE if injective else RANK_OTHER)[kind])
+        for edge in map(self.edge, node.children):
+            injective = self.kinds[edge.value] == {True}
+            out.append((RANK_INJECTIVE if injective else RANK_OTHER)[edge.placement])
         return tuple(out)
 
     def keeps_placement(self, cid: str, node: ENode, value: str) -> bool:
@@ -178,15 +182,15 @@ class Space:
             if readers > 1 or (c in self.outputs and readers > 0):
                 twice.add(c)
             for n in self.data.classes[c]:  # read again per element of a larger consumer
-                twice.update(value for _, value in map(self.edge, n.children) if self._rereads(c, n, value))
+                twice.update(edge.value for edge in map(self.edge, n.children) if self._rereads(c, n, edge.value))
         stack = list(twice)
         while stack:
             for n in self.data.classes[stack.pop()]:
                 for child in n.children:
-                    kind, value = self.edge(child)
-                    if kind != "global" and value not in twice:
-                        twice.add(value)
-                        stack.append(value)
+                    edge = self.edge(child)
+                    if edge.placement is not Placement.GLOBAL and edge.value not in twice:
+                        twice.add(edge.value)
+                        stack.append(edge.value)
         return twice
 
     def mixes_kinds(self, value: str) -> bool:
@@ -256,9 +260,9 @@ class Space:
             node = choice[cid]
             seen.append((cid, id(node)))
             for child in node.children:
-                kind, value = self.edge(child)
-                if kind != "global":
-                    stack.append(value)
+                edge = self.edge(child)
+                if edge.placement is not Placement.GLOBAL:
+                    stack.append(edge.value)
         return (root, tuple(seen))
 
     def form(self, choice: Choice, root: str) -> Kernel:
@@ -530,8 +534,8 @@ class _State:
         keeps = self._keeps(consumer, node, producer)
         for a, b in zip(node.children, alt.children):
             ea, eb = self.space.edge(a), self.space.edge(b)
-            if ea[1] == producer and (ea[0] == "global" or keeps):
-                if eb[0] != placement.value and (keeps or producer in self.space.params):
+            if ea.value == producer and (ea.placement is Placement.GLOBAL or keeps):
+                if eb.placement is not placement and (keeps or producer in self.space.params):
                     return False
             elif ea != eb:
                 return False
@@ -546,8 +550,9 @@ class _State:
                 continue
             for consumer in dict.fromkeys(consumers):
                 node = self.choice[consumer]
+                edges = map(self.space.edge, node.children)
                 if self._keeps(consumer, node, producer) and any(
-                        self.space.edge(c)[1] == producer and self.space.edge(c)[0] != "global" for c in node.children):
+                        e.value == producer and e.placement is not Placement.GLOBAL for e in edges):
                     out.append(producer)
                     break
         return out
@@ -592,8 +597,8 @@ class _State:
             kernels = order_kernels(rest + new, self.outputs)
         except CyclicChoice:
             return None
-        old = sum(space.price_kernel(self.kernels[i]).cycles for i in touched)
-        cost = sum(space.price_kernel(k).cycles for k in new)
+        old = sum(space.price_kernel(self.kernels[i]).price.cycles for i in touched)
+        cost = sum(space.price_kernel(k).price.cycles for k in new)
         if math.isnan(cost - old):
             return None
         return Move(cost - old, choice, roots, per_root, kernels)

@@ -62,6 +62,16 @@ class Target:
     # last row loop beside the next tile's first (its writes beside the next one's reads), when
     # two copies of a tile's buffers fit `onchip_bytes` (lowering/overlap.py)
     pipeline_tiles: bool = False
+    # Where on-chip memory is a cache: a tile's nests over the same rows run as one loop over its rows,
+    # a row's values staying in the first-level cache (lowering/fuse.py).
+    fuse_rows: bool = False
+    # Where on-chip memory is a cache: a bound weight read whole in its own layout is read where it is,
+    # not copied into a block of its own by the prologue (lowering/bind.py).
+    weights_in_place: bool = False
+    # What runs the lowered program: "c" (C built for this machine; the numpy executor where no C
+    # compiler exists) or "simulator" (the accelerator's). Unless the description says, "c" on a cpu
+    # target and "simulator" on an accel one.
+    executor: str = "c"
 
     @property
     def sync_cycles(self) -> float:
@@ -88,10 +98,11 @@ _FIELDS = {
     "name": str, "kind": str, "clock_ghz": float, "cores": int, "onchip_bytes": int,
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
     "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
-    "inplace_run_bytes": int, "pipeline_tiles": bool,
+    "inplace_run_bytes": int, "pipeline_tiles": bool, "fuse_rows": bool, "weights_in_place": bool, "executor": str,
     "matrix": dict, "op_cycles": dict, "onchip_cache": str, "onchip_share": float,
 }
 CACHE_LEVELS = {"l1": 1, "l2": 2, "l3": 3}
+EXECUTORS = ("c", "simulator")
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 _REQUIRED = ("name", "kind", "clock_ghz", "cores", "onchip_bytes", "global_bandwidth", "launch_cycles",
              "vector_lanes")
@@ -132,6 +143,12 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
             raise error(key, f"'{key}' must be {_kind_name(want)}, got {data[key]!r}")
     if data["kind"] not in ("cpu", "accel"):
         raise error("kind", f"'kind' must be \"cpu\" or \"accel\", got {data['kind']!r}")
+    data.setdefault("executor", "simulator" if data["kind"] == "accel" else "c")
+    if data["executor"] not in EXECUTORS:
+        raise error("executor", f"'executor' must be one of {', '.join(map(repr, EXECUTORS))}, "
+                                f"got {data['executor']!r}")
+    if data["executor"] == "simulator" and data["kind"] != "accel":
+        raise error("executor", "the simulator runs accel targets only")
     for key, rule in _NUMBERS.items():
         if key in data and (problem := _number_problem(data[key], rule)):
             raise error(key, f"'{key}' must be {problem}, got {data[key]!r}")

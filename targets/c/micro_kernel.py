@@ -26,8 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.ir.program import dtype_bytes
-from ...engine.schedule.cost import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES
-from ...engine.schedule.index import affine
+from ...engine.schedule.machine import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES, reads_left_in_place
 from ...lowering.loops import For, Ix, Load, loads, map_indices
 from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
 from . import tuning
@@ -369,8 +368,9 @@ def _along_k(nest: MatmulNest) -> bool:
 
 
 def _computed(a) -> bool:
-    """Whether A is precomputed: anything but a load at an affine index (which shifts by rows)."""
-    return not (isinstance(a, Load) and all(affine(ix) for ix in a.index))
+    """Whether A is precomputed: anything but a load the micro-kernel reads in place (machine.py's rule,
+    which the cost model prices by)."""
+    return not reads_left_in_place([a.index] if isinstance(a, Load) else None)
 
 
 def _row_scope(i: str, r: int) -> tuple[str, str]:

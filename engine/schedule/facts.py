@@ -1,0 +1,205 @@
+"""What a kernel's contents imply for its plan and its price, computed once per kernel.
+
+The axes a tile may run along (every reduction, matmul and stored value inside varies along
+them; a stored reduction nothing else reads may be split: global stitching), the on-chip buffers
+a tile holds, the work of each loop nest, the products and how the micro-kernel walks each
+(machine.py), and the held values read at another index (`alias_problem`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..ir.ops import ACCUMULATING, REDUCE, is_injective
+from ..ir.program import dtype_bytes
+from .index import Ix
+from .kernel import AxisKind, Hold, Instance, Kernel, RefKind, packed_operand
+from .machine import reads_left_in_place, sum_accumulator
+from .target import Target
+
+FREE_OPS = ("transpose", "reshape", "broadcast_to", "slice")  # index maps: no arithmetic
+
+
+@dataclass
+class KernelFacts:
+    """What pricing needs from a kernel's contents, computed once per kernel."""
+
+    restrict: list[frozenset]  # axis sets the tiled axes must lie in
+    candidates: list[str]  # axes that may be tiled, in loop order
+    partial_axes: dict[int, frozenset]  # reduction -> the axes it may be split along (global stitching)
+    tails: dict[int, frozenset]  # such a reduction -> the instances computed from it after the last tile
+    buffers: list[tuple[tuple[str, ...], int]]  # on-chip values: (axes, bytes per element)
+    work: list[tuple[tuple[str, ...], str, float]]  # (axes of the loop nest, op, elements per point)
+    matmuls: list[tuple[Instance, int]]  # (instance, k)
+    aliases: list[tuple[tuple[Ix, ...], tuple[Ix, ...]]]  # a held value read at another index
+    packs: dict[int, tuple[tuple[str, ...], int]]  # matmul -> its packable right operand: (axes, bytes each)
+    packed_here: bool = False  # packs are made (`on` a target without a matrix unit)
+    plain: frozenset = frozenset()  # matmuls whose left operand is read with plain loads (`plain_left`)
+
+    def on(self, target: Target) -> KernelFacts:
+        """The facts on `target`: on the vector unit a matmul's computed or strided right operand is
+        packed into a tile buffer (on chip too); a matrix unit reads operand tiles where they are."""
+        if target.matrix is not None or not self.packs:
+            return self
+        return replace(self, buffers=self.buffers + list(self.packs.values()), packed_here=True)
+
+
+def reduced_axes(inst: Instance) -> tuple[str, ...]:
+    """The axes a reduction or matmul instance sums over (in its operands, not in its index)."""
+    own = set(inst.axes)
+    return tuple(dict.fromkeys(a for t in inst.operand_index for ix in t for a in ix.axes() if a not in own))
+
+
+def facts(kernel: Kernel, types) -> KernelFacts:
+    restrict: list[frozenset] = []
+    buffers, work, matmuls, aliases = [], [], [], []
+    packs: dict[int, tuple[tuple[str, ...], int]] = {}
+    stored = set(kernel.stores)
+    tails = _tails(kernel)
+    partial_axes = {key: frozenset(kernel.instances[key].axes) | frozenset(reduced_axes(kernel.instances[key]))
+                    for key in tails}
+    in_tail = set().union(*tails.values()) if tails else set()
+    for inst in kernel.instances:
+        op = inst.node.op
+        if op in ("param", "const"):
+            continue
+        accumulates = op in ACCUMULATING
+        own = frozenset(inst.axes)
+        if inst.key in partial_axes:
+            restrict.append(partial_axes[inst.key])
+        elif (accumulates or inst.key in stored) and inst.key not in in_tail:
+            restrict.append(own)
+        if op == "matmul":
+            matmuls.append((inst, types[inst.node.children[0]].shape[-1]))
+            axes = packed_operand(kernel, inst)
+            if axes:
+                packs[inst.key] = (axes, dtype_bytes(types[inst.node.children[1]].dtype))
+        elif op not in FREE_OPS and inst.held:
+            work.append((_nest_loop(inst), op, 1.0))
+        if inst.held and op != "param":
+            work.extend(_inline_work(kernel, inst))
+        if inst.hold in (Hold.SHARED, Hold.LOCAL) or (inst.hold is Hold.ROOT and accumulates):
+            dtype = types[inst.cid].dtype
+            buffers.append((inst.axes, dtype_bytes(sum_accumulator(dtype) if op in ("sum", "mean") else dtype)))
+        for ref, index in zip(inst.operands, inst.operand_index):
+            if ref.held and kernel.instances[ref.key].held and kernel.instances[ref.key].index != index:
+                aliases.append((kernel.instances[ref.key].index, index))
+    root_axes = [a for ix in kernel.root_instance.index for a in ix.axes()]
+    order = list(dict.fromkeys(root_axes + [a.name for a in kernel.axes if a.kind is AxisKind.PARALLEL]
+                               + [a for axes in partial_axes.values() for a in sorted(axes)]))
+    candidates = [a for a in order if kernel.extents.get(a, 1) > 1
+                  and (kernel.kinds[a] is AxisKind.PARALLEL or any(a in s for s in partial_axes.values()))]
+    plain = frozenset(inst.key for inst, _ in matmuls if plain_left(kernel, inst))
+    return KernelFacts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs, plain=plain)
+
+
+def _nest_loop(inst: Instance) -> tuple[str, ...]:
+    """The axes of the loop nest computing a held instance (a reduction's reduced axes inside)."""
+    return inst.axes + (reduced_axes(inst) if inst.node.op in ACCUMULATING else ())
+
+
+def _inline_work(kernel: Kernel, held: Instance) -> list[tuple[tuple[str, ...], str, float]]:
+    """The work of the values a held instance's nest computes inline: each once per iteration of
+    that nest (a value read through a broadcast, rsqrt(var) under a [512, 64, 256] layer norm, is
+    recomputed for every element it is broadcast to), except a product's operands, computed once
+    per row and k (the left) or per k and column (the right) over their own axes."""
+    out = []
+    for key in kernel.inlined(held.key)[1:]:
+        inst = kernel.instances[key]
+        if inst.node.op in FREE_OPS or inst.node.op in ("param", "const"):
+            continue
+        out.append((inst.axes if held.node.op == "matmul" else _nest_loop(held), inst.node.op, 1.0))
+    return out
+
+
+def _tails(kernel: Kernel) -> dict[int, frozenset]:
+    """Reductions that may be split across tiles (global stitching): sum, mean, max or min whose
+    readers in the kernel (and theirs, ...) are injective and vary along none of the axes the
+    reduction sums over; the readers are then computed once, after the partials are combined."""
+    readers = kernel.readers
+    out = {}
+    for inst in kernel.instances:
+        if inst.node.op not in REDUCE:
+            continue
+        own = set(inst.axes)
+        tail: set[int] = set()
+        stack = list(readers.get(inst.key, ()))
+        ok = True
+        while stack and ok:
+            key = stack.pop()
+            if key in tail:
+                continue
+            r = kernel.instances[key]
+            ok = is_injective(r.node.op) and set(r.axes) <= own
+            tail.add(key)
+            stack.extend(readers.get(key, ()))
+        if ok and (tail or inst.key in kernel.stores):
+            out[inst.key] = frozenset(tail)
+    return out
+
+
+def parallel_axes(kernel: Kernel, f: KernelFacts | None = None) -> list[str]:
+    f = f or facts(kernel, None)
+    axes = list(f.candidates)
+    for allowed in f.restrict:
+        axes = [a for a in axes if a in allowed]
+    return axes
+
+
+def alias_problem(kernel: Kernel, f: KernelFacts, parallel: list[str]) -> str:
+    """A held value read at another index is fine where the two differ only by whole (untiled)
+    axes of the same extent: the buffer holds those axes whole."""
+    tiled = set(parallel)
+    for own, other in f.aliases:
+        for a, b in zip(own, other):
+            if a == b:
+                continue
+            la, lb = a.label, b.label
+            if (la is None or lb is None or la in tiled or lb in tiled
+                    or kernel.extents[la] != kernel.extents[lb]):
+                return "a held value is read at two different indices"
+    return ""
+
+
+def plain_left(kernel: Kernel, inst: Instance) -> bool:
+    """Whether the micro-kernel reads a product's left operand where it is (machine.py's rule): a
+    global value read through index maps or not, or one held on chip (read with plain loads at
+    affine indices), and not one it computes per block of rows."""
+    return reads_left_in_place(_left_loads(kernel, inst))
+
+
+def _left_loads(kernel: Kernel, inst: Instance) -> list[tuple[Ix, ...]] | None:
+    """The indices of the loads lowering makes a product's left operand of, or None where it is
+    computed (a literal, or arithmetic beyond index maps). A held value is read at the affine index
+    of its own buffer (none here: its index is the buffer's)."""
+    left = inst.operands[0]
+    if left.kind is RefKind.CONST:
+        return None
+    if not left.inline:
+        return [] if left.held else _global_reads(kernel, [inst.key], 0)
+    chain = kernel.inlined(left.key)
+    if any(kernel.instances[key].node.op not in FREE_OPS for key in chain):
+        return None
+    return _global_reads(kernel, chain, None)
+
+
+def _global_reads(kernel: Kernel, keys, position: int | None) -> list[tuple[Ix, ...]]:
+    """The indices of the global reads by instances `keys` (at operand `position`, or any)."""
+    keys = set(keys)
+    return [r.index for r in kernel.reads if r.site[0] in keys and position in (None, r.site[1])]
+
+
+def matrix_dims(inst: Instance) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The axes of a product's rows and of its columns, as the matrix unit runs it: those of its
+    output's last two dimensions (the others are its batch). Lowering records them on the
+    product's nest, whose accumulator may be laid out otherwise (over the kernel's axes, after a
+    reshape), and the simulator counts tiles by them. A vector operand has no such dimension in
+    the output (numpy's matmul drops it): a vector times a batch of matrices has rows () and its
+    output's last two dimensions are the batch and the columns (hypothesis found the batch taken
+    for rows: no tile counted)."""
+    axes = [tuple(dict.fromkeys(ix.axes())) for ix in inst.index]
+    vector_a, vector_b = (len(ix) == 1 for ix in inst.operand_index[:2])
+    if vector_a or vector_b:
+        last = axes[-1] if axes else ()
+        return (() if vector_a else last), (() if vector_b else last)
+    return (axes[-2] if len(axes) >= 2 else ()), (axes[-1] if axes else ())

@@ -1,0 +1,37 @@
+"""The machine both the cost model and the C backend assume: one definition each side reads.
+
+The vector unit runs a product's tile in register blocks of MICRO_ROWS rows of C by MICRO_VECTORS
+vectors (targets/c_matmul.py's micro-kernel); the cost model prices a tile's panel reads
+(`price.panel_bytes`) and its narrow products (`price.tile_work`) by the same shape. Whether the
+micro-kernel reads a product's left operand where it is, or computes it block by block of rows, is
+one rule (`reads_left_in_place`) that the cost model applies to a kernel and the backend to a loop
+nest. An f16 sum accumulates in f32 on every target (`sum_accumulator`, lowering/widen.py), which
+the cost model counts in the accumulator's bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .index import Ix, affine
+
+# Rows of C the micro-kernel holds in registers.
+MICRO_ROWS = 8
+# Vectors of C across one register block: the columns of one panel of B (with 32 vector registers).
+MICRO_VECTORS = 3
+# The narrowest vector the micro-kernel runs a product's columns in; fewer columns run a lane at a time.
+NARROWEST_VECTOR_BYTES = 16
+
+
+def reads_left_in_place(indices: Iterable[tuple[Ix, ...]] | None) -> bool:
+    """Whether the micro-kernel reads a product's left operand A with plain loads where it is (it
+    shifts their indices by rows, so each must be affine), given the indices of the loads A is
+    made of; None for an A that is computed (anything but loads through index maps), which it
+    makes once per block of rows instead."""
+    return indices is not None and all(affine(ix) for index in indices for ix in index)
+
+
+def sum_accumulator(dtype: str) -> str:
+    """The dtype a sum (or mean) of `dtype` accumulates in: an f16 sum in f32, rounded once (README,
+    "Floating-point semantics")."""
+    return "f32" if dtype == "f16" else dtype

@@ -1,0 +1,333 @@
+"""The plan of a kernel: what lowering and every backend follow, decided here and nowhere else.
+
+A plan says how a kernel runs, not what it costs (price.py prices a plan; cost.py keeps the
+cheapest):
+
+- Tiled axes and tile sizes: the kernel's parallel axes along which every reduction, matmul and
+  stored value inside varies (facts.py), in a loop order (`tile_orders`); a tile grows one axis at
+  a time while its on-chip footprint fits `onchip_bytes` and at least `min_tiles` tiles remain
+  (`choose_tile`), along a matmul's columns on the vector unit a whole number of vectors.
+- Residency and staging: an input that does not vary along every tiled axis and fits the
+  target's `resident_bytes` is held whole (*resident*); otherwise a read made in two nests, or not
+  varying along every tiled axis, is *staged* (copied on chip per tile, reads of one region
+  sharing a copy); the other reads *stream* (`classify`).
+- Chunking: a matmul's reduced axis walked in chunks inside each tile (`chunk_axis`), its operands
+  staged a chunk at a time.
+- Partial reductions: a stored reduction split across tiles (global stitching), combined after
+  the last tile, and the epilogue computed from it then.
+- Packing: on the vector unit a matmul's computed or strided right operand is packed per tile.
+- The micro-kernel's walk: which products read their left operand where it is (machine.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..ir.program import dtype_bytes
+from .facts import FREE_OPS, KernelFacts, parallel_axes, reduced_axes
+from .index import Indirect, Ix, Mod
+from .kernel import AxisKind, Hold, Instance, Kernel, Read, Ref, RefKind, index_axes
+from .reads import region
+from .target import Target
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A read copied on chip per tile: the input, the index it is copied at, and its region key."""
+
+    cid: str
+    index: tuple[Ix, ...]
+    region: tuple
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    parallel: tuple[str, ...]  # tiled axes, outermost first (a chunked axis last)
+    tile: dict[str, int]  # tile extent of each tiled axis (not to be changed: the plan is shared)
+    resident: frozenset = frozenset()  # inputs held whole for the kernel
+    staged: tuple[Staged, ...] = ()  # reads copied on chip per tile
+    # reads that stream, grouped by input and by the nest making them: ((input, nest), reads)
+    streamed: tuple[tuple[tuple[str, object], tuple[Read, ...]], ...] = ()
+    partial: frozenset = frozenset()  # reductions split across tiles (instance keys): global stitching
+    epilogue: frozenset = frozenset()  # instances computed from them after the last tile
+    # a matmul's reduced axis walked in chunks of tile[chunked] inside each tile (the last of
+    # `parallel`, a serial loop): its operands are staged one chunk at a time
+    chunked: str = ""
+    packed: frozenset = frozenset()  # matmuls whose right operand is packed first (`KernelFacts.on`)
+    left_in_place: frozenset = frozenset()  # matmuls whose left operand the micro-kernel reads where it is
+
+    @property
+    def chunk(self) -> tuple[str, int] | None:
+        """(the chunked axis, the chunk's length), or None."""
+        return (self.chunked, self.tile[self.chunked]) if self.chunked else None
+
+    @property
+    def spread(self) -> dict[str, int]:
+        """The tile of the axes that make tiles (a chunked axis is walked inside each tile)."""
+        return {a: t for a, t in self.tile.items() if a != self.chunked}
+
+
+def align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def candidate_plans(kernel: Kernel, types, target: Target, f: KernelFacts) -> Iterator[KernelPlan]:
+    """Every plan worth pricing: each tile space (a stored reduction split across tiles, or not),
+    each order of tile loops (`tile_orders`) and each chunking of a matmul's reduced axis."""
+    parallel = parallel_axes(kernel, f)
+    spaces = [parallel]
+    whole = [a for a in parallel if kernel.kinds[a] is AxisKind.PARALLEL]
+    if whole != parallel:  # splitting a stored reduction across tiles is priced against not splitting it
+        spaces.append(whole)
+    axis = chunk_axis(kernel, f, target)
+    chunks = [None] + [(axis, size) for size in chunk_sizes(kernel.extents[axis])] if axis else [None]
+    for space in spaces:
+        for order, grow in tile_orders(kernel, space, types, target):
+            for chunk in chunks:
+                yield plan_kernel(kernel, order, grow, types, target, f, chunk)
+
+
+def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target: Target, f: KernelFacts,
+                chunk: tuple[str, int] | None = None) -> KernelPlan:
+    """The plan with tile loops in `order`, the tile grown in `grow` order, and `chunk`."""
+    fixed = dict([chunk]) if chunk else {}
+    parallel = order + list(fixed)  # the chunk loop is innermost
+    ins = classify(kernel, types, parallel, target, f)
+    tile, _ = choose_tile(kernel, parallel, grow, types, target, ins, f, fixed)
+    partial = frozenset(key for key, axes in f.partial_axes.items()
+                        if any(a in tile and tile[a] < kernel.extents[a] and a not in kernel.instances[key].axes
+                               for a in axes))
+    epilogue = frozenset().union(*(f.tails[key] for key in partial)) if partial else frozenset()
+    return KernelPlan(tuple(parallel), tile, frozenset(ins.resident), tuple(ins.staged),
+                      tuple((key, tuple(rs)) for key, rs in ins.streamed.items()), partial, epilogue,
+                      chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset(), f.plain)
+
+
+def plan_footprint(kernel: Kernel, plan: KernelPlan, types, target: Target, f: KernelFacts) -> int:
+    """On-chip bytes of one tile of the plan: what its tile was sized by, and each split
+    reduction's combined value, held on chip unless stored as it is combined."""
+    ins = Inputs(set(plan.resident), list(plan.staged), {})
+    total = footprint(kernel, plan.tile, types, target.alignment, ins, f)
+    for key in plan.partial:
+        inst = kernel.instances[key]
+        if not (key in kernel.stores and inst.hold is Hold.ROOT):
+            total += align(slice_elems(inst.axes, kernel, {}) * dtype_bytes(types[inst.cid].dtype), target.alignment)
+    return total
+
+
+# ---------------------------------------------------------------------------
+# residency and staging
+
+
+@dataclass
+class Inputs:
+    resident: set[str]
+    staged: list[Staged]  # distinct staged regions
+    streamed: dict[tuple[str, int], list[Read]]  # (input, nest) -> its reads there
+
+
+def classify(kernel: Kernel, types, parallel: list[str], target: Target, f: KernelFacts) -> Inputs:
+    tiled = set(parallel)
+    resident, staged, streamed = set(), {}, {}
+    packing = _packing_nests(kernel, f)
+    for cid, reads in kernel.inputs.items():
+        shape = types[cid].shape
+        varies = set(a for r in reads for a in r.axes)
+        if any(a not in varies for a in parallel) and types[cid].nbytes <= target.resident_bytes:
+            resident.add(cid)
+            continue
+        nests = {_nest(r, packing) for r in reads}
+        for r in reads:
+            must_stage = len(nests) >= 2 or any(a not in r.axes for a in parallel)
+            if must_stage and not r.guards and not any(isinstance(t, Indirect) for ix in r.index for t, _ in ix.terms):
+                key = region(r, kernel, tiled, shape)
+                staged.setdefault((cid, key), Staged(cid, r.index, key))
+            else:
+                streamed.setdefault((cid, _nest(r, packing)), []).append(r)
+    return Inputs(resident, list(staged.values()), streamed)
+
+
+def _packing_nests(kernel: Kernel, f: KernelFacts) -> dict[object, tuple]:
+    """Reads a packed right operand makes in its own nest (the packing loop, before the product),
+    by read site (the matmul's read of it) or by reader (the inline values it is computed from)."""
+    out: dict[object, tuple] = {}
+    for key in f.packs if f.packed_here else ():
+        nest = ("pack", key)
+        right = kernel.instances[key].operands[1]
+        if right.kind is RefKind.GLOBAL:
+            out[(key, 1)] = nest
+        else:
+            out.update(dict.fromkeys(kernel.inlined(right.key), nest))
+    return out
+
+
+def _nest(r: Read, packing: dict[object, tuple]):
+    """The loop nest a read is made in: its owner's, or a packing loop's."""
+    return packing.get(r.site, packing.get(r.site[0], r.owner))
+
+
+# ---------------------------------------------------------------------------
+# tiles
+
+
+def slice_elems(axes, kernel: Kernel, tile: dict[str, int]) -> int:
+    n = 1
+    for a in axes:
+        n *= tile.get(a, kernel.extents[a])
+    return n
+
+
+def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, ins: Inputs, f: KernelFacts) -> int:
+    total = sum(align(types[cid].nbytes, alignment) for cid in ins.resident)
+    for s in ins.staged:
+        axes = index_axes(s.index)
+        total += align(slice_elems(axes, kernel, tile) * dtype_bytes(types[s.cid].dtype), alignment)
+    for axes, nbytes in f.buffers:
+        total += align(slice_elems(axes, kernel, tile) * nbytes, alignment)
+    return total
+
+
+def divisors(n: int) -> list[int]:
+    """Tile sizes along an axis of extent n: its divisors, so every tile is whole."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def count_tiles(kernel: Kernel, tile: dict[str, int]) -> int:
+    n = 1
+    for a, t in tile.items():
+        n *= -(-kernel.extents[a] // t)
+    return n
+
+
+def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, target: Target, ins: Inputs,
+                f: KernelFacts, fixed: dict[str, int] | None = None) -> tuple[dict[str, int], int]:
+    """Grow the tile one axis at a time (in `grow` order) while it fits and leaves enough tiles for
+    every core; `fixed` axes (a chunked reduction) keep their size and make no tiles of their own."""
+    fixed = fixed or {}
+    tile = {a: fixed.get(a, 1) for a in parallel}
+    fp = footprint(kernel, tile, types, target.alignment, ins, f)
+    if fp > target.onchip_bytes:
+        return tile, fp
+    want_tiles = target.min_tiles
+    columns = _vector_columns(f, target)
+    for axis in grow:
+        for size in divisors(kernel.extents[axis])[1:]:
+            group = columns.get(axis)
+            if group is not None and size % target.vector_lanes and size != (group or kernel.extents[axis]):
+                continue
+            if group and group % size:  # a tile within one group's columns
+                continue
+            trial = dict(tile, **{axis: size})
+            fp_trial = footprint(kernel, trial, types, target.alignment, ins, f)
+            spread = count_tiles(kernel, {a: t for a, t in trial.items() if a not in fixed})
+            if fp_trial > target.onchip_bytes or spread < want_tiles:
+                break
+            tile, fp = trial, fp_trial
+    return tile, fp
+
+
+def _vector_columns(f: KernelFacts, target: Target) -> dict[str, int]:
+    """The axes along a matmul's columns on a target without a matrix unit: the product runs in
+    vectors of `vector_lanes` columns, and columns left over a whole vector run one at a time, so a
+    tile along them is a whole number of vectors (or the whole axis). Each axis maps to 0, or to
+    G where the columns are the axis modulo G (a grouped Conv's product: the axis is the output's
+    channels, G each group's): a tile then divides G, as a tile across groups reads another row
+    of A per group and the micro-kernel does not take it (as 16 or 48 of 48, not 32)."""
+    if target.matrix is not None:
+        return {}
+    out: dict[str, int] = {}
+    for inst, _ in f.matmuls:
+        for atom, c in (inst.index[-1].terms if inst.index else ()):
+            if c == 1 and isinstance(atom, str):
+                out.setdefault(atom, 0)
+            elif c == 1 and isinstance(atom, Mod) and atom.x.label is not None:
+                out[atom.x.label] = atom.d
+    return out
+
+
+def rereads(axes, parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> int:
+    """How many times a staged read is made: tiles are visited in `parallel` order (outermost
+    first) and a copy stays on chip until an axis it varies along moves on, so only tiled axes it
+    does not vary along, outside the innermost one it does, make it read again."""
+    have = set(axes)
+    inner = max((i for i, a in enumerate(parallel) if a in have), default=0)
+    n = 1
+    for a in parallel[:inner]:
+        if a not in have:
+            n *= -(-kernel.extents[a] // tile[a])
+    return n
+
+
+# ---------------------------------------------------------------------------
+# chunks and loop orders
+
+
+MIN_CHUNK = 128  # the shortest chunk of a reduced axis worth a pass over the accumulators
+
+
+def chunk_sizes(extent: int) -> list[int]:
+    """Chunks a matmul's reduced axis may be walked in: divisors of it from MIN_CHUNK up, below it."""
+    return [d for d in divisors(extent) if MIN_CHUNK <= d < extent]
+
+
+def chunk_axis(kernel: Kernel, f: KernelFacts, target: Target) -> str:
+    """The reduced axis of the kernel's one matmul when a tile may walk it in chunks (as GEMM
+    blocks K): the product's operands are then staged a chunk at a time, so the tile's footprint
+    no longer holds whole rows and columns of a long reduction and the tile can be wider. Only
+    when the operands are global values read through index maps (what a chunk stages), nothing
+    else in the kernel reads along that axis, and the product runs on the vector unit ('' otherwise).
+    A concat's select counts as an index map here: a conv's windows made of slices, chunked, compute
+    each row's A once for all columns (wav2vec2's strided Conv1d: 108 -> 75 ms)."""
+    if target.matrix is not None or len(f.matmuls) != 1:
+        return ""
+    inst, _ = f.matmuls[0]
+    summed = reduced_axes(inst)
+    if len(summed) != 1 or kernel.extents[summed[0]] < 2 * MIN_CHUNK:
+        return ""
+    axis = summed[0]
+    through = _map_chain(kernel, inst)
+    if through is None:
+        return ""
+    for other in kernel.instances:
+        if other.node.op in ("param", "const") or other.key == inst.key or other.key in through:
+            continue
+        if axis in other.axes or any(axis in index_axes(ix) for ix in other.operand_index):
+            return ""
+    return axis
+
+
+def _map_chain(kernel: Kernel, inst: Instance) -> set[int] | None:
+    """The index-map instances between a matmul and the global values it reads (a concat's select
+    among them), or None when an operand is computed (or held) in the kernel."""
+    if not all(_read_or_inline(ref) for ref in inst.operands):
+        return None
+    chain = {key for ref in inst.operands if ref.inline for key in kernel.inlined(ref.key)}
+    for key in chain:
+        producer = kernel.instances[key]
+        if (producer.node.op not in FREE_OPS + ("concat",)
+                or not all(_read_or_inline(ref) for ref in producer.operands)):
+            return None
+    return chain
+
+
+def _read_or_inline(ref: Ref) -> bool:
+    return ref.kind is RefKind.GLOBAL or ref.inline
+
+
+def tile_orders(kernel: Kernel, parallel: list[str], types, target: Target) -> list[tuple[list[str], list[str]]]:
+    """(loop order, tile growth order) pairs worth pricing, the natural order (grown innermost
+    first) first. The others only when the order can change what is read (an input that does not
+    vary along every tiled axis is re-read as `rereads` says, e.g. a matmul's operands), and only
+    for 2 or 3 tiled axes."""
+    default = [(parallel, list(reversed(parallel)))]
+    if len(parallel) < 2 or len(parallel) > 3:
+        return default
+    small = target.resident_bytes
+    if all(types[cid].nbytes <= small or all(a in r.axes for a in parallel for r in reads)
+           for cid, reads in kernel.inputs.items()):
+        return default
+    orders = [list(p) for p in itertools.permutations(parallel)]
+    return default + [(o, g) for o in orders for g in orders if (o, g) != default[0]]

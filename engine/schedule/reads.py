@@ -1,0 +1,248 @@
+"""The geometry of a kernel's global reads: what each touches, tile by tile.
+
+A read's *image* is the elements of its input it touches over the kernel (the product of its axes'
+ranges, at most its bounding box, taken tile by tile where the box is the smaller); the reads one
+nest makes of one input touch the union of their images (`nest_image`: the pieces of a concat,
+x beside rotate_half(x)), else at most the hull of their boxes in each tile. A read's *region* is
+its staging key: two reads with equal regions share one on-chip copy. The plan (plan.py) stages
+reads by region; the price (price.py) counts bytes by image.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ..ir.program import dtype_bytes
+from .index import Indirect, Ix, interval
+from .kernel import Kernel, Read
+
+WHOLE = "*"  # a region dimension read whole (an untiled axis over the full extent)
+
+
+def region(read: Read, kernel: Kernel, tiled: set[str], shape: tuple[int, ...]) -> tuple:
+    """A read's staging key: equal keys share one on-chip copy (whole untiled axes renamed)."""
+    labels = [ix.label for ix in read.index]
+    distinct = len(set(labels)) == len(labels)
+    key = []
+    for ix, d in zip(read.index, shape):
+        lab = ix.label
+        if distinct and lab is not None and lab not in tiled and kernel.extents[lab] == d:
+            key.append(WHOLE)
+        else:
+            key.append(ix)
+    return tuple(key) + (read.guards,)
+
+
+def image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] | None = None) -> int:
+    """Elements of the input one read touches over the whole kernel: the product of its axes'
+    ranges (an injective index map), at most its bounding box, taken tile by tile (`tile`) where
+    the box is the smaller: each tile reads its own box. Cached: a kernel is priced in every tile
+    order and chunk size, which often choose the same tile (a conv's windows, summed box by box,
+    took 3 ms an image)."""
+    key = (r, kernel, shape, tuple(sorted(tile.items())) if tile else None)
+    if key not in _IMAGES:
+        if len(_IMAGES) > IMAGE_CACHE:
+            _IMAGES.clear()
+        _IMAGES[key] = _image(r, kernel, shape, tile)
+    return _IMAGES[key]
+
+
+IMAGE_CACHE = 1 << 14  # images kept (a compile prices a few thousand kernels; emptied when full)
+_IMAGES: dict[tuple, int] = {}
+
+
+def _image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] | None) -> int:
+    span = _spans(r, kernel)
+    n = _points(r.axes, span)
+    if _gathered(r):  # tiles may read a row again: at most one element per point, not the box
+        return n
+    box = _volume(_box(r, shape, span))
+    if box >= n or not tile:
+        return min(n, box)
+    return min(n, _tile_boxes(r, kernel, shape, span, tile, box))
+
+
+TILE_BOXES = 4096  # tiles whose boxes are summed one by one; above, each counts the whole box
+
+
+def _tile_boxes(r: Read, kernel: Kernel, shape: tuple[int, ...], span, tile: dict[str, int], box: int) -> int:
+    """A read with fewer elements than points (a broadcast through a reshape's div/mod: x[p % 2])
+    touches, in each tile of the axes it varies along, at most that tile's points and box; a tile
+    reads again what an earlier one read (x[0] and x[1] in every tile of two)."""
+    count, origins = _tile_origins(r.axes, kernel, tile)
+    if count == 1:
+        return box
+    if count > TILE_BOXES:
+        return count * box
+    total = 0
+    for at in origins:
+        tile_span = _in_tile(span, at, tile)
+        total += min(_points(r.axes, tile_span), _volume(_box(r, shape, tile_span)))
+    return total
+
+
+def _tile_origins(axes, kernel: Kernel, tile: dict[str, int]):
+    """(how many tiles the tiled ones among `axes` make, each tile's origin on them)."""
+    tiled = sorted({a for a in axes if a in tile and tile[a] < kernel.extents[a]})
+    starts = [range(0, kernel.extents[a], tile[a]) for a in tiled]
+    return math.prod(len(s) for s in starts), (dict(zip(tiled, o)) for o in itertools.product(*starts))
+
+
+def _in_tile(span, at: dict[str, int], tile: dict[str, int]):
+    """`span` (an axis's inclusive range) narrowed to the tile whose origin is `at`."""
+    def tile_span(a: str) -> tuple[int, int]:
+        lo, hi = span(a)
+        return (max(lo, at[a]), min(hi, at[a] + tile[a] - 1)) if a in at else (lo, hi)
+
+    return tile_span
+
+
+def _points(axes, span) -> int:
+    n = 1
+    for a in axes:
+        lo, hi = span(a)
+        n *= max(hi - lo + 1, 0)
+    return n
+
+
+def _gathered(r: Read) -> bool:
+    return any(isinstance(t, Indirect) for ix in r.index for t, _ in ix.terms)
+
+
+def _narrows(g) -> bool:
+    """Whether `_spans` narrows an axis by the guard: one on `c*a + k` with c > 0. Another (a
+    concat's piece behind a reshape, guarded on `4*p0 + p1`) is not followed: the read's image
+    then counts the points it leaves out, an upper bound."""
+    return g.ix.stepped is not None
+
+
+def _spans(r: Read, kernel: Kernel):
+    """Each axis's inclusive range under the read's guards (a guard on `c*a + k` narrows `a`)."""
+    narrowed: dict[str, tuple[int, int]] = {}
+    for g in r.guards:
+        if _narrows(g):
+            (a, c), k = g.ix.terms[0], g.ix.const
+            lo, hi = narrowed.get(a, (0, kernel.extents[a] - 1))
+            narrowed[a] = (max(lo, -(-(g.lo - k) // c)), min(hi, -(-(g.hi - k) // c) - 1))
+
+    def span(a: str) -> tuple[int, int]:
+        return narrowed.get(a, (0, kernel.extents[a] - 1))
+
+    return span
+
+
+def _box(r: Read, shape: tuple[int, ...], span) -> list[tuple[int, int]]:
+    box = []
+    for ix, d in zip(r.index, shape):
+        lo, hi = interval(ix, span)
+        box.append((max(lo, 0), min(hi, d - 1)))
+    return box
+
+
+def _volume(box) -> int:
+    n = 1
+    for lo, hi in box:
+        n *= max(hi - lo + 1, 0)
+    return n
+
+
+def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int]) -> tuple[int, bool]:
+    """(elements, exact?) of one input that one nest's reads touch, summed over tiles.
+
+    One read: its image. Reads that differ only in one dimension, by an offset along one axis
+    (the pieces of a concat, x beside rotate_half(x)): the union along that axis tile by tile,
+    exact unless a read is gathered (its index may repeat). Otherwise the images' sum, at most
+    what the reads' boxes span in each tile (`_tile_hulls`): an upper bound (two reads of one tile
+    may touch the same elements, two tiles may each read the same element: x + transpose(x))."""
+    distinct = list(dict.fromkeys((r.index, r.guards) for r in reads))
+    if len(distinct) == 1:
+        r = reads[0]
+        return image(r, kernel, shape, tile), not _gathered(r) and all(_narrows(g) for g in r.guards)
+    rs = [next(r for r in reads if (r.index, r.guards) == key) for key in distinct]
+    pieces = _pieces(rs, kernel, tile)
+    if pieces is not None:  # (a gathered index counts each point it reads: repeats once each)
+        return pieces, not any(_gathered(r) for r in rs)
+    # a gathered read is made by every tile along the axes the others vary along and it does not
+    # (x + x[i] in tiles along x's axis reads x[i] in each tile; the caller counts re-reads by the
+    # other axes)
+    together = {a for r in rs for a in r.axes}
+    total = sum(image(r, kernel, shape, tile)
+                * (_tile_origins(together - set(r.axes), kernel, tile)[0] if _gathered(r) else 1) for r in rs)
+    return (total if any(_gathered(r) for r in rs) else min(total, _tile_hulls(rs, kernel, shape, tile))), False
+
+
+def _tile_hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int]) -> int:
+    """Elements of the box around every read's box, tile by tile, summed over tiles: no tile reads
+    more of the input than that (a tile of x + transpose(x) reads a row and a column of x, and the
+    next tile another row and column: the rows' sum is the input, the columns' too)."""
+    spans = [_spans(r, kernel) for r in rs]
+    count, origins = _tile_origins([a for r in rs for a in r.axes], kernel, tile)
+    if count > TILE_BOXES:
+        return count * math.prod(shape)
+    total = 0
+    for at in origins:
+        boxes = []
+        for r, span in zip(rs, spans):
+            tile_span = _in_tile(span, at, tile)
+            box = _box(r, shape, tile_span)
+            if _volume(box) and _points(r.axes, tile_span):
+                boxes.append(box)
+        if boxes:
+            total += _volume([(min(b[d][0] for b in boxes), max(b[d][1] for b in boxes)) for d in range(len(shape))])
+    return total
+
+
+def _pieces(rs: list[Read], kernel: Kernel, tile: dict[str, int]) -> int | None:
+    """The union of reads that differ only in dimension d, each reading `axis + offset` there,
+    with guards only on that axis; None when they are not so."""
+    dims = [d for d in range(len(rs[0].index)) if len({r.index[d] for r in rs}) > 1]
+    if len(dims) > 1:
+        return None
+    d = dims[0] if dims else None
+    axis = None
+    offsets = []
+    for r in rs:
+        if d is None:
+            return None
+        ix = r.index[d]
+        if len(ix.terms) != 1 or not isinstance(ix.terms[0][0], str) or ix.terms[0][1] != 1:
+            return None
+        a = ix.terms[0][0]
+        if axis not in (None, a):
+            return None
+        axis = a
+        offsets.append(ix.const)
+        if any(axis in set(o.axes()) for j, o in enumerate(r.index) if j != d):
+            return None
+        if any(set(g.ix.axes()) != {axis} for g in r.guards):
+            return None
+    common = 1
+    for a in dict.fromkeys(x for j, ix in enumerate(rs[0].index) if j != d for x in ix.axes()):
+        common *= kernel.extents[a]
+    spans = [_spans(r, kernel)(axis) for r in rs]
+    extent = kernel.extents[axis]
+    t = tile.get(axis, extent)
+    along = 0
+    for start in range(0, extent, t):
+        cells = set()
+        for (lo, hi), off in zip(spans, offsets):
+            cells.update(range(max(lo, start) + off, min(hi, start + t - 1) + off + 1))
+        along += len(cells)
+    return common * along
+
+
+def line_factor(index: tuple[Ix, ...], dtype: str, line: int = 64) -> float:
+    """Bytes moved per byte used by a read: a stride along the last dimension, or an index the
+    hardware cannot follow, fetches whole lines for single elements."""
+    if not index:
+        return 1.0
+    last = index[-1]
+    elem = dtype_bytes(dtype)
+    worst = line / elem
+    if any(not isinstance(t, str) for t, _ in last.terms):
+        return min(2.0, worst)
+    strides = [abs(c) for _, c in last.terms]
+    if not strides or 1 in strides:
+        return 1.0
+    return min(float(min(strides)), worst)
