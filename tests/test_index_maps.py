@@ -490,8 +490,8 @@ def test_an_index_out_of_range_in_a_fused_lookup_is_the_same_error(target, tmp_p
 
 
 # A product whose left operand is a checked gather read (a table axis of size 1: the load no longer
-# reads the index, the check stays): c_matmul asked the Checked expression for a dtype it has no
-# field for (an AttributeError; hypothesis found it, test_bind)
+# reads the index, the check stays): the matmul recognizer must ask the read beneath the check for
+# its dtype.
 CHECKED_PRODUCT = """func f(i: i32[1], t: f32[6], w: f32[5, 2]) -> f32[] {
   return sum(matmul(slice(gather(reshape(t, shape=[1, 1, 6]), i, axis=0), axes=[2], starts=[1], ends=[6]), w), axes=[0, 1, 2])
 }"""

@@ -153,7 +153,7 @@ class _Builder:
     def visit(self, cid: str, index: tuple[Ix, ...], hold: Hold, owner: int, guards: tuple[Guard, ...]) -> int:
         if hold in (Hold.SHARED, Hold.LOCAL) and cid in self.held:
             # read again, perhaps at another index: the cost model checks that the two differ only
-            # by whole axes (cost.alias_problem), which the buffer holds whole
+            # by whole axes (facts.alias_problem), which the buffer holds whole
             return self.held[cid]
         memo = (cid, index, guards)
         if hold is Hold.INLINE and memo in self.computed:

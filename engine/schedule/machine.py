@@ -1,7 +1,7 @@
 """The machine both the cost model and the C backend assume: one definition each side reads.
 
 The vector unit runs a product's tile in register blocks of MICRO_ROWS rows of C by MICRO_VECTORS
-vectors (targets/c_matmul.py's micro-kernel); the cost model prices a tile's panel reads
+vectors (targets/c/micro_kernel.py); the cost model prices a tile's panel reads
 (`price.panel_bytes`) and its narrow products (`price.tile_work`) by the same shape. Whether the
 micro-kernel reads a product's left operand where it is, or computes it block by block of rows, is
 one rule (`reads_left_in_place`) that the cost model applies to a kernel and the backend to a loop

@@ -150,7 +150,7 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelFac
 def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelFacts, types,
                 chunk: tuple[str, int] | None, left_in_place: frozenset | None = None) -> float:
     """Bytes one tile's products read again from memory, in the order the vector unit's
-    micro-kernel walks a tile (targets/c_matmul.py), the products whose left operand it reads in
+    micro-kernel walks a tile (targets/c/micro_kernel.py), the products whose left operand it reads in
     place as the plan says (`KernelPlan.left_in_place`; by default as the facts imply):
 
     - A left operand A read with plain loads: panel by panel of MICRO_VECTORS vectors of columns,
