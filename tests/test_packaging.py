@@ -52,10 +52,11 @@ def test_every_module_stitch_imports_is_a_declared_dependency():
 # (grammar/ and rules/ hold data only).
 # The stage packages of engine/ sit under lowering/ and targets/; engine/'s own files (the pipeline,
 # the API, the CLI) drive all of them, and the root package re-exports the API.
-LAYERS = ("grammar", "rules", "engine.ir", "engine.rewrite", "engine.schedule", "lowering", "targets", "frontends", "engine", "")
+LAYERS = ("grammar", "rules", "engine.ir", "engine.rewrite", "engine.rewrite.check", "engine.schedule", "lowering",
+          "targets", "frontends", "engine", "")
 MAX_MODULE_LINES = 700
 # Modules still over the limit, each to be split (issue 43): the list only shrinks.
-LONG_YET = {"engine.rewrite.soundness", "engine.schedule.cost", "engine.schedule.kernels", "frontends.onnx_ops",
+LONG_YET = {"engine.schedule.cost", "engine.schedule.kernels", "frontends.onnx_ops",
             "targets.c_source"}
 MAX_FOLDER_SHARE = 0.30  # of the package's Python lines, held by one folder's own files
 
