@@ -1,5 +1,5 @@
-"""What not fusing multiply-adds costs: every example built as shipped (-ffp-contract=off, README
-"Floating-point semantics") and with gcc's GNU C default (-ffp-contract=fast), timed interleaved.
+"""What not fusing multiply-adds costs: every example built as shipped (-ffp-contract=off,
+docs/explanation/floating-point.md) and with gcc's GNU C default (-ffp-contract=fast), timed interleaved.
 
 Prints a markdown table of medians (outputs reused) and the ratio off/fast. The matmul micro-kernel
 fuses its multiply-adds explicitly either way. Run: python3 bench/fp_contract.py [--runs N] [--threads T]

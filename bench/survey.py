@@ -407,7 +407,7 @@ def mamba(s, rng):
 
 @dataclass(frozen=True)
 class Arch:
-    label: str  # what is built, as the README names it
+    label: str  # what is built, as the survey's tables name it
     build: Callable  # (Size, numpy Generator) -> (module, {input name: tensor})
 
 

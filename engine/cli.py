@@ -176,7 +176,7 @@ def add_compile_arguments(p) -> None:
 
     p.add_argument("file")
     p.add_argument("--entry", help="the func to compile (default: the first)")
-    add_weights_argument(p)
+    add_weights_argument(p, "the other parameters stay parameters of the compiled program")
     add_rule_arguments(p)
     p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"], default="schedule",
                    help="what to print (default: schedule)")
@@ -219,10 +219,10 @@ def add_run_arguments(p) -> None:
     p.add_argument("-o", "--output", metavar="OUT.npz", help="write outputs as out0, out1, ...")
 
 
-def add_weights_argument(p) -> None:
+def add_weights_argument(p, rest: str = "the other parameters come from --inputs or --seed") -> None:
     p.add_argument("--weights", metavar="W.npz",
-                   help="parameters bound at compile time, keyed by name (what `stitch import --weights` "
-                        "writes): the other parameters come from --inputs or --seed")
+                   help=f"parameters bound at compile time, keyed by name (what `stitch import --weights` "
+                        f"writes): {rest}")
 
 
 def read_inputs(args, graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
     from .rewrite.egraph_data import EGraphData
     from .rewrite.saturate import RunReport
     from .schedule.cost import ScheduleCost
-    from .schedule.kernels import Schedule
+    from .schedule.kernel import Schedule
     from .schedule.search import SearchResult
     from .schedule.target import Target
 

@@ -41,7 +41,7 @@ from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
 from .rewrite.saturate import EGraphRun, Limits, RunReport
 from .schedule.cost import schedule_cost
 from .schedule.extract import MOST_FUSED, extract_schedule, extract_tree
-from .schedule.kernels import build_schedule
+from .schedule.form import build_schedule
 from .schedule.search import SearchResult
 from .schedule.target import Target, load_target
 
@@ -89,7 +89,7 @@ def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, 
 
     `without` names built-in rule files (`forwarding`) or patterns of built-in rule names
     (`stitch-*`) to leave out: the seed comparisons compile a program with and without them.
-    Rules tagged [unsafe-fp] are left out unless `unsafe_fp` (README, "Floating-point semantics")."""
+    Rules tagged [unsafe-fp] are left out unless `unsafe_fp` (docs/explanation/floating-point.md)."""
     if without and not builtin:
         raise StitchError("--without-rules leaves out built-in rules, which --no-builtin-rules already leaves out")
     files = without_rules(builtin_rule_files(), without) if builtin else []

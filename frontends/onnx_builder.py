@@ -163,11 +163,13 @@ class Builder:
             self.materialized[v] = sym
         return Var(self.materialized[v].name)
 
-    def static_ints(self, v: Value | None, what: str) -> list[int]:
-        """A shape or axes list that must be known at import time."""
+    def static_ints(self, v: Value | None, what: str, one_d: bool = True) -> list[int]:
+        """A shape or axes list (a 1-D tensor; any rank without `one_d`) that must be known at import time."""
         if isinstance(v, Known):
             if v.array.dtype.kind not in "iu":
                 raise invalid(f"its {what} must be integers, got {v.array.dtype}")
+            if one_d and v.array.ndim != 1:
+                raise invalid(f"its {what} must be a 1-D tensor, got {v.array.ndim}-D")
             return [int(i) for i in v.array.reshape(-1)]
         if isinstance(v, Sym) and v.input:
             raise Unsupported("input", f"its {what} is the graph input '{v.input}', known only at run time "
@@ -288,3 +290,20 @@ def refusal_kind(message: str) -> str:
     """The problem kind of a checker error on an emitted op: a dtype it does not take, else a shape."""
     dtype_words = ("dtype", "float tensor", "numeric tensor", "must be bool", "indices must be")
     return "dtype" if any(w in message for w in dtype_words) else "shape"
+
+
+class Node:
+    """A NodeProto with its attributes decoded, and the opset its defaults come from."""
+
+    def __init__(self, proto, opset: int):
+        from onnx import helper
+
+        self.proto = proto
+        self.op_type = proto.op_type
+        self.opset = opset
+        self.out = proto.output[0] if proto.output else proto.op_type
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+
+    def attr(self, name: str, default=None):
+        v = self.attrs.get(name, default)
+        return v.decode() if isinstance(v, bytes) else v

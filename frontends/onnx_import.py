@@ -82,6 +82,11 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
     if opset is None and any(n.domain in ("", "ai.onnx") for n in graph.node):
         raise StitchError(f"{label}: the model imports no version of the default ONNX domain (its opset_import "
                           "lists none), so its ops have no meaning")
+    from onnx.defs import onnx_opset_version
+
+    if opset is not None and not 1 <= opset <= onnx_opset_version():
+        raise StitchError(f"{label}: the model's opset {opset} is not an ONNX opset (this onnx knows 1 to "
+                          f"{onnx_opset_version()})")
     b = Builder(opset or 1)  # (no default-domain node to read it)
     problems: list[Problem] = []
     env: dict[str, Value | None] = {}  # None: a value a failed node would have produced
@@ -92,6 +97,11 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
             env[init.name] = None
             problems.append(Problem(init.name, "initializer", "invalid",
                                     f"invalid model: the initializer cannot be read ({type(err).__name__}: {err})"))
+    unknown = sorted(set(constant_inputs or {}) - {vi.name for vi in graph.input})
+    if unknown:
+        raise StitchError(f"{label}: --constant (constant_inputs=) names {', '.join(map(repr, unknown))}, no graph "
+                          f"input of the model", hint="its graph inputs: " + (", ".join(
+                              vi.name for vi in graph.input if vi.name not in env) or "none"))
     inputs = bind_graph_inputs(b, graph, env, constant_inputs or {})
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):
@@ -190,6 +200,8 @@ def translate_node(b: Builder, node, env: dict, problems: list[Problem]) -> None
 def initializer_value(init, fold_constants: bool | None) -> Known:
     from onnx import numpy_helper
 
+    if any(d < 0 for d in init.dims):
+        raise ValueError(f"a negative dimension in its shape {list(init.dims)}")
     array = numpy_helper.to_array(init)
     limit = {None: 1, True: FOLD_LIMIT, False: 0}[fold_constants]
     small = array.size <= limit

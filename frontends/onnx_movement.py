@@ -321,7 +321,7 @@ def convert_trilu(b, node, ins):
     t = b.type_of(x)
     if t.rank < 2:
         raise invalid(f"Trilu of a tensor of rank {t.rank}")
-    k = b.static_ints(ins[1], "k")[0] if len(ins) > 1 and ins[1] is not None else 0
+    k = b.static_ints(ins[1], "k", one_d=False)[0] if len(ins) > 1 and ins[1] is not None else 0
     rows, cols = t.shape[-2:]
     tri = np.triu if node.attr("upper", 1) else np.tril
     mask = tri(np.ones((rows, cols), bool), k)
@@ -425,7 +425,7 @@ def convert_cumsum(b, node, ins):
         raise invalid("CumSum of a scalar")
     if t.dtype == "bool":
         raise Unsupported("dtype", "CumSum of bool (ONNX takes numbers)")
-    (axis,) = b.static_ints(ins[1], "axis")[:1] or [None]
+    (axis,) = b.static_ints(ins[1], "axis", one_d=False)[:1] or [None]
     a = normal_axis(axis, t.rank, "CumSum axis")
     n = t.shape[a]
     i, j = np.indices((n, n))

@@ -19,9 +19,8 @@ it is a scratchpad (`accel`) the copy stays, of one contiguous block. A copy of
 a whole weight in its own layout is, on a cpu, a read of the weight itself.
 A weight a kernel reads where it is, without a copy (a head's products read 64
 of each 768-wide row), is read on a cpu from a block laid out in the order of
-the loops around the read, unless that is the weight's own order: BERT's
-attention kernel, whose Q, K and V products so read their weights, 5.15 ->
-4.70 ms at one thread.
+the loops around the read, unless that is the weight's own order (as BERT's
+attention kernel's Q, K and V products read theirs).
 
 No value changes: the prologue stores what the moved nest stored, for every
 tile the kernel runs.

@@ -293,9 +293,8 @@ class TileRun:
 
 # A parallel loop whose statements run over fewer iterations each than this, on average, runs its
 # tiles at once when no traffic is counted: numpy's cost per statement run (tens of microseconds)
-# outweighs the work of small ones (the examples' layer norms, RMS norm and softmax, rows of 128
-# elements a tile: 14-22x faster at once), while statements over hundreds of thousands of
-# iterations a tile ran 2.4x slower at once (attention: the tiles' temporaries leave the caches).
+# outweighs the work of small ones, while long statements done for every tile at once make
+# temporaries that leave the caches (docs/perf/2026-11-27-pass-choices.md).
 TILES_AT_ONCE_BELOW = 4096
 
 

@@ -13,8 +13,7 @@ contiguous run the copy's innermost loop walks) are at least the target's
 `inplace_run_bytes`, and the readers read the source at the copy's index
 instead: a product's left operand in chunks of K (128 rows of 512 elements,
 copied per chunk of every tile of columns) is then read from where the
-previous kernel wrote it (a 128x3072 by 3072x768 product in chunks of 512,
-one thread: 6.25 -> 6.0 ms). Nothing else changes: the schedule, its
+previous kernel wrote it. Nothing else changes: the schedule, its
 footprint and its bytes are the cost model's as before.
 """
 

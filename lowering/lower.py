@@ -33,7 +33,7 @@ from ..engine.ir.program import TensorType
 from ..engine.ir.recursion import allows_deep_recursion
 from ..engine.schedule.cost import KernelCost, ScheduleCost, Staged, matrix_dims, reduced_axes, region
 from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify, simplify_in
-from ..engine.schedule.kernels import Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
+from ..engine.schedule.kernel import Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
 from ..engine.schedule.maps import GatherRef
 from ..engine.schedule.schedule_print import global_names
 from ..engine.schedule.target import Target

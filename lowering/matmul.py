@@ -63,7 +63,7 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
 def _coalesced(j, shape_of):
     """Two column loops that every access walks as one span (`8*p1 + p2`, p2 of extent 8: a tile of
     8 columns in each of 12 heads, contiguous in the accumulator and the weight's block) as one loop
-    over the span, so the columns run in vectors (in scalar loops such a product ran 6x slower);
+    over the span, so the columns run in vectors, not scalar loops;
     any other statement as it is. Each index reads the span where it read the inner loop, the outer
     loop at 0: the same elements, as every access moves `extent` times as far per outer step."""
     if not (_single_for(j) and len(j.body[0].body) == 1 and isinstance(j.body[0].body[0], Accumulate)):
@@ -126,7 +126,7 @@ def expr_dtype(e, dtype_of) -> str:
     """The dtype of expression `e`, `dtype_of` giving a buffer's."""
     if isinstance(e, Load):
         return dtype_of(e.buffer)
-    if isinstance(e, Checked):  # a gather's checked read (hypothesis found it: an AttributeError)
+    if isinstance(e, Checked):  # a gather's checked read: the dtype of what it reads
         return expr_dtype(e.value, dtype_of)
     return e.dtype  # Op, Lit, Select
 

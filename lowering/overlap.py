@@ -16,10 +16,8 @@ kernel's scratch block (tile t in copy t mod 2). It is legal because a tile
 loop's tiles are independent (`parallel`): no tile reads what another writes,
 and nothing of one copy is live in the other's tile. What a tile computes, and
 in which order within the tile, is unchanged, so its results are the same to
-the bit. A layer norm over the first axis (512x64x256, tiles of 512 rows of 128
-columns) ran in 0.79-0.86x the time of its plain tiles at 2 threads in a C
-model of the kernel (the copy alone: 0.81x), and in stitch, A/B over an hour
-on a VM whose speed drifts, 0.84-1.04x (median about 0.93).
+the bit. It pays where a tile's stores and the next tile's first reads would
+otherwise wait on each other (docs/perf/2026-11-27-pass-choices.md).
 
 This pass only marks the kernels: `LoopKernel.pipelined`, for those whose tile
 loops have the shape (`stages`) and whose two scratch copies fit the on-chip

@@ -1,7 +1,7 @@
 """f16 sums accumulate in f32: every target, because the LoopProgram says so.
 
-An f16 sum or mean accumulates in f32 and rounds once (README, "Floating-point
-semantics"; numpy does that along a contiguous axis but accumulates in f16
+An f16 sum or mean accumulates in f32 and rounds once (docs/explanation/floating-point.md;
+numpy does that along a contiguous axis but accumulates in f16
 along any other, where 4,096 ones sum to 2,048). Loop-nest formation writes a
 reduction as an accumulator temporary: initialized, accumulated into
 (`Accumulate(op="sum")`), divided in place for a mean, then read. This pass

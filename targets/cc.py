@@ -26,7 +26,7 @@ from ..engine.ir.errors import StitchError, StitchWarning
 OPTIMIZE_FLAGS = ("-O3", "-march=native")
 # What the generated C needs whatever the user asks: a loadable shared library, OpenMP simd pragmas,
 # wrapping integer arithmetic (the reference's), libm calls that never set errno or trap, GNU C's
-# vector types; and what it means (README, "Floating-point semantics"): no multiply-add fused outside
+# vector types; and what it means (docs/explanation/floating-point.md): no multiply-add fused outside
 # matmul's micro-kernel, every f16 (or float) operation rounded to its type, as numpy's are.
 REQUIRED_FLAGS = ("-fopenmp-simd", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
                   "-std=gnu11", "-ffp-contract=off", "-fexcess-precision=standard")
@@ -48,6 +48,8 @@ def compiler_flags(user=None) -> tuple[str, ...]:
             raise StitchError(f"cannot split the compiler flags {user!r}: {err}") from None
     elif not isinstance(user, (list, tuple)) or not all(isinstance(f, str) for f in user):
         raise StitchError(f"compiler flags must be a string or a list of strings, got {user!r}")
+    if any("\0" in f for f in user):  # no process argument can hold one
+        raise StitchError(f"compiler flags must not contain a NUL character, got {list(user)!r}")
     return tuple(user) + REQUIRED_FLAGS
 
 
@@ -70,7 +72,8 @@ def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cac
     key = source_key(source, cc, flags)
     lib_path, src_path, sum_path = (cache_dir / f"{key}{ext}" for ext in (".so", ".c", ".sha256"))
     try:
-        if lib_path.exists() and sum_path.exists() and sum_path.read_text() == _digest(lib_path):
+        # regular files only: a FIFO (or a device) in their place would block the reads forever
+        if lib_path.is_file() and sum_path.is_file() and sum_path.read_text() == _digest(lib_path):
             return lib_path
     except OSError:  # unreadable: build it again
         pass
@@ -87,8 +90,10 @@ def cached_library(source: str, parts: int, cc: str, flags: tuple[str, ...], cac
                 warnings.warn(StitchWarning(f"the C compiler crashed on {src_path} ({crash.line}); built again "
                                             f"with {' '.join(CRASH_FLAGS)}"), stacklevel=2)
                 _compile(cc, flags + CRASH_FLAGS, src_path, tmp_lib, parts, Path(tmp))
-            os.replace(tmp_lib, lib_path)
-        sum_path.write_text(_digest(lib_path))
+            staged_sum = Path(tmp) / sum_path.name
+            staged_sum.write_text(_digest(tmp_lib))
+            os.replace(tmp_lib, lib_path)  # each renamed into place whole, over whatever was there
+            os.replace(staged_sum, sum_path)
     except OSError:
         for path in (src_path, lib_path, sum_path):
             with contextlib.suppress(OSError):

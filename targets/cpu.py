@@ -62,7 +62,9 @@ class Native:
         params = self.layout[2]
         pointers = []
         arrays: dict[str, np.ndarray] = {}
-        provided = dict(zip(dict.fromkeys(self.program.outputs), out)) if out is not None else {}
+        provided: dict[str, np.ndarray] = {}  # the out= array the kernels write each output into
+        for name, arr in zip(self.program.outputs, out or ()):
+            provided.setdefault(name, arr)  # (an output returned twice is copied into its second array)
         for b, dtype, temporary in self.plan:
             if b.name in inputs:
                 arr = inputs[b.name]
@@ -92,7 +94,24 @@ class Native:
             raise StitchError(message.format(value=value))
         if rc:
             raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
-        return [arrays[name].copy() if name in params else arrays[name] for name in self.program.outputs]
+        return _outputs(self.program.outputs, arrays, params, out)
+
+
+def _outputs(names: list[str], arrays: dict[str, np.ndarray], params: set[str],
+             out: list[np.ndarray] | None) -> list[np.ndarray]:
+    """Each output its own array: an input returned, or a value returned twice, is copied; with
+    `out=`, every array given holds its output (the kernels wrote the first of each value)."""
+    results, seen = [], set()
+    for k, name in enumerate(names):
+        arr = arrays[name]
+        if out is not None:
+            if out[k] is not arr:
+                np.copyto(out[k], arr)
+            results.append(out[k])
+        else:
+            results.append(arr.copy() if name in params or name in seen else arr)
+        seen.add(name)
+    return results
 
 
 def c_for_target(program: LoopProgram, target: Target, flags: tuple[str, ...] = DEFAULT_FLAGS) -> str:
@@ -115,7 +134,12 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
         print("stitch: no C compiler found; running on the numpy executor", file=sys.stderr)
         return Native(program, None, None)
     cache_dir = Path(cache_dir or default_cache_dir())
-    if cache_dir.exists() and not cache_dir.is_dir():
+    try:
+        exists, is_dir = cache_dir.exists(), cache_dir.is_dir()
+    except OSError as err:  # a path the system refuses (too long, a loop of links)
+        raise StitchError(f"the cache directory {cache_dir} cannot be used: {err.strerror or err}",
+                          hint="name another directory with --cache-dir (cache_dir=)") from None
+    if exists and not is_dir:
         raise StitchError(f"the cache directory {cache_dir} is a file, not a directory",
                           hint="name a directory with --cache-dir (cache_dir=), or move the file away")
     width = vector_bytes(cc, tuple(flags))

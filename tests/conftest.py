@@ -1,5 +1,6 @@
-"""Test-wide setup: pick the hypothesis profile (`ci` when CI=true, else `dev`), and pin the caches
-the built-in cpu target reads.
+"""Test-wide setup: the `--long` option (the hypothesis profile `long` and every ONNX node case on
+both targets; the default is the quick profile CI runs), and the caches the built-in cpu target
+reads, pinned.
 
 The cpu target's on-chip size is a share (`onchip_share`, a half) of the L2 per core the machine
 reports (`onchip_cache = "l2"`), and tile sizes and chunking follow it: the suite's plans were
@@ -16,7 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tests' own helpe
 from stitch.engine.schedule import target as _target  # noqa: E402
 from stitch_testing import load_profile  # noqa: E402
 
-load_profile()
+
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true",
+                     help="stitch: the long hypothesis profile (100 examples, new each run) and every ONNX node case "
+                          "on both targets (about 3x the default's time)")
+
+
+def pytest_configure(config):
+    load_profile(config.getoption("long"))
+
 
 PINNED_CACHE_BYTES = {1: 48 * 1024, 2: 2 * 1024 * 1024, 3: 32 * 1024 * 1024 // 2}
 _machine_cache_bytes = _target.machine_cache_bytes

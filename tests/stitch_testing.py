@@ -19,7 +19,6 @@ program's `.ir` text through the pipeline and print the stage a test compares
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import hypothesis.extra.numpy as hnp
@@ -67,16 +66,18 @@ _NICE_FLOATS = (1.0, 2.0, 0.5, -1.0, 0.0, 0.125, 1e-5, 1e-6, 1e16, 0.044715, 0.7
 # -- settings profiles ---------------------------------------------------------
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile("dev", max_examples=100, deadline=None, suppress_health_check=_SLOW_OK)
-settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, suppress_health_check=_SLOW_OK)
+# `quick`, the default (CI runs it): few examples, the same ones every run. `long` (pytest --long):
+# four times as many, new ones each run.
+settings.register_profile("quick", max_examples=25, deadline=None, derandomize=True, suppress_health_check=_SLOW_OK)
+settings.register_profile("long", max_examples=100, deadline=None, suppress_health_check=_SLOW_OK)
+LONG = False  # set by tests/conftest.py from `pytest --long`: also every ONNX node case on both targets
 
 
-def load_profile() -> str:
-    """Select `ci` when the environment says CI=true, else `dev`; return its name.
-
-    The one place that reads the environment: tests' conftest calls it.
-    """
-    name = "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
+def load_profile(long: bool) -> str:
+    """Select the `long` profile for `pytest --long`, else `quick`; return its name."""
+    global LONG
+    LONG = long
+    name = "long" if long else "quick"
     settings.load_profile(name)
     return name
 

@@ -18,7 +18,8 @@ from stitch.engine.rewrite.egraph_data import EGraphData
 from stitch.engine.rewrite.rules import builtin_rule_files
 from stitch.engine.schedule.cost import schedule_cost
 from stitch.engine.schedule.extract import ALL_GLOBAL, extract_schedule, extract_tree, reachable_classes, work_cost
-from stitch.engine.schedule.kernels import CyclicChoice, build_schedule
+from stitch.engine.schedule.form import build_schedule
+from stitch.engine.schedule.kernel import CyclicChoice
 from stitch.engine.schedule.target import load_target, parse_target
 from stitch_testing import graphs, schedule_of, target_text
 
@@ -363,7 +364,8 @@ def test_greedy_kernels_price_like_freshly_formed_ones(graph):
     root's kernel formed afresh, then joined as build_schedule joins them (a kernel storing two
     outputs is two roots' kernels merged; formed from one root it would hold one)."""
     from stitch.engine.schedule.cost import kernel_cost
-    from stitch.engine.schedule.kernels import form_kernel, merge_kernels
+    from stitch.engine.schedule.form import form_kernel
+    from stitch.engine.schedule.merge import merge_kernels
 
     run, _ = saturate_program(graph, load_rule_files([], builtin=True))
     data = EGraphData.from_json(run.serialize().to_json())

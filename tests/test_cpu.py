@@ -139,7 +139,8 @@ def test_cli_cflags_starting_with_a_dash_add_to_the_required_flags(argv, cache, 
 
 @pytest.mark.parametrize("cflags, message", [(3, "must be a string or a list of strings"),
                                              (["-O2", 2], "must be a string or a list of strings"),
-                                             ("-DX='unclosed", "cannot split the compiler flags")])
+                                             ("-DX='unclosed", "cannot split the compiler flags"),
+                                             (["-O2", "-D\x00"], "must not contain a NUL character")])
 def test_malformed_cflags_are_clear_errors(cflags, message):
     with pytest.raises(StitchError, match=message):
         cc.compiler_flags(cflags)

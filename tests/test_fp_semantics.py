@@ -1,4 +1,4 @@
-"""The floating-point semantics every target follows (README, "Floating-point semantics").
+"""The floating-point semantics every target follows (docs/explanation/floating-point.md).
 
 Each case runs on the reference interpreter, the compiled C (cpu), the
 simulator (accel) and the numpy executor, and all must give the same bits

@@ -10,7 +10,7 @@
   or a TypeError naming the argument.
 - Programs over every dtype on edge values (NaN, +-inf, +-0.0, the dtype's
   largest and smallest, integer min and max) on both targets, equal to the
-  reference (README, "Floating-point semantics"), with one precondition: no
+  reference (docs/explanation/floating-point.md), with one precondition: no
   reduction or matmul whose finite terms could overflow a partial sum (its
   order is unspecified, so then is its answer).
 

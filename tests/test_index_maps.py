@@ -304,8 +304,8 @@ kernel k0 -> out0: f32[2, 16, 64], out1: f32[2, 16, 1]
 def test_merging_unifies_axes_inside_a_gathered_index():
     """`_solve` binds b's axes inside a gathered index, and refuses where they would not match."""
     from stitch.engine.schedule.index import Indirect
-    from stitch.engine.schedule.kernels import _solve
     from stitch.engine.schedule.maps import GatherRef
+    from stitch.engine.schedule.merge import _solve
 
     def row(indices, *axes, extent=100):
         return Ix.var(Indirect(GatherRef(indices, tuple(Ix.var(a) for a in axes)), extent))

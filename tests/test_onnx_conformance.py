@@ -2,26 +2,26 @@
 
 A case the importer refuses (an unsupported op, dtype or dynamic shape) is
 skipped with its reason; every other case must match ONNX's expected outputs
-at the case's tolerance. With CI=true every case runs on accel and a deterministic quarter of
-them on cpu (the C compiler costs ~0.3 s a program); without it, all on both.
+at the case's tolerance. Every case runs on accel and a deterministic quarter of them on cpu (the C
+compiler costs ~0.3 s a program); with `pytest --long`, all on both.
 """
 
 from __future__ import annotations
 
-import os
 import zlib
 
 import pytest
 
 pytest.importorskip("onnx")
 
+import stitch_testing  # noqa: E402
 from stitch.frontends.onnx_conformance import KIND_LABELS, load_cases, run_case  # noqa: E402
 
 CASES = {c.name: c for c in load_cases()}
 
 
 def targets_for(name: str) -> tuple[str, ...]:
-    if os.environ.get("CI") != "true" or zlib.crc32(name.encode()) % 4 == 0:
+    if stitch_testing.LONG or zlib.crc32(name.encode()) % 4 == 0:
         return ("accel", "cpu")
     return ("accel",)
 

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from stitch.engine.cli import main  # noqa: E402
 from stitch.engine.ir.check import check_program  # noqa: E402
+from stitch.engine.ir.errors import StitchError  # noqa: E402
 from stitch.engine.ir.interp import evaluate  # noqa: E402
 from stitch.engine.ir.parse import parse_program  # noqa: E402
 from stitch.engine.ir.printer import print_program  # noqa: E402
@@ -538,6 +539,17 @@ def test_cli_import_without_onnx_names_the_extra(monkeypatch, capsys):
     assert "pip install 'stitch[onnx]'" in capsys.readouterr().err
 
 
+def test_a_constant_for_no_graph_input_is_an_error_naming_it(tmp_path, capsys):
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    path = tmp_path / "m.onnx"
+    onnx.save(model_of([node], [("x", F32, [2, 6]), ("shape", TensorProto.INT64, [2])], [("y", F32, None)]), path)
+    np.save(tmp_path / "s.npy", np.array([3, 4], np.int64))
+    assert main(["import", str(path), "--constant", f"shape={tmp_path / 's.npy'}", "--constant",
+                 f"shap={tmp_path / 's.npy'}"]) == 1
+    err = capsys.readouterr().err
+    assert "names 'shap', no graph input" in err and "its graph inputs: x, shape" in err
+
+
 def test_cli_import_bad_constant_option(tmp_path, capsys):
     assert main(["import", "m.onnx", "--constant", "shape"]) == 1
     assert "--constant expects NAME=VALUES.npy" in capsys.readouterr().err
@@ -637,3 +649,44 @@ def test_valid_models_once_refused_now_import():
     imported = import_onnx(named)
     assert imported.text.startswith("func func_(x: f32[3])")
     assert print_program(parse_program(imported.text)) == imported.text
+
+
+# -- models onnxruntime refuses are refused too (issue 52, item 6) ----------------------------------
+
+
+def test_an_initializer_with_a_negative_dimension_is_invalid():
+    w = numpy_helper.from_array(np.ones(6, np.float32), "w")
+    w.dims[:] = [-6]
+    node = helper.make_node("Add", ["x", "w"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F32, [6])],
+                              [helper.make_tensor_value_info("y", F32, None)], [w])
+    with pytest.raises(OnnxImportError, match=r"initializer 'w'.*negative dimension in its shape \[-6\]"):
+        import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+
+
+def test_an_op_of_a_later_opset_is_invalid_naming_both_opsets():
+    node = helper.make_node("Gelu", ["x"], ["y"], name="g1")
+    with pytest.raises(OnnxImportError, match=r"Gelu 'g1'.*does not exist at the model's opset 11 \(ONNX added it "
+                                              r"in opset 20\)"):
+        import_onnx(model_of([node], [("x", F32, [4])], [("y", F32, None)], opset=11))
+
+
+@pytest.mark.parametrize("opset", [0, -1, 99])
+def test_an_opset_onnx_does_not_have_is_an_error(opset):
+    node = helper.make_node("Relu", ["x"], ["y"])
+    with pytest.raises(StitchError, match=f"the model's opset {opset} is not an ONNX opset"):
+        import_onnx(model_of([node], [("x", F32, [4])], [("y", F32, None)], opset=opset))
+
+
+def test_an_input_the_opset_does_not_have_is_invalid():
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], name="r")  # axes became an input at opset 18
+    model = model_of([node], [("x", F32, [3, 4])], [("y", F32, None)], [("axes", np.array([1], np.int64))], opset=13)
+    with pytest.raises(OnnxImportError, match=r"ReduceMean 'r'.*takes at most 1 input\(s\) at opset 13, got 2"):
+        import_onnx(model)
+
+
+def test_axes_that_are_no_list_are_invalid():
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="r")
+    model = model_of([node], [("x", F32, [3, 4])], [("y", F32, None)], [("axes", np.array(1, np.int64))])
+    with pytest.raises(OnnxImportError, match=r"ReduceSum 'r'.*axes must be a 1-D tensor, got 0-D"):
+        import_onnx(model)

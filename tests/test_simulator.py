@@ -1,4 +1,4 @@
-"""The accelerator simulator: reference results, the cost model's bytes, the README's cycle formulas,
+"""The accelerator simulator: reference results, the cost model's bytes, the cycle formulas of docs/explanation/accelerator.md,
 on-chip capacity, and the seed comparisons (forwarding, stitching)."""
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def test_examples_simulate_like_the_reference_and_move_the_estimated_bytes(name)
 
 
 # ---------------------------------------------------------------------------
-# the README's formulas on hand-computable kernels (accel: 64 B/cycle, 64 lanes, 16x16x16 tiles of 16 cycles,
+# docs/explanation/accelerator.md's formulas on hand-computable kernels (accel: 64 B/cycle, 64 lanes, 16x16x16 tiles of 16 cycles,
 # launch 1000 cycles)
 
 

@@ -1,4 +1,4 @@
-"""The README's table of the committed model fixtures: each imports, runs on the reference
+"""The table of the committed model fixtures (a dated record in docs/perf/): each imports, runs on the reference
 interpreter and on every target, against onnxruntime's outputs stored beside it.
 
 Prints one markdown row per fixture (tests/fixtures/models): ONNX nodes, IR nodes, the

@@ -1,4 +1,4 @@
-"""The floating-point semantics every target follows, written in numpy (README, "Floating-point semantics").
+"""The floating-point semantics every target follows, written in numpy (docs/explanation/floating-point.md).
 
 numpy is the reference, except where its answer depends on the platform or on
 the order it happens to visit elements; there stitch fixes one answer and the

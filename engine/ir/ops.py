@@ -91,7 +91,7 @@ LAYOUT = ("transpose", "reshape", "broadcast_to", "cast")
 MOVEMENT = ("slice", "concat", "gather")
 ELEMENTWISE_GROUPS = (OpGroup.UNARY, OpGroup.BINARY, OpGroup.COMPARE, OpGroup.SELECT)
 # Every output element reads at most one element of each operand: such an op
-# fuses into its consumer as an index map (README, "The IR").
+# fuses into its consumer as an index map (docs/reference/ir.md).
 INJECTIVE_GROUPS = ELEMENTWISE_GROUPS + (OpGroup.LAYOUT, OpGroup.MOVEMENT)
 # Dtypes gather's indices may have.
 INDEX_DTYPES = ("i32", "i64")

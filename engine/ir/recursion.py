@@ -4,8 +4,8 @@ Programs are walked recursively: graph chains (schedule formation, extraction),
 inlined expressions (a chain of elementwise ops fused into one kernel is one
 expression as deep as the chain) and loop nests, in lowering, the C printer, the
 executors and the printers. A chain of a few thousand ops needs more than
-Python's default 1,000 frames. Importing stitch used to raise the interpreter's
-limit for the whole process; now the entry points (the CLI, `stitch.compile`,
+Python's default 1,000 frames. Importing stitch leaves the interpreter's limit
+alone; the entry points (the CLI, `stitch.compile`,
 calling a compiled program on the numpy executor or the simulator (compiled C
 walks nothing), `compile_graph`, `lower`) raise it to LIMIT while
 they run and put the caller's limit back when the outermost one returns (calls

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 from ..ir.ops import ACCUMULATING, REDUCE, is_injective
 from ..ir.program import TensorType, dtype_bytes
 from .index import Indirect, Ix, Mod, affine, interval
-from .kernels import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
+from .kernel import AxisKind, Hold, Instance, Kernel, Read, Schedule, index_axes, packed_operand
 from .maps import Guard
 from .target import Target
 

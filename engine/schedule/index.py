@@ -12,7 +12,7 @@ axis names (strings) or *atoms*:
 Every injective op is an index map in these terms (a permutation for
 transpose, div/mod for reshape, offset and stride for slice, a shift per
 piece for concat, an indirect load for gather), so both the kernel model
-(engine/schedule/kernels.py, over kernel axes) and the loop nests (lowering/loops.py,
+(engine/schedule/kernel.py, over kernel axes) and the loop nests (lowering/loops.py,
 over loop variables) use this one type.
 
 `simplify` knows each axis's extent and removes the div/mod a split or merge

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from ..ir.printer import print_attr_value, print_scalar
 from .cost import KernelCost, ScheduleCost
 from .index import FloorDiv, Indirect, Ix, Mod
-from .kernels import Instance, Kernel, Schedule
+from .kernel import Instance, Kernel, Schedule
 from .maps import GatherRef
 
 

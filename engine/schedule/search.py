@@ -40,17 +40,9 @@ from ..ir.memory import checkpoint
 from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from .cost import FREE_OPS, KernelCost, ScheduleCost, kernel_cost, schedule_cost
-from .kernels import (
-    CyclicChoice,
-    Kernel,
-    Placement,
-    Schedule,
-    _order,
-    build_schedule,
-    find_roots,
-    form_kernel,
-    merge_kernels,
-)
+from .form import build_schedule, find_roots, form_kernel
+from .kernel import CyclicChoice, Kernel, Placement, Schedule
+from .merge import merge_kernels, order_kernels
 from .target import Target
 
 # -- the search's policy: every number it decides by is here -------------------------------
@@ -597,7 +589,7 @@ class _State:
         rest = [k for i, k in enumerate(self.kernels) if i not in touched]
         try:
             new = merge_kernels([per_root[r] for r in roots if r in group_roots], self.outputs)
-            kernels = _order(rest + new, self.outputs)
+            kernels = order_kernels(rest + new, self.outputs)
         except CyclicChoice:
             return None
         old = sum(space.price_kernel(self.kernels[i]).cycles for i in touched)

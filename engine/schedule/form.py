@@ -1,0 +1,187 @@
+"""Kernel formation, step 1: the walk from each root (the kernel model is `kernel.py`).
+
+Every value that is a program output or is read through a `global` edge is a root. From each root,
+a walk follows non-global edges to the values it computes, each an instance at an index over the
+kernel's axes. Operands are read through the op's index map (`maps.py`): transposes, reshapes,
+slices, concats and gathers move no data, they only change where the next value is read. An
+`inline` value gets one instance per nest that uses it and per index it is read at (recomputed); a
+`shared` or `local` value one instance per kernel (held on chip). Global reads are recorded with the
+nest that performs them (`Read.owner`). `build_schedule` then merges the kernels (`merge.py`).
+"""
+
+from __future__ import annotations
+
+from ..ir.ops import ACCUMULATING, is_injective
+from ..rewrite.egraph_data import EGraphData, ENode
+from .index import Ix
+from .kernel import (
+    Axis,
+    AxisKind,
+    CyclicChoice,
+    Hold,
+    Instance,
+    Kernel,
+    Placement,
+    Read,
+    Schedule,
+    with_owners,
+)
+from .maps import Guard, operand_maps
+from .merge import merge_kernels
+
+# by name, for the kernel walk (a dict lookup, not an enum call per edge)
+_PLACEMENTS = {p.value: p for p in Placement}
+_HOLDS = {h.value: h for h in Hold}
+
+
+def values_of(data: EGraphData, choice: dict[str, ENode], cid: str) -> tuple[str, ENode]:
+    """The value e-class behind a (possibly placement) e-class, and its chosen e-node."""
+    node = choice[cid]
+    while node.is_placement:
+        cid = node.children[0]
+        node = choice[cid]
+    return cid, node
+
+
+def operand_edges(choice: dict[str, ENode], node: ENode) -> list[tuple[Placement, str]]:
+    """(placement, value e-class) for each operand of a value e-node."""
+    edges = []
+    for child in node.children:
+        pnode = choice[child]
+        if pnode.is_placement:
+            edges.append((_PLACEMENTS[pnode.op], pnode.children[0]))
+        else:
+            edges.append((Placement.GLOBAL, child))
+    return edges
+
+
+def find_roots(data: EGraphData, choice: dict[str, ENode]) -> tuple[list[str], list[str], dict[str, str]]:
+    """(roots in producer-first order, outputs, params by e-class) of a choice."""
+    roots: list[str] = []
+    seen: set[str] = set()
+    active: set[str] = set()
+    order: list[str] = []
+
+    def walk(cid: str) -> None:
+        stack = [(cid, False)]
+        while stack:
+            c, done = stack.pop()
+            if done:
+                active.discard(c)
+                order.append(c)
+                continue
+            if c in seen:
+                if c in active:
+                    raise CyclicChoice(c)
+                continue
+            seen.add(c)
+            active.add(c)
+            stack.append((c, True))
+            for placement, value in reversed(operand_edges(choice, choice[c])):
+                if placement is Placement.GLOBAL and choice[value].op not in ("param", "const") \
+                        and value not in roots:
+                    roots.append(value)
+                stack.append((value, False))
+
+    outputs = []
+    for r in data.roots:
+        cid, _ = values_of(data, choice, r)
+        outputs.append(cid)
+        walk(cid)
+    for cid in outputs:
+        if choice[cid].op not in ("param", "const") and cid not in roots:
+            roots.append(cid)
+    position = {cid: i for i, cid in enumerate(order)}
+    roots.sort(key=position.__getitem__)
+    params = {cid: choice[cid].attr("name") for cid in order if choice[cid].op == "param"}
+    return roots, outputs, params
+
+
+def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Schedule:
+    """Kernels of a choice, producers before consumers (`form(root)` forms one root's kernel)."""
+    roots, outputs, params = find_roots(data, choice)
+    constants = {cid: choice[cid].attr("value") for cid in outputs if choice[cid].op == "const"}
+    form = form or (lambda r: form_kernel(data, choice, r))
+    kernels = merge_kernels([form(r) for r in roots], set(outputs))
+    return Schedule(kernels, outputs, data.types, params, constants)
+
+
+def form_kernel(data: EGraphData, choice: dict[str, ENode], root: str) -> Kernel:
+    """The kernel of one root: its walk (step 1 of the module docstring)."""
+    shape = data.types[root].shape
+    b = _Builder(data, choice)
+    for i, d in enumerate(shape):
+        b.axes.append(Axis(f"p{i}", d, AxisKind.PARALLEL))
+    key = b.visit(root, tuple(Ix.var(f"p{i}") for i in range(len(shape))), Hold.ROOT, -1, ())
+    return with_owners(Kernel((root,), (key,), tuple(b.instances), tuple(b.reads), tuple(b.axes),
+                               tuple(b.problems)))
+
+
+
+class _Builder:
+    """Walks a kernel's values from the root through non-global edges."""
+
+    def __init__(self, data: EGraphData, choice: dict[str, ENode]):
+        self.types = data.types
+        self.choice = choice
+        self.instances: list[Instance | None] = []
+        self.reads: list[Read] = []
+        self.axes: list[Axis] = []
+        self.problems: list[str] = []
+        self.held: dict[str, int] = {}  # shared/local value -> its instance
+        self.computed: dict[tuple, int] = {}  # inline (value, index, guards) -> its instance
+
+    def fresh(self, extent: int) -> str:
+        name = f"r{sum(a.kind is AxisKind.REDUCE for a in self.axes)}"
+        self.axes.append(Axis(name, extent, AxisKind.REDUCE))
+        return name
+
+    def extent(self, axis: str) -> int:
+        return next(a.extent for a in self.axes if a.name == axis)
+
+    def visit(self, cid: str, index: tuple[Ix, ...], hold: Hold, owner: int, guards: tuple[Guard, ...]) -> int:
+        if hold in (Hold.SHARED, Hold.LOCAL) and cid in self.held:
+            # read again, perhaps at another index: the cost model checks that the two differ only
+            # by whole axes (cost.alias_problem), which the buffer holds whole
+            return self.held[cid]
+        memo = (cid, index, guards)
+        if hold is Hold.INLINE and memo in self.computed:
+            return self.computed[memo]
+        node = self.choice[cid]
+        key = len(self.instances)
+        self.instances.append(None)  # reserve the key: operands may refer to it before this returns
+        if hold is not Hold.INLINE:
+            owner = key
+            if guards:
+                self.problems.append(f"{node.op} is held on chip but read inside a concat piece")
+        edges = operand_edges(self.choice, node)
+        indices = edges[1][1] if node.op == "gather" else ""  # what its Indirect atom reads
+        maps = operand_maps(node.op, node.attrs, index, [self.types[c].shape for c in node.children],
+                            self.types[cid].shape, self.fresh, self.extent, indices)
+        operands = []
+        for i, ((edge, value), m) in enumerate(zip(edges, maps)):
+            vnode = self.choice[value]
+            under = guards + m.guards
+            if vnode.op == "const":
+                operands.append(("const", vnode.attr("value")))
+            elif edge is Placement.GLOBAL or vnode.op == "param":
+                shared = edge is Placement.SHARED and vnode.op == "param"
+                self.reads.append(Read(value, m.index, owner, (key, i), under, shared))
+                operands.append(("global", value))
+            else:
+                self.check_edge(node, edge, vnode, m.index, index)
+                operands.append((edge.value, self.visit(value, m.index, _HOLDS[edge.value], owner, under)))
+        self.instances[key] = Instance(cid, node, index, hold, key, tuple(operands),
+                                       tuple(m.index for m in maps), owner, guards)
+        if hold in (Hold.SHARED, Hold.LOCAL):
+            self.held[cid] = key
+        elif hold is Hold.INLINE:
+            self.computed[memo] = key
+        return key
+
+    def check_edge(self, consumer: ENode, edge: Placement, producer: ENode, read_at, consumer_index) -> None:
+        if edge is Placement.INLINE and not is_injective(producer.op):
+            self.problems.append(f"inline needs an injective producer, not {producer.op}")
+        if edge is Placement.LOCAL and consumer.op not in ACCUMULATING and set(
+                a for ix in read_at for a in ix.axes()) < set(a for ix in consumer_index for a in ix.axes()):
+            self.problems.append(f"local value {producer.op} is broadcast by its consumer {consumer.op}; use shared")
