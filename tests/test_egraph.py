@@ -494,6 +494,20 @@ rule shape: ?f(global(?p), ..) => ?f(inline(?p), ..) where unary(?p), layout(?f)
     assert inlined_into == {"add"}  # add's exp(x), not where's exp(y): where has three operands
 
 
+def test_not_broadcast_holds_where_the_consumer_reads_its_operand_once_per_element():
+    rf = parse_rules("rule f: ?f(.., global(?m), ..) => ?f(.., local(?m), ..) where matmul(?m), not_broadcast(?m)",
+                     "u.rules")
+    graph = graph_of("""func f(a: f32[1, 8], b: f32[8, 6], x: f32[4, 6]) -> (f32[4, 6], f32[1, 6], f32[3, 1, 6]) {
+      p = matmul(a, b)
+      return add(x, p), exp(p), broadcast_to(p, shape=[3, 1, 6])
+    }""")
+    run, _ = saturate_program(graph, [rf])
+    data = run.data()
+    local_into = {n.op for ns in data.classes.values() for n in ns
+                  if any(data.classes[c][0].op == "local" for c in n.children)}
+    assert local_into == {"exp"}  # add and broadcast_to broadcast the [1, 6] product
+
+
 SCALE_TWICE = "rule scale-twice: mul(mul(?x, ?a), ?b) => mul(?x, mul(?a, ?b)) where scalar(?a), scalar(?b)"
 
 

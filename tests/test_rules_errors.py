@@ -73,6 +73,8 @@ BAD_RULES = [
     ("rule a: ?f(?x, ..) => ?x where operands(?f) == rank(?x)\n", "1:32", "operands(?f) compares with an integer"),
     ("rule a: exp(?x) => ?x where operands(?x) == 1\n", "1:38", "operands takes an op variable, but ?x is a tensor"),
     ("rule a: ?f(?x, ..) => ?x where rank(?f) == 1\n", "1:37", "rank takes a tensor variable, but ?f is an op"),
+    ("rule a: exp(add(?x, ?y)) => ?x where not_broadcast(?x)\n", "1:52",
+     "not_broadcast(?x) tests an operand of the left side's outer call"),
 ]
 
 

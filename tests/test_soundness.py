@@ -324,6 +324,7 @@ def test_a_rest_rule_that_drops_an_op_shows_the_op_and_its_attributes():
 
 
 def test_placement_rules_with_rest_are_sound_for_every_op():
-    r = rule("rule r: ?f(.., global(?p), ..) => ?f(.., inline(?p), ..) where injective(?p), operands(?f) <= 2")
+    r = rule("rule r: ?f(.., global(?p), ..) => ?f(.., inline(?p), ..) where injective(?p), operands(?f) <= 2, "
+             "not_broadcast(?p)")
     verdict = check_rule(r, examples())
     assert verdict.status == "ok" and verdict.instances > 0, verdict.render()

@@ -25,7 +25,7 @@ from ..ir.errors import StitchError
 from ..ir.ops import OPS
 from ..ir.program import DTypeName
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, const_term, f64, family_arity, family_of, literal, quote
-from .rules import PCall, PLit, PVar, Rule, RuleFile, operand_offsets
+from .rules import PCall, PLit, PVar, Rule, RuleFile, operand_offsets, root_operand
 
 FAMILY_CLASSES = {
     "elementwise": ("Un", "Bin", "Where", "Cast"),
@@ -368,10 +368,22 @@ class _Ctx:
             self.query.append(f"(float-dtype {self._dtype_expr_var(v)})")
         elif c.name == "same_shape":
             self.query.append(f"(= {self._shape(v)} {self._shape(self.var(args[1]))})")
+        elif c.name == "not_broadcast":
+            self._not_broadcast(args[0], c)
         elif c.name in TENSOR_CLASS_RELATIONS:
             self.query.append(f"({TENSOR_CLASS_RELATIONS[c.name]} {v})")
         else:  # pragma: no cover - validate() rejects unknown conditions
             raise self.error(f"unknown condition '{c.name}'", c.pos)
+
+    def _not_broadcast(self, name: str, c) -> None:
+        """The outer call reads operand `name` at every element of its result: the two shapes are equal
+        where the call's operand map can broadcast (elementwise ops and broadcast_to, gather's indices);
+        every other op reads its operands whole (reductions and matmul accumulate over what they read)."""
+        lhs = self.rule.lhs
+        fam = self.families[lhs.op] if lhs.op_is_var else family_of(lhs.op)
+        position = root_operand(lhs, name) + (self.offsets.get(lhs.op, 0) if lhs.op_is_var else 0)
+        if fam in ("Bin", "Where", "Bcast") or (fam == "Gather" and position == 1):
+            self.query.append(f"(= {self._shape(self.var(name))} {self._shape('?__root')})")
 
     def cterm(self, t) -> str:
         if t.name == "lit":

@@ -153,6 +153,10 @@ PREDICATES = {
     "float": 1,  # a float dtype
     "same_shape": 2,
     "literal": 1,  # a constant written in the program or by a rule: its value is known at compile time
+    # ?p, an operand of the left side's outer call, is read there once per element of that call's
+    # iteration: not broadcast by it (an elementwise op or broadcast_to whose result has ?p's shape,
+    # gather's indices where they have the result's shape; any other op reads its operands whole)
+    "not_broadcast": 1,
 }
 # Properties are compared with == != < <= > >=.
 PROPERTIES = {
@@ -536,6 +540,9 @@ class _Validator:
                     raise self.error(f"{c.name} tests a tensor, but {a.args[0]} is an op variable", a.pos)
                 if kind == "attribute":
                     raise self.error(f"{c.name} tests a tensor, but {a.args[0]} is an attribute", a.pos)
+                if c.name == "not_broadcast" and root_operand(self.rule.lhs, a.args[0]) is None:
+                    raise self.error(f"not_broadcast({a.args[0]}) tests an operand of the left side's outer call",
+                                     a.pos)
             return
         if c.name in ("==", "!=", "<", "<=", ">", ">="):
             values = [a for a in c.args if a.name == "value"]
@@ -588,6 +595,17 @@ class _Validator:
             raise self.error(f"len takes a list attribute, but {first.args[0]} holds {what}", first.pos)
         if t.name == "dim" and (t.args[1].name != "lit" or not isinstance(t.args[1].args[0], int)):
             raise self.error("dim takes an integer axis: dim(?x, 0)", t.args[1].pos)
+
+
+def root_operand(lhs: Pattern, name: str) -> int | None:
+    """The position among the written operands of `lhs` (an op call) of the tensor variable `name`,
+    bare or inside a placement; None if it is not one of them."""
+    for k, a in enumerate(lhs.args if isinstance(lhs, PCall) else ()):
+        if isinstance(a, PCall) and a.op in PLACEMENTS:
+            a = a.args[0]
+        if isinstance(a, PVar) and a.name == name:
+            return k
+    return None
 
 
 def _a(noun: str) -> str:

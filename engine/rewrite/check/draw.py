@@ -277,6 +277,8 @@ def infer_type(params: tuple[Param, ...], e: Expr) -> TensorType:
 def holds(c: Cond, inst: Instance) -> bool:
     if c.name == "input":
         return True  # every tensor variable of an instance is drawn as an input of the program
+    if c.name == "not_broadcast":
+        return True  # a condition on the schedule (a placement's legality), not on values
     if c.name in OP_CLASSES:
         return True  # on a tensor variable it holds for every instance (see verdicts.py)
     if c.name == "literal" or any(a.name == "value" for a in c.args):
