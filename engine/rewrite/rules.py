@@ -5,8 +5,10 @@
 Patterns use the program call syntax. `?x` matches a tensor (or, in an
 attribute position, an attribute value); `?f(...)` in op position matches any
 op of that arity (an extension; narrow it with a condition such as
-`elementwise(?f)`); the placement functions `global shared local inline`
-describe the schedule (README, "Schedule vocabulary"). The one tag, `unsafe-fp`,
+`elementwise(?f)` or `operands(?f) == 2`), and `?f(.., global(?p), ..)` any op
+reading global(?p) at any operand, `..` standing for the operands and
+attributes not written; the placement functions `global shared local inline`
+describe the schedule (docs/reference/rules.md). The one tag, `unsafe-fp`,
 marks a rule that holds on ordinary values but not at NaN, inf, -0.0 or near
 overflow: compile leaves such rules out unless asked (`--unsafe-fp`). All
 errors point into the user's `.rules` file.
