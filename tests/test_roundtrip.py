@@ -210,7 +210,7 @@ RULE_FILES = sorted((Path(__file__).resolve().parent.parent / "rules").glob("*.r
 RULE_FORMS = [
     "rule a: ?f(.., global(?p), ..) => ?f(.., inline(?p), ..) where injective(?p), operands(?f) <= 2",
     "rule b: ?f(global(?p), ..) => ?f(shared(?p), ..) where elementwise(?p), reduction(?f)",
-    "rule c: ?f(.., global(?m)) => ?f(.., local(?m)) where matmul(?m)",
+    "rule c: ?f(.., global(?m)) => ?f(.., local(?m)) where matmul(?m), not_broadcast(?m)",
     "rule d: ?f(?x, .., axes=?ax) => ?f(?x, .., axes=?ax) where len(?ax) == 1",
     "rule e [unsafe-fp]: sum(mul(?x, ?c), axes=[0, 2], keepdims=true) => mul(sum(?x, axes=[0, 2], keepdims=true), ?c)"
     " where scalar(?c), value(?c) >= -1.5, dtype(?x) == f32, shape(?x) == [2, 3, 4], dim(?x, -1) != 1",

@@ -75,6 +75,13 @@ BAD_RULES = [
     ("rule a: ?f(?x, ..) => ?x where rank(?f) == 1\n", "1:37", "rank takes a tensor variable, but ?f is an op"),
     ("rule a: exp(add(?x, ?y)) => ?x where not_broadcast(?x)\n", "1:52",
      "not_broadcast(?x) tests an operand of the left side's outer call"),
+    # a new local edge: not broadcast by its consumer, which the rule says
+    ("rule a: add(global(?m), ?b) => add(local(?m), ?b) where matmul(?m)\n", "1:36",
+     "add may broadcast ?m, which a local edge cannot be: add the condition not_broadcast(?m)"),
+    ("rule a: ?f(.., global(?m), ..) => ?f(.., local(?m), ..) where layout(?f)\n", "1:42",
+     "?f may broadcast ?m"),
+    ("rule a: exp(add(global(?m), ?b)) => exp(add(local(?m), ?b))\n", "1:45",
+     "a new local(...) edge is a variable operand of the right side's outer call"),
 ]
 
 

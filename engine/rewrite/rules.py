@@ -172,7 +172,18 @@ PROPERTIES = {
     "value": 1,  # value(?c): a literal's value, compared with a number (holds only where ?c is a literal)
     "operands": 1,  # operands(?f): how many operands the op of an op variable reads (concat: 2, as in the e-graph)
 }
-OP_CLASS_PREDICATES = ("elementwise", "unary", "binary", "reduction", "matmul", "layout", "movement", "injective")
+# The op classes, as tests of an op: what `elementwise(?f)` and the others say of the op ?f stands for.
+OP_CLASS_TESTS = {
+    "elementwise": lambda s: s.elementwise,
+    "unary": lambda s: s.group == "unary",
+    "binary": lambda s: s.group in ("binary", "compare"),
+    "reduction": lambda s: s.group == "reduce",
+    "matmul": lambda s: s.group == "matmul",
+    "layout": lambda s: s.group == "layout",
+    "movement": lambda s: s.group == "movement",
+    "injective": lambda s: s.injective,
+}
+OP_CLASS_PREDICATES = tuple(OP_CLASS_TESTS)
 
 
 # Attributes an op variable's call without `..` may leave out and still match; they travel with
@@ -414,6 +425,27 @@ class _Validator:
                                  _find_var(r.rhs, name) or r.pos)
         for c in r.conds:
             self.condition(c, bound)
+        self.forwarded()
+
+    def forwarded(self) -> None:
+        """A `local` edge is read once per element of its consumer's tile, so a rule that makes one where
+        the consumer could broadcast the value says not_broadcast: the legality is the rule's, in the
+        rule file, not a refusal after the fact. So the right side's new `local(?p)` is an operand of its
+        outer call (which not_broadcast tests)."""
+        r = self.rule
+        carried = {p.args[0] for p in _placements(r.lhs, "local")}
+        stated = {c.args[0].args[0] for c in r.conds if c.name == "not_broadcast"}
+        for call, k, edge in _placed_operands(r.rhs, "local"):
+            if edge.args[0] in carried:
+                continue
+            inner = edge.args[0]
+            if call is not r.rhs or not isinstance(inner, PVar):
+                raise self.error("a new local(...) edge is a variable operand of the right side's outer call, "
+                                 "where not_broadcast can test it", edge.pos)
+            if inner.name not in stated and _may_broadcast(call, k, r.conds):
+                raise self.error(f"{call.op} may broadcast {inner.name}, which a local edge cannot be: "
+                                 f"add the condition not_broadcast({inner.name})", edge.pos,
+                                 hint=f"or hold it on chip for the tile: shared({inner.name})")
 
     def pattern(self, p: Pattern, bound: dict[str, str], side: str) -> None:
         if isinstance(p, PVar):
@@ -597,6 +629,32 @@ class _Validator:
             raise self.error(f"len takes a list attribute, but {first.args[0]} holds {what}", first.pos)
         if t.name == "dim" and (t.args[1].name != "lit" or not isinstance(t.args[1].args[0], int)):
             raise self.error("dim takes an integer axis: dim(?x, 0)", t.args[1].pos)
+
+
+def _placed_operands(p: Pattern, placement: str):
+    """(call, position among its written operands, the placement call) for each operand so placed."""
+    if isinstance(p, PCall):
+        for k, a in enumerate(p.args):
+            if isinstance(a, PCall) and a.op == placement:
+                yield p, k, a
+            yield from _placed_operands(a, placement)
+
+
+def _placements(p: Pattern, placement: str) -> list[PCall]:
+    return [edge for _, _, edge in _placed_operands(p, placement)]
+
+
+def _may_broadcast(call: PCall, k: int, conds: tuple[Cond, ...]) -> bool:
+    """Whether the op of `call` (any it may stand for, under the rule's class conditions) can broadcast
+    its written operand `k`: elementwise ops of two or three operands, broadcast_to, gather's indices."""
+    if call.op_is_var:
+        tests = [OP_CLASS_TESTS[c.name] for c in conds if c.name in OP_CLASS_TESTS and c.args[0].args[0] == call.op]
+        choices = [(s, offset) for s in OPS.values() if all(t(s) for t in tests)
+                   for offset in operand_offsets(s, call)]
+    else:
+        choices = [(OPS[call.op], 0)]
+    return any(s.group in ("binary", "compare", "select") or s.name == "broadcast_to"
+               or (s.name == "gather" and offset + k == 1) for s, offset in choices)
 
 
 def root_operand(lhs: Pattern, name: str) -> int | None:

@@ -14,21 +14,12 @@ from dataclasses import dataclass, field, replace
 
 from ...ir.ops import OPS, REDUCE, OpSpec
 from ...ir.program import DTypeName
-from ..rules import PLACEMENTS, CFun, Cond, Pattern, PAttr, PCall, PLit, PVar, Rule, operand_offsets
+from ..rules import OP_CLASS_TESTS, PLACEMENTS, CFun, Cond, Pattern, PAttr, PCall, PLit, PVar, Rule, operand_offsets
 
 MAX_RANK = 3
 CMP = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 _FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-OP_CLASSES = {
-    "elementwise": lambda s: s.elementwise,
-    "unary": lambda s: s.group == "unary",
-    "binary": lambda s: s.group in ("binary", "compare"),
-    "reduction": lambda s: s.group == "reduce",
-    "matmul": lambda s: s.group == "matmul",
-    "layout": lambda s: s.group == "layout",
-    "movement": lambda s: s.group == "movement",
-    "injective": lambda s: s.injective,
-}
+OP_CLASSES = OP_CLASS_TESTS
 
 
 # ---------------------------------------------------------------------------
