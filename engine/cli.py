@@ -433,8 +433,8 @@ def cmd_import(args) -> int:
 
 def cmd_rules_check(args) -> int:
     """Exit 1 if any rule is unsound (each is printed with its shrunk counterexample)."""
+    from .rewrite.check import check_rule_file, report
     from .rewrite.rules import load_rules
-    from .rewrite.soundness import check_rule_file, report
 
     unsound = False
     for path in args.files:

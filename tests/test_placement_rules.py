@@ -47,8 +47,11 @@ def placement_rules(draw):
         after = draw(st.sampled_from(("global", "shared", "local", "inline")))
         cls = draw(st.sampled_from(CLASSES))
         rule = f"rule user-{i}: {consumer.format(p=f'{before}(?p)')} => {consumer.format(p=f'{after}(?p)')}"
-        if cls:
-            rule += f" where {cls}(?p)"
+        conds = [f"{cls}(?p)"] if cls else []
+        if after == "local" and draw(st.booleans()):
+            conds.append("not_broadcast(?p)")  # without it, a consumer that can broadcast ?p is refused
+        if conds:
+            rule += " where " + ", ".join(conds)
         lines.append(rule)
     return "\n".join(lines) + "\n"
 

@@ -37,7 +37,7 @@ def test_importing_stitch_leaves_the_recursion_limit_alone():
     """Regression: `import stitch` raised it to 20,000 for the whole process."""
     code = ("import sys; before = sys.getrecursionlimit()\n"
             "import stitch, stitch.engine.cli, stitch.engine.pipeline, stitch.lowering.lower, stitch.targets.cpu\n"
-            "import stitch.targets.simulator, stitch.engine.rewrite.soundness\n"
+            "import stitch.targets.simulator, stitch.engine.rewrite.check\n"
             "print(before, sys.getrecursionlimit())\n")
     env = {**os.environ, "PYTHONPATH": str(Path(stitch.__file__).parent.parent)}  # this stitch, not another
     proc = subprocess.run([sys.executable, "-c", code + "print(stitch.__file__)"], capture_output=True, text=True,

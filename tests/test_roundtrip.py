@@ -201,3 +201,40 @@ def test_generated_comments_survive_formatting_once_each(case):
     assert sorted(_comments(formatted)) == sorted(comments), formatted
     assert parse_program(formatted) == program
     assert print_program(parse_program(formatted)) == formatted
+
+
+# -- rules -------------------------------------------------------------------------------
+
+RULE_FILES = sorted((Path(__file__).resolve().parent.parent / "rules").glob("*.rules")) + sorted(
+    (Path(__file__).resolve().parent / "rules").glob("*.rules"))
+RULE_FORMS = [
+    "rule a: ?f(.., global(?p), ..) => ?f(.., inline(?p), ..) where injective(?p), operands(?f) <= 2",
+    "rule b: ?f(global(?p), ..) => ?f(shared(?p), ..) where elementwise(?p), reduction(?f)",
+    "rule c: ?f(.., global(?m)) => ?f(.., local(?m)) where matmul(?m), not_broadcast(?m)",
+    "rule d: ?f(?x, .., axes=?ax) => ?f(?x, .., axes=?ax) where len(?ax) == 1",
+    "rule e [unsafe-fp]: sum(mul(?x, ?c), axes=[0, 2], keepdims=true) => mul(sum(?x, axes=[0, 2], keepdims=true), ?c)"
+    " where scalar(?c), value(?c) >= -1.5, dtype(?x) == f32, shape(?x) == [2, 3, 4], dim(?x, -1) != 1",
+    "rule f: cast(?x, dtype=f16) => ?x where dtype(?x) == f16",
+]
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: p.name)
+def test_rule_files_roundtrip(path):
+    from stitch.engine.rewrite.rule_printer import print_rules
+    from stitch.engine.rewrite.rules import load_rules, parse_rules
+
+    rf = load_rules(path)
+    text = print_rules(rf)
+    again = parse_rules(text, str(path))
+    assert again == rf, text
+    assert print_rules(again) == text
+
+
+@pytest.mark.parametrize("text", RULE_FORMS, ids=lambda t: t.split(":")[0])
+def test_every_rule_form_roundtrips(text):
+    from stitch.engine.rewrite.rule_printer import print_rule
+    from stitch.engine.rewrite.rules import parse_rules
+
+    rule = parse_rules(text).rules[0]
+    assert print_rule(rule) == text
+    assert parse_rules(print_rule(rule)).rules[0] == rule

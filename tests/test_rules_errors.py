@@ -58,6 +58,30 @@ BAD_RULES = [
     ("rule a: exp(?x) => ?x where literal(?y)\n", "1:37", "which the left side does not bind"),
     ("rule a: exp(?x) => ?x where rank(?x) > value(?x)\n", "1:40", "value(?c) compares with a number"),
     ("rule a: exp(?x) => ?x where value(?x) < 1e999\n", "1:41", "too large for any float type"),
+    # `..`: the operands and attributes an op variable's call does not write
+    ("rule a: exp(.., ?x) => ?x\n", "1:13", "an op variable does not name; exp(...) writes all of its own"),
+    ("rule a: ?f(..) => ?x\n", "1:12", "`..` needs an operand beside it"),
+    ("rule a: ?f(?x, .., ?y) => ?x\n", "1:16", "`..` goes first or last among the operands"),
+    ("rule a: ?f(.., .., ?x) => ?x\n", "1:16", "`..` is written twice in a row"),
+    ("rule a: ?f(?x, perm=?p, ..) => ?x\n", "1:25", "`..` goes before the keyword attributes"),
+    ("rule a: ?f(...) => ?x\n", "1:14", "syntax error"),
+    ("rule a: ?f(global(?p), ..) => ?f(inline(?p))\n", "1:31",
+     "?f is written ?f(_) here but ?f(_, ..) at line 1"),
+    ("rule a: ?f(.., global(?p), ..) => ?f(inline(?p), ..)\n", "1:35", "so that `..` stands for the same operands"),
+    ("rule a: ?f(?f(?x, ..), ..) => ?x\n", "1:12", "?f is written with `..` on the left: it may appear there once"),
+    ("rule a: ?f(?x, ?y, ?z, ?w, ..) => ?x\n", "1:9", "no op takes 4 or more argument(s)"),
+    ("rule a: ?f(?x, ..) => ?x where operands(?f) == rank(?x)\n", "1:32", "operands(?f) compares with an integer"),
+    ("rule a: exp(?x) => ?x where operands(?x) == 1\n", "1:38", "operands takes an op variable, but ?x is a tensor"),
+    ("rule a: ?f(?x, ..) => ?x where rank(?f) == 1\n", "1:37", "rank takes a tensor variable, but ?f is an op"),
+    ("rule a: exp(add(?x, ?y)) => ?x where not_broadcast(?x)\n", "1:52",
+     "not_broadcast(?x) tests an operand of the left side's outer call"),
+    # a new local edge: not broadcast by its consumer, which the rule says
+    ("rule a: add(global(?m), ?b) => add(local(?m), ?b) where matmul(?m)\n", "1:36",
+     "add may broadcast ?m, which a local edge cannot be: add the condition not_broadcast(?m)"),
+    ("rule a: ?f(.., global(?m), ..) => ?f(.., local(?m), ..) where layout(?f)\n", "1:42",
+     "?f may broadcast ?m"),
+    ("rule a: exp(add(global(?m), ?b)) => exp(add(local(?m), ?b))\n", "1:45",
+     "a new local(...) edge is a variable operand of the right side's outer call"),
 ]
 
 

@@ -16,8 +16,8 @@ from stitch.engine.cli import main
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.parse import parse_program
 from stitch.engine.ir.program import Param, TensorType, Var
+from stitch.engine.rewrite.check import TOLERANCE, check_rule, check_rule_file, infer_type
 from stitch.engine.rewrite.rules import RULES_DIR, load_rules, parse_rules
-from stitch.engine.rewrite.soundness import TOLERANCE, check_rule, check_rule_file, infer_type
 
 HERE = Path(__file__).resolve().parent
 SOUND = load_rules(HERE / "rules" / "sound.rules")
@@ -267,17 +267,17 @@ def test_right_side_reading_out_of_range_is_a_counterexample():
 
 
 def test_slice_attributes_are_drawn_in_normal_form(monkeypatch):
-    import stitch.engine.rewrite.soundness as soundness
+    from stitch.engine.rewrite.check.draw import Drawer
 
     seen = []
-    original = soundness._Drawer.slice_attrs
+    original = Drawer.slice_attrs
 
     def spy(self, p, t):
         drawn = original(self, p, t)
         seen.append((t.shape, drawn))
         return drawn
 
-    monkeypatch.setattr(soundness._Drawer, "slice_attrs", spy)
+    monkeypatch.setattr(Drawer, "slice_attrs", spy)
     verdict = check_rule(rule("rule r: exp(slice(?x, axes=?ax, starts=?s, ends=?e, steps=?t)) => "
                               "slice(exp(?x), axes=?ax, starts=?s, ends=?e, steps=?t)"), examples())
     assert verdict.status == "ok"
@@ -291,3 +291,40 @@ def test_slice_attributes_are_drawn_in_normal_form(monkeypatch):
 def test_op_variable_draws_movement_ops_with_their_axis():
     text = check_rule(rule("rule r: ?f(?a, ?b) => ?f(?b, ?a) where movement(?f)"), examples()).detail
     assert "?f = concat(axis=" in text
+
+
+# -- op variables over ops with attributes, and `..` ---------------------------------------
+
+
+def test_an_op_variable_is_checked_on_each_op_it_can_stand_for():
+    from stitch.engine.rewrite.check.constraints import op_instances
+
+    r = rule("rule r: ?f(.., neg(neg(?x)), ..) => ?f(.., ?x, ..)")
+    ops = {v.ops["?f"] for v in op_instances(r)}
+    assert {"transpose", "reshape", "broadcast_to", "cast", "slice", "sum", "where", "concat", "gather"} <= ops
+    positions = [v.rule.lhs for v in op_instances(r) if v.ops["?f"] == "where"]
+    assert len(positions) == 3  # neg(neg(?x)) at each of where's operands
+    verdict = check_rule(r, examples())
+    assert verdict.status == "ok", verdict.render()
+    assert verdict.instances >= len(op_instances(r))
+
+
+def test_a_rule_wrong_for_one_op_of_its_group_is_caught_on_that_op():
+    """neg commutes with transpose, reshape and broadcast_to, not with a cast to bool (no neg of a bool)."""
+    verdict = check_rule(rule("rule r: ?f(neg(?x), ..) => neg(?f(?x, ..)) where layout(?f)"), examples())
+    assert verdict.status == "unsound", verdict.render()
+    assert "?f = cast(dtype=" in verdict.detail
+
+
+def test_a_rest_rule_that_drops_an_op_shows_the_op_and_its_attributes():
+    verdict = check_rule(rule("rule r: ?f(exp(?x), ..) => ?f(?x, ..) where movement(?f)"), examples())
+    assert verdict.status == "unsound", verdict.render()
+    assert "?f = slice(" in verdict.detail or "?f = concat(axis=" in verdict.detail \
+        or "?f = gather(axis=" in verdict.detail
+
+
+def test_placement_rules_with_rest_are_sound_for_every_op():
+    r = rule("rule r: ?f(.., global(?p), ..) => ?f(.., inline(?p), ..) where injective(?p), operands(?f) <= 2, "
+             "not_broadcast(?p)")
+    verdict = check_rule(r, examples())
+    assert verdict.status == "ok" and verdict.instances > 0, verdict.render()

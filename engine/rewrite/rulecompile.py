@@ -8,18 +8,24 @@ rules rewrite the placement of the edges they name.
 
 An op variable `?f(...)` is expanded over the constructor families it can
 match (one egglog rule each, named `rule-name@Family`); op-class conditions on
-it (`elementwise(?f)`) are decided per family at compile time.
+it (`elementwise(?f)`) are decided per family at compile time. A call written
+with `..` on both sides of its operands, `?f(.., global(?p), ..)`, is expanded
+over the operand positions too (`rule-name@Bin.1`: the written operand second);
+the operands it leaves out are edges, matched at whatever placement they have
+and rebuilt as they were, and its attributes travel to the right side.
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 from dataclasses import dataclass, field
 
 from ..ir.errors import StitchError
+from ..ir.ops import OPS
 from ..ir.program import DTypeName
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS, const_term, f64, family_arity, family_of, literal, quote
-from .rules import PCall, PLit, PVar, Rule, RuleFile
+from .rules import PCall, PLit, PVar, Rule, RuleFile, operand_offsets, root_operand
 
 FAMILY_CLASSES = {
     "elementwise": ("Un", "Bin", "Where", "Cast"),
@@ -43,6 +49,8 @@ TENSOR_CLASS_RELATIONS = {
     "input": "is-input",
 }
 _CMP = {"==": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+            ">=": operator.ge}
 
 
 def compile_rule_file(rf: RuleFile) -> str:
@@ -53,10 +61,10 @@ def compile_rule_file(rf: RuleFile) -> str:
     return "\n".join(out)
 
 
-def egglog_rule_name(rule_name: str, families: dict[str, str]) -> str:
+def egglog_rule_name(rule_name: str, families: dict[str, "_Match"]) -> str:
     if not families:
         return rule_name
-    return rule_name + "@" + ",".join(families[k] for k in sorted(families))
+    return rule_name + "@" + ",".join(families[k].label for k in sorted(families))
 
 
 def base_rule_name(egglog_name: str) -> str:
@@ -66,16 +74,17 @@ def base_rule_name(egglog_name: str) -> str:
 
 def compile_rule(rule: Rule, ruleset: str, source: str = "") -> list[str]:
     out = []
-    for families in _family_choices(rule):
+    for matches in _family_choices(rule):
+        families = {v: m.family for v, m in matches.items()}
         if not _op_classes_hold(rule, families):
             continue
-        ctx = _Ctx(rule, families, source)
+        ctx = _Ctx(rule, families, source, {v: m.offset for v, m in matches.items()})
         root = ctx.lhs(rule.lhs, operand=False)
         ctx.query.insert(0, f"(= ?__root {root})")
         for cond in rule.conds:
             ctx.condition(cond)
         rhs = ctx.rhs(rule.rhs, operand=False, root=True)
-        name = egglog_rule_name(rule.name, families)
+        name = egglog_rule_name(rule.name, matches)
         query = " ".join(ctx.query)
         out.append(f"(rule ({query})\n      ((union ?__root {rhs}))\n      :ruleset {ruleset} :name {quote(name)})")
     return out
@@ -90,18 +99,26 @@ def _op_vars(p, acc: dict[str, PCall]) -> dict[str, PCall]:
     return acc
 
 
-# May be left out of an op-variable call and still match; they travel with the op
-# to the right side: ?f(global(?p), ?b) also matches concat and gather, whatever their axis.
-OPTIONAL_ATTRS = {"keepdims", "axis"}
+@dataclass(frozen=True)
+class _Match:
+    """One way an op variable matches: a constructor family, and where its written operands sit."""
+
+    family: str
+    offset: int  # the index of the first written operand among the family's operands
+    positions: bool  # the call has `..` on both sides: the offset is part of the rule's name
+
+    @property
+    def label(self) -> str:
+        return f"{self.family}.{self.offset}" if self.positions else self.family
 
 
-def _families_for(call: PCall) -> list[str]:
-    """The constructor families an op variable can stand for: that arity, and exactly the attributes written."""
-    given = {a.name for a in call.attrs}
+def _families_for(call: PCall) -> list[_Match]:
+    """The ways an op variable can match, one per family and offset (rules.operand_offsets)."""
+    both = call.rest_before and call.rest_after
     out = []
-    for fam, (ops, attrs) in FAMILIES.items():
-        if family_arity(fam) == len(call.args) and given <= set(attrs) and set(attrs) - given <= OPTIONAL_ATTRS:
-            out.append(fam)
+    for fam, (ops, _) in FAMILIES.items():
+        for offset in operand_offsets(OPS[ops[0]], call):
+            out.append(_Match(fam, offset, both))
     return out
 
 
@@ -114,12 +131,23 @@ def _family_choices(rule: Rule):
 
 
 def _op_classes_hold(rule: Rule, families: dict[str, str]) -> bool:
+    """Whether the conditions on op variables (their class, their number of operands) hold for a choice of
+    families: decided here, at compile time."""
     for c in rule.conds:
         if c.name in FAMILY_CLASSES and c.args and c.args[0].name == "var":
             var = c.args[0].args[0]
             if var in families and families[var] not in FAMILY_CLASSES[c.name]:
                 return False
+        if _counts_operands(c):
+            left, right = (family_arity(families[a.args[0].args[0]]) if a.name == "operands" else a.args[0]
+                           for a in c.args)
+            if not _COMPARE[c.name](left, right):
+                return False
     return True
+
+
+def _counts_operands(c) -> bool:
+    return c.name in _COMPARE and any(a.name == "operands" for a in c.args)
 
 
 @dataclass
@@ -127,6 +155,7 @@ class _Ctx:
     rule: Rule
     families: dict[str, str]
     source: str
+    offsets: dict[str, int] = field(default_factory=dict)  # op variable -> where its written operands sit
     query: list[str] = field(default_factory=list)
     fresh: itertools.count = field(default_factory=itertools.count)
     bound: dict[str, str] = field(default_factory=dict)  # cache of (kind, var) -> egglog var
@@ -214,15 +243,25 @@ class _Ctx:
                 return None
             if p.op_is_var and fam == "Bin":
                 return None  # a comparison would be bool
+            operands = self._operands(p)
             if p.op == "gather" or fam == "Gather":
-                candidates = p.args[:1]  # the indices have their own dtype
+                candidates = operands[:1]  # the indices have their own dtype
             else:
-                candidates = p.args[1:] if p.op == "where" or fam == "Where" else p.args
+                candidates = operands[1:] if p.op == "where" or fam == "Where" else operands
             for a in candidates:
                 d = self._dtype_of(a)
                 if d is not None:
                     return d
         return None
+
+    def _operands(self, p: PCall) -> tuple:
+        """All operands of a call: those written and, for a call with `..`, an edge variable for each one
+        it leaves out (named after the op variable and the position, so both sides share it)."""
+        if not p.has_rest:
+            return p.args
+        fam, offset = self.families[p.op], self.offsets[p.op]
+        left_out = [PVar(f"?__{p.op[1:]}_{i}", p.pos) for i in range(family_arity(fam))]
+        return tuple(left_out[:offset]) + p.args + tuple(left_out[offset + len(p.args):])
 
     def _call(self, p: PCall, side: str) -> str:
         fam = self.families.get(p.op) if p.op_is_var else None
@@ -231,16 +270,22 @@ class _Ctx:
         if fam is None:
             fam = family_of(p.op)
         _, attr_names = FAMILIES[fam]
-        if p.op_is_var and len(p.args) != family_arity(fam):
+        operands = self._operands(p)
+        if p.op_is_var and len(operands) != family_arity(fam):
             raise self.error(f"{p.op} is used with {len(p.args)} argument(s) here but matched a different arity", p.pos)
         fields = []
         if fam in NAMED_FAMILIES:
             fields.append(self.var(p.op) if p.op_is_var else quote(p.op))
         # In a call that names a placement for an operand, its other bare
         # variables stand for edges: they match whatever placement is there.
+        # The operands `..` leaves out are edges always.
         places = any(isinstance(a, PCall) and a.op in PLACEMENT_CTORS for a in p.args)
+        written = {id(a) for a in p.args}
         args = []
-        for i, a in enumerate(p.args):
+        for i, a in enumerate(operands):
+            if id(a) not in written:
+                args.append(self.var(a.name))
+                continue
             if places and isinstance(a, PVar):
                 if side == "lhs":
                     self.edge_vars.add(a.name)
@@ -251,7 +296,7 @@ class _Ctx:
             if fam == "Gather" and i == 1 and isinstance(a, PLit) and side == "rhs":
                 args.append(f"(Global (Const {f64(a.value)} \"i32\"))")  # a literal index is i32, as in programs
                 continue
-            siblings = [b for j, b in enumerate(p.args) if j != i and not isinstance(b, PLit)]
+            siblings = [b for j, b in enumerate(operands) if j != i and not isinstance(b, PLit)]
             if fam == "Gather":
                 siblings = siblings[:1] if i == 0 else []
             args.append(self._term(a, True, side, dtype_from=_first(siblings) if isinstance(a, PLit) else None))
@@ -299,6 +344,8 @@ class _Ctx:
         return self.bound[key]
 
     def condition(self, c) -> None:
+        if _counts_operands(c):
+            return  # decided per family at compile time
         if c.name in ("==", "!=", "<", "<=", ">", ">=") and any(a.name == "value" for a in c.args):
             # (+ 0.0: -0.0 compares as 0.0 does, and egglog's f64 cannot tell them apart anyway)
             left, right = (self._value(self.var(a.args[0].args[0])) if a.name == "value" else f64(a.args[0] + 0.0)
@@ -321,10 +368,22 @@ class _Ctx:
             self.query.append(f"(float-dtype {self._dtype_expr_var(v)})")
         elif c.name == "same_shape":
             self.query.append(f"(= {self._shape(v)} {self._shape(self.var(args[1]))})")
+        elif c.name == "not_broadcast":
+            self._not_broadcast(args[0], c)
         elif c.name in TENSOR_CLASS_RELATIONS:
             self.query.append(f"({TENSOR_CLASS_RELATIONS[c.name]} {v})")
         else:  # pragma: no cover - validate() rejects unknown conditions
             raise self.error(f"unknown condition '{c.name}'", c.pos)
+
+    def _not_broadcast(self, name: str, c) -> None:
+        """The outer call reads operand `name` at every element of its result: the two shapes are equal
+        where the call's operand map can broadcast (elementwise ops and broadcast_to, gather's indices);
+        every other op reads its operands whole (reductions and matmul accumulate over what they read)."""
+        lhs = self.rule.lhs
+        fam = self.families[lhs.op] if lhs.op_is_var else family_of(lhs.op)
+        position = root_operand(lhs, name) + (self.offsets.get(lhs.op, 0) if lhs.op_is_var else 0)
+        if fam in ("Bin", "Where", "Bcast") or (fam == "Gather" and position == 1):
+            self.query.append(f"(= {self._shape(self.var(name))} {self._shape('?__root')})")
 
     def cterm(self, t) -> str:
         if t.name == "lit":

@@ -5,8 +5,10 @@
 Patterns use the program call syntax. `?x` matches a tensor (or, in an
 attribute position, an attribute value); `?f(...)` in op position matches any
 op of that arity (an extension; narrow it with a condition such as
-`elementwise(?f)`); the placement functions `global shared local inline`
-describe the schedule (README, "Schedule vocabulary"). The one tag, `unsafe-fp`,
+`elementwise(?f)` or `operands(?f) == 2`), and `?f(.., global(?p), ..)` any op
+reading global(?p) at any operand, `..` standing for the operands and
+attributes not written; the placement functions `global shared local inline`
+describe the schedule (docs/reference/rules.md). The one tag, `unsafe-fp`,
 marks a rule that holds on ordinary values but not at NaN, inf, -0.0 or near
 overflow: compile leaves such rules out unless asked (`--unsafe-fp`). All
 errors point into the user's `.rules` file.
@@ -24,7 +26,7 @@ from lark import Lark, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
 from ..ir.errors import StitchError
-from ..ir.ops import LIST_KINDS, OPS
+from ..ir.ops import LIST_KINDS, OPS, OpSpec
 from ..ir.parse import GRAMMAR_DIR, LiteralTransformer, read_source, syntax_error
 from ..ir.program import NOPOS, DTypeName, Pos
 from .placement import PLACEMENT_NAMES, Placement
@@ -58,13 +60,21 @@ class PAttr:
 @dataclass(frozen=True)
 class PCall:
     op: str  # an op name, a placement, or an op variable ("?f")
-    args: tuple["Pattern", ...]
+    args: tuple["Pattern", ...]  # the operands written
     attrs: tuple[PAttr, ...] = ()
     pos: Pos = _pos()
+    # `..` before the first / after the last written operand (an op variable's call only): the
+    # operands and attributes the call does not write, matched whatever they are and carried unchanged
+    rest_before: bool = False
+    rest_after: bool = False
 
     @property
     def op_is_var(self) -> bool:
         return self.op.startswith("?")
+
+    @property
+    def has_rest(self) -> bool:
+        return self.rest_before or self.rest_after
 
     def attr(self, name: str) -> PAttr | None:
         return next((a for a in self.attrs if a.name == name), None)
@@ -116,6 +126,13 @@ class _Tags:
 
 
 @dataclass(frozen=True)
+class _Rest:
+    """A `..` among a call's arguments, while the call is parsed."""
+
+    pos: Pos
+
+
+@dataclass(frozen=True)
 class RuleFile:
     name: str  # the ruleset name: the file's stem
     rules: tuple[Rule, ...]
@@ -138,6 +155,10 @@ PREDICATES = {
     "float": 1,  # a float dtype
     "same_shape": 2,
     "literal": 1,  # a constant written in the program or by a rule: its value is known at compile time
+    # ?p, an operand of the left side's outer call, is read there once per element of that call's
+    # iteration: not broadcast by it (an elementwise op or broadcast_to whose result has ?p's shape,
+    # gather's indices where they have the result's shape; any other op reads its operands whole)
+    "not_broadcast": 1,
 }
 # Properties are compared with == != < <= > >=.
 PROPERTIES = {
@@ -149,13 +170,45 @@ PROPERTIES = {
     "space": 1,  # an iteration space of the value: a reduction's input shape, a matmul's [..., m, n, k], else its shape
     "len": 1,  # len(?ax): the length of a list attribute
     "value": 1,  # value(?c): a literal's value, compared with a number (holds only where ?c is a literal)
+    "operands": 1,  # operands(?f): how many operands the op of an op variable reads (concat: 2, as in the e-graph)
 }
-OP_CLASS_PREDICATES = ("elementwise", "unary", "binary", "reduction", "matmul", "layout", "movement", "injective")
+# The op classes, as tests of an op: what `elementwise(?f)` and the others say of the op ?f stands for.
+OP_CLASS_TESTS = {
+    "elementwise": lambda s: s.elementwise,
+    "unary": lambda s: s.group == "unary",
+    "binary": lambda s: s.group in ("binary", "compare"),
+    "reduction": lambda s: s.group == "reduce",
+    "matmul": lambda s: s.group == "matmul",
+    "layout": lambda s: s.group == "layout",
+    "movement": lambda s: s.group == "movement",
+    "injective": lambda s: s.injective,
+}
+OP_CLASS_PREDICATES = tuple(OP_CLASS_TESTS)
 
 
-def op_variable_fits(spec, arity: int) -> bool:
-    """Whether an op variable with `arity` operands can stand for the op: in the e-graph concat is binary."""
-    return spec.arity == arity if not spec.variadic else arity == 2
+# Attributes an op variable's call without `..` may leave out and still match; they travel with
+# the op to the right side: ?f(global(?p), ?b) also matches concat and gather, whatever their axis.
+OPTIONAL_ATTRS = frozenset({"keepdims", "axis"})
+
+
+def operand_offsets(spec: OpSpec, call: PCall) -> tuple[int, ...]:
+    """Where the operands an op variable's call writes can sit among the operands of `spec`'s op: the
+    index of the first written one, for each way the call matches the op; () where it cannot stand
+    for the op. In the e-graph concat is binary. Without `..` the call matches ops of exactly its
+    arity whose attributes it writes (but OPTIONAL_ATTRS); with `..`, ops of that arity or more, any
+    attributes besides the ones written."""
+    arity = 2 if spec.variadic else spec.arity
+    n = len(call.args)
+    given = {a.name for a in call.attrs}
+    if not given <= set(spec.attrs):
+        return ()
+    if not call.has_rest:
+        return (0,) if arity == n and set(spec.attrs) - given <= OPTIONAL_ATTRS else ()
+    if arity < n:
+        return ()
+    if call.rest_before and call.rest_after:
+        return tuple(range(arity - n + 1))
+    return (arity - n,) if call.rest_before else (0,)
 
 
 @cache
@@ -241,9 +294,13 @@ class _ToRules(LiteralTransformer):
     def _call(self, items):
         name, *args = items
         pos = self._pos(name)
-        positional, attrs = [], []
+        positional, attrs, rests = [], [], []
         for a in args:
-            if isinstance(a, PAttr):
+            if isinstance(a, _Rest):
+                if attrs:
+                    raise StitchError("`..` goes before the keyword attributes", a.pos)
+                rests.append((len(positional), a.pos))
+            elif isinstance(a, PAttr):
                 if any(b.name == a.name for b in attrs):
                     raise StitchError(f"attribute '{a.name}' is given twice", a.pos)
                 attrs.append(a)
@@ -251,7 +308,32 @@ class _ToRules(LiteralTransformer):
                 raise StitchError("positional argument after a keyword attribute", a.pos)
             else:
                 positional.append(a)
-        return PCall(str(name), tuple(positional), tuple(attrs), pos)
+        before, after = self._rests(str(name), rests, len(positional))
+        return PCall(str(name), tuple(positional), tuple(attrs), pos, before, after)
+
+    @staticmethod
+    def _rests(op: str, rests: list[tuple[int, Pos]], n: int) -> tuple[bool, bool]:
+        """Where the `..`s of a call stand: (before the operands, after them)."""
+        if not rests:
+            return False, False
+        where = rests[0][1]
+        if not op.startswith("?"):
+            raise StitchError(f"`..` stands for the operands and attributes an op variable does not name; "
+                              f"{op}(...) writes all of its own", where,
+                              hint="write ?f(.., global(?p), ..) and narrow ?f with a condition such as layout(?f)")
+        if n == 0:
+            raise StitchError("`..` needs an operand beside it: ?f(.., global(?p), ..)", where)
+        for k, pos in rests:
+            if 0 < k < n:
+                raise StitchError("`..` goes first or last among the operands", pos)
+        ends = [k for k, _ in rests]
+        for (k, pos), earlier in zip(rests[1:], ends):
+            if k == earlier:
+                raise StitchError("`..` is written twice in a row", pos)
+        return 0 in ends, n in ends
+
+    def prest(self, items):
+        return _Rest(self._pos(items[0]))
 
     def pkwarg(self, items):
         name, value = items
@@ -310,6 +392,7 @@ class _Validator:
         self.rule = rule
         self.source = source
         self.attr_kinds: dict[str, str | None] = {}
+        self.op_calls: dict[str, tuple[PCall, str]] = {}  # op variable -> its first call (left side first)
 
     def error(self, message: str, pos: Pos, hint: str = "") -> StitchError:
         return StitchError(f"rule '{self.rule.name}': {message}", pos, self.source, hint)
@@ -342,6 +425,27 @@ class _Validator:
                                  _find_var(r.rhs, name) or r.pos)
         for c in r.conds:
             self.condition(c, bound)
+        self.forwarded()
+
+    def forwarded(self) -> None:
+        """A `local` edge is read once per element of its consumer's tile, so a rule that makes one where
+        the consumer could broadcast the value says not_broadcast: the legality is the rule's, in the
+        rule file, not a refusal after the fact. So the right side's new `local(?p)` is an operand of its
+        outer call (which not_broadcast tests)."""
+        r = self.rule
+        carried = {p.args[0] for p in _placements(r.lhs, "local")}
+        stated = {c.args[0].args[0] for c in r.conds if c.name == "not_broadcast"}
+        for call, k, edge in _placed_operands(r.rhs, "local"):
+            if edge.args[0] in carried:
+                continue
+            inner = edge.args[0]
+            if call is not r.rhs or not isinstance(inner, PVar):
+                raise self.error("a new local(...) edge is a variable operand of the right side's outer call, "
+                                 "where not_broadcast can test it", edge.pos)
+            if inner.name not in stated and _may_broadcast(call, k, r.conds):
+                raise self.error(f"{call.op} may broadcast {inner.name}, which a local edge cannot be: "
+                                 f"add the condition not_broadcast({inner.name})", edge.pos,
+                                 hint=f"or hold it on chip for the tile: shared({inner.name})")
 
     def pattern(self, p: Pattern, bound: dict[str, str], side: str) -> None:
         if isinstance(p, PVar):
@@ -353,11 +457,7 @@ class _Validator:
             return
         if p.op_is_var:
             self.bind(bound, p.op, "op", p.pos)
-            arity = len(p.args)
-            fits = [s for s in OPS.values() if op_variable_fits(s, arity) and all(a.name in s.attrs for a in p.attrs)]
-            if not fits:
-                raise self.error(f"no op takes {arity} argument(s) with attributes "
-                                 f"{', '.join(a.name for a in p.attrs) or '(none)'}", p.pos)
+            self.op_variable(p, side)
         elif p.op in PLACEMENT_NAMES:
             if len(p.args) != 1 or p.attrs:
                 raise self.error(f"placement {p.op} takes exactly one argument", p.pos)
@@ -387,6 +487,24 @@ class _Validator:
                     raise self.error(f"variable {a.value.name} is used both as {first} and as {kind}", a.value.pos)
         for arg in p.args:
             self.pattern(arg, bound, side)
+
+    def op_variable(self, p: PCall, side: str) -> None:
+        """An op variable stands for some op; one written with `..` is written so on both sides, with the
+        same operands around it, and once on the left (what it leaves out is matched there)."""
+        if not any(operand_offsets(spec, p) for spec in OPS.values()):
+            more = " or more" if p.has_rest else ""
+            raise self.error(f"no op takes {len(p.args)}{more} argument(s) with attributes "
+                             f"{', '.join(a.name for a in p.attrs) or '(none)'}", p.pos)
+        first = self.op_calls.setdefault(p.op, (p, side))[0]
+        if first is p:
+            return
+        shape = lambda c: (c.rest_before, len(c.args), c.rest_after)  # noqa: E731
+        if first.has_rest and side == "left":
+            raise self.error(f"{p.op} is written with `..` on the left: it may appear there once", p.pos)
+        if (first.has_rest or p.has_rest) and shape(first) != shape(p):
+            first_text = _call_outline(first)
+            raise self.error(f"{p.op} is written {_call_outline(p)} here but {first_text} at line {first.pos.line}: "
+                             "write it the same way, so that `..` stands for the same operands", p.pos)
 
     def rule_attrs(self, p: PCall, spec) -> None:
         """Attributes whose default depends on the operand's rank must be spelled out in rules."""
@@ -456,6 +574,9 @@ class _Validator:
                     raise self.error(f"{c.name} tests a tensor, but {a.args[0]} is an op variable", a.pos)
                 if kind == "attribute":
                     raise self.error(f"{c.name} tests a tensor, but {a.args[0]} is an attribute", a.pos)
+                if c.name == "not_broadcast" and root_operand(self.rule.lhs, a.args[0]) is None:
+                    raise self.error(f"not_broadcast({a.args[0]}) tests an operand of the left side's outer call",
+                                     a.pos)
             return
         if c.name in ("==", "!=", "<", "<=", ">", ">="):
             values = [a for a in c.args if a.name == "value"]
@@ -463,6 +584,10 @@ class _Validator:
                 self.term(a, bound, numbers=bool(values))
             if values and not all(a.name == "value" or _is_number(a) for a in c.args):
                 raise self.error("value(?c) compares with a number: value(?c) > 0", values[0].pos)
+            counts = [a for a in c.args if a.name == "operands"]
+            if counts and not all(a.name == "operands" or (_is_number(a) and isinstance(a.args[0], int))
+                                  for a in c.args) or len(counts) > 1:
+                raise self.error("operands(?f) compares with an integer: operands(?f) == 2", counts[0].pos)
             return
         close = difflib.get_close_matches(c.name, list(PREDICATES) + list(PROPERTIES), n=1)
         raise self.error(f"unknown condition '{c.name}'", c.pos, f"did you mean '{close[0]}'?" if close else "")
@@ -480,7 +605,10 @@ class _Validator:
                                  "(a literal's value(?c) compares with any number)", t.pos)
             return
         if t.name == "var":
-            if self.var(t, bound) != "attribute":
+            kind = self.var(t, bound)
+            if kind == "op":
+                raise self.error(f"compare a property of {t.args[0]} (operands), not the op", t.pos)
+            if kind != "attribute":
                 raise self.error(f"compare a property of {t.args[0]} (rank, dim, size, dtype, shape, space, "
                                  "value), not the tensor", t.pos)
             return
@@ -493,15 +621,61 @@ class _Validator:
         if first.name != "var":
             raise self.error(f"{t.name} takes a variable first", first.pos)
         kind = self.var(first, bound)
-        want = "attribute" if t.name == "len" else "tensor"
+        want = {"len": "attribute", "operands": "op"}.get(t.name, "tensor")
         if kind != want:
-            article = "an" if kind[0] in "aeiou" else "a"
-            raise self.error(f"{t.name} takes a {want} variable, but {first.args[0]} is {article} {kind}", first.pos)
+            raise self.error(f"{t.name} takes {_a(want)} variable, but {first.args[0]} is {_a(kind)}", first.pos)
         if t.name == "len" and self.attr_kinds.get(first.args[0]) not in (None,) + LIST_KINDS:
             what = {"int": "one integer", "bool": "true or false", "dtype": "a dtype"}[self.attr_kinds[first.args[0]]]
             raise self.error(f"len takes a list attribute, but {first.args[0]} holds {what}", first.pos)
         if t.name == "dim" and (t.args[1].name != "lit" or not isinstance(t.args[1].args[0], int)):
             raise self.error("dim takes an integer axis: dim(?x, 0)", t.args[1].pos)
+
+
+def _placed_operands(p: Pattern, placement: str):
+    """(call, position among its written operands, the placement call) for each operand so placed."""
+    if isinstance(p, PCall):
+        for k, a in enumerate(p.args):
+            if isinstance(a, PCall) and a.op == placement:
+                yield p, k, a
+            yield from _placed_operands(a, placement)
+
+
+def _placements(p: Pattern, placement: str) -> list[PCall]:
+    return [edge for _, _, edge in _placed_operands(p, placement)]
+
+
+def _may_broadcast(call: PCall, k: int, conds: tuple[Cond, ...]) -> bool:
+    """Whether the op of `call` (any it may stand for, under the rule's class conditions) can broadcast
+    its written operand `k`: elementwise ops of two or three operands, broadcast_to, gather's indices."""
+    if call.op_is_var:
+        tests = [OP_CLASS_TESTS[c.name] for c in conds if c.name in OP_CLASS_TESTS and c.args[0].args[0] == call.op]
+        choices = [(s, offset) for s in OPS.values() if all(t(s) for t in tests)
+                   for offset in operand_offsets(s, call)]
+    else:
+        choices = [(OPS[call.op], 0)]
+    return any(s.group in ("binary", "compare", "select") or s.name == "broadcast_to"
+               or (s.name == "gather" and offset + k == 1) for s, offset in choices)
+
+
+def root_operand(lhs: Pattern, name: str) -> int | None:
+    """The position among the written operands of `lhs` (an op call) of the tensor variable `name`,
+    bare or inside a placement; None if it is not one of them."""
+    for k, a in enumerate(lhs.args if isinstance(lhs, PCall) else ()):
+        if isinstance(a, PCall) and a.op in PLACEMENT_NAMES:
+            a = a.args[0]
+        if isinstance(a, PVar) and a.name == name:
+            return k
+    return None
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
+def _call_outline(c: PCall) -> str:
+    """How a call's operands are written, `..` kept: ?f(.., _, ..)."""
+    parts = [".."] * c.rest_before + ["_"] * len(c.args) + [".."] * c.rest_after
+    return f"{c.op}({', '.join(parts)})"
 
 
 def _is_number(t: CFun) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..ir.ops import ACCUMULATING, is_injective
+from ..ir.ops import is_injective
 from ..rewrite.egraph_data import EGraphData, ENode
 from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
 from .index import Ix
@@ -180,7 +180,7 @@ class _Builder:
                 self.reads.append(Read(value, m.index, owner, (key, i), under, shared))
                 operands.append(global_ref(value))
             else:
-                self.check_edge(node, edge, vnode, m.index, index)
+                self.check_edge(edge, vnode)
                 held_as = _HOLDS[edge.value]
                 operands.append(held_ref(self.visit(value, m.index, held_as, owner, under), held_as))
         self.instances[key] = Instance(cid, node, index, hold, key, tuple(operands),
@@ -191,9 +191,9 @@ class _Builder:
             self.computed[memo] = key
         return key
 
-    def check_edge(self, consumer: ENode, edge: Placement, producer: ENode, read_at, consumer_index) -> None:
+    def check_edge(self, edge: Placement, producer: ENode) -> None:
+        # The rules say `inline ... where injective(?p)`, but of an e-class, which may also hold a
+        # non-injective node equal to it; extraction chooses nodes. (A `local` edge's consumer never
+        # broadcasts it: the rule language has every rule that makes one say not_broadcast.)
         if edge is Placement.INLINE and not is_injective(producer.op):
             self.problems.append(f"inline needs an injective producer, not {producer.op}")
-        if edge is Placement.LOCAL and consumer.op not in ACCUMULATING and set(
-                a for ix in read_at for a in ix.axes()) < set(a for ix in consumer_index for a in ix.axes()):
-            self.problems.append(f"local value {producer.op} is broadcast by its consumer {consumer.op}; use shared")
