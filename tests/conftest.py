@@ -12,6 +12,8 @@ given as `root` is still read, as test_target does)."""
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tests' own helpers: stitch_testing
 
 from stitch.engine.schedule import target as _target  # noqa: E402
@@ -40,3 +42,9 @@ def _pinned(level: int, root=_target.SYSFS_CPU):
 
 _pinned.__wrapped__ = _machine_cache_bytes.__wrapped__
 _target.machine_cache_bytes = _pinned
+
+
+@pytest.fixture
+def cache(tmp_path):
+    """A compile cache of the test's own (so a test sees what it built, and nothing else)."""
+    return tmp_path / "cache"

@@ -22,8 +22,10 @@ of the cost model's numbers does not rewrite it; a test of prices asserts them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import hypothesis.extra.numpy as hnp
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from stitch.engine.ir.check import broadcast_shapes, check_func, clamp_slice
@@ -45,6 +47,11 @@ from stitch.engine.ir.program import (
     TensorType,
     Var,
 )
+from stitch.targets import cpu
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"  # the .ir programs every stage runs
+HAVE_CC = cpu.compiler() is not None
+needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
 
 ALL_DTYPES = DTYPES
 # The first dtype is the usual one (about 70% of freshly drawn types).

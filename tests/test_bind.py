@@ -4,7 +4,6 @@ computing what the reference computes with the weights passed as ordinary inputs
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,11 +21,8 @@ from stitch.engine.schedule.target import parse_target
 from stitch.lowering.bind import bind
 from stitch.lowering.loops import leaves, loads, print_loops
 from stitch.lowering.lower import lower
-from stitch.targets import cpu
-from stitch_testing import compile_text, programs, target_text
+from stitch_testing import compile_text, EXAMPLES, needs_cc, programs, target_text
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
 PROJ = """
 func proj(x: f32[16, 64], w: f32[64, 96], b: f32[96]) -> f32[16, 96] {

@@ -4,7 +4,6 @@ the reference, at edge values too, and the rows one after the other."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,11 +18,10 @@ from stitch.targets import cc, cpu
 from stitch.targets.c import recognizers
 from stitch.targets.c.emit import KernelWriter
 from stitch.targets.c.recognizers import RECOGNIZERS
-from stitch_testing import sources_holding
+from stitch_testing import EXAMPLES, sources_holding
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 AVX512 = cpu.compiler() is not None and cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64
 MARK = "const int st_on0"  # the pipelined loop's test of which passes have a row
 R, ZERO = Ix.var("r"), Ix.constant(0)

@@ -4,21 +4,16 @@ row of a row of exponentials (rows.next_row_prefetch)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import stitch
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
 from stitch.targets import cc, cpu
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+from stitch_testing import EXAMPLES, needs_cc
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return tmp_path / "cache"
+
 
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import stitch
@@ -17,10 +16,10 @@ from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import differences
 from stitch.targets import cc, cpu
 from stitch.targets.c import recognizers, tuning
+from stitch_testing import EXAMPLES
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 AVX512 = cpu.compiler() is not None and cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64
 
 

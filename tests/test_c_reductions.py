@@ -3,22 +3,16 @@ zeros as numpy gives them."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 import stitch
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
-from stitch.targets import cpu
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+from stitch_testing import needs_cc
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return tmp_path / "cache"
+
 
 
 

@@ -5,7 +5,6 @@ row's long reads prefetched ahead; the reference's values."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,14 +13,10 @@ from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
 from stitch.targets import cc, cpu
 from stitch.targets.c import tuning
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+from stitch_testing import needs_cc
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return tmp_path / "cache"
+
 
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cpu import needs_cc
+from stitch_testing import needs_cc
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "layernorm.ir"
 

@@ -11,8 +11,8 @@ import stitch
 from stitch.engine.cli import main
 from stitch.engine.ir.errors import StitchWarning
 from stitch.engine.rewrite.saturate import Limits
+from stitch_testing import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def test_version_names_stitch_and_what_it_stands_on(capsys):

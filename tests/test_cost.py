@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -21,9 +20,8 @@ from stitch.engine.schedule.extract import ALL_GLOBAL, extract_schedule, extract
 from stitch.engine.schedule.form import build_schedule
 from stitch.engine.schedule.kernel import CyclicChoice
 from stitch.engine.schedule.target import load_target, parse_target
-from stitch_testing import compile_text, graphs, plan_of, target_text
+from stitch_testing import compile_text, EXAMPLES, graphs, plan_of, target_text
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CPU = load_target("cpu")
 ACCEL = load_target("accel")
 

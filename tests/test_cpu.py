@@ -18,16 +18,10 @@ from stitch.engine.ir.printer import print_func
 from stitch.engine.ir.tolerance import compare
 from stitch.targets import cc, cpu
 from stitch.targets.c import tuning
-from stitch_testing import programs
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-HAVE_CC = cpu.compiler() is not None
-needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
+from stitch_testing import EXAMPLES, needs_cc, programs
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return tmp_path / "cache"
+
 
 
 def libraries(cache: Path) -> list[Path]:

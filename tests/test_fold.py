@@ -20,10 +20,8 @@ from stitch.engine.ir.parse import parse_program
 from stitch.engine.ir.printer import print_func
 from stitch.engine.ir.tolerance import compare
 from stitch.frontends.onnx_import import import_onnx
-from stitch.targets import cpu
-from stitch_testing import programs
+from stitch_testing import needs_cc, programs
 
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
 # DeBERTa's relative positions: layer_norm(e) @ wk + bk, the same on every call, read by x's product
 POS = """

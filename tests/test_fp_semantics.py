@@ -11,7 +11,6 @@ property tests feed the examples and random programs non-finite inputs.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,9 +21,8 @@ from stitch.engine.ir import floats
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
 from stitch.targets import cc, cpu
+from stitch_testing import EXAMPLES, needs_cc
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 TARGETS = ["cpu", "accel", "numpy"]
 
 

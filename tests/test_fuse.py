@@ -3,7 +3,6 @@ only they touch keeps one row; products, one-row loops and a scratchpad are left
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from stitch.engine.ir.check import check_program
 from stitch.engine.ir.parse import parse_file
@@ -12,9 +11,8 @@ from stitch.engine.rewrite.rules import builtin_rule_files
 from stitch.engine.schedule.target import load_target
 from stitch.lowering.loops import Ix, print_loops
 from stitch.lowering.lower import lower
-from stitch_testing import executes_like_the_reference
+from stitch_testing import EXAMPLES, executes_like_the_reference
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 SOFTMAX = """\
 kernel k0 {

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,13 +36,11 @@ from stitch.engine.ir.tolerance import compare
 from stitch.engine.rewrite.saturate import Limits
 from stitch.engine.schedule.target import TARGET_DIR, load_target
 from stitch.targets import cpu
-from stitch_testing import edge_inputs_for, programs
+from stitch_testing import edge_inputs_for, EXAMPLES, HAVE_CC, programs
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SMALL = ("func f(x: f32[4, 8], g: f32[8]) -> (f32[4, 8], f32[4]) {\n"
          "  m = mean(x, axes=[1], keepdims=true)\n  d = sub(x, m)\n"
          "  return mul(d, g), max(exp(d), axes=[1])\n}\n")
-HAVE_CC = cpu.compiler() is not None
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,8 @@ from stitch.lowering.execute import execute
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import PASSES, lower, lower_schedule
 from stitch.lowering.verify import verify
-from stitch_testing import graphs
+from stitch_testing import EXAMPLES, graphs
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TARGETS = [load_target("cpu"), load_target("accel")]
 
 

@@ -16,7 +16,6 @@ from stitch.engine.ir.printer import print_func
 from stitch.engine.ir.program import Var
 from stitch.engine.ir.tolerance import compare
 from stitch_testing import programs
-from test_cpu import cache  # noqa: F401  (the fixture)
 
 TARGETS = ["cpu", "accel"]
 TWICE = "func f(x: f32[4]) -> (f32[4], f32[4]) {\n  y = exp(x)\n  return y, y\n}"

@@ -15,15 +15,10 @@ from stitch.engine.schedule.target import parse_target
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import lower
 from stitch.lowering.overlap import MIN_ROWS, scratch_layout, stages, tile_loops
-from stitch.targets import cpu
-from stitch_testing import compile_text, target_text
-
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+from stitch_testing import compile_text, needs_cc, target_text
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return tmp_path / "cache"
+
 
 
 def layer_norm(rows: int, a: int, b: int, outputs: str = "one") -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 from stitch.engine import pictures
@@ -13,8 +12,8 @@ from stitch.engine.ir.check import check_program
 from stitch.engine.ir.parse import parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
 from stitch.engine.schedule.target import load_target
+from stitch_testing import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 HAVE_DOT = shutil.which("dot") is not None
 needs_dot = pytest.mark.skipif(not HAVE_DOT, reason="graphviz's dot is not installed (apt-get install graphviz)")
 TWO_OPS = "func f(x: f32[8, 16], b: f32[16]) -> f32[8, 16] { return relu(add(x, b)) }"

@@ -30,9 +30,8 @@ from stitch.lowering.loops import (
 from stitch.lowering.lower import lower
 from stitch.lowering.reuse import update_in_place
 from stitch.lowering.verify import verify
-from stitch_testing import compile_text, executes_like_the_reference, target_text
+from stitch_testing import compile_text, EXAMPLES, executes_like_the_reference, needs_cc, target_text
 from test_alloc import load, loop, one_kernel, shared, store, text, tile
-from test_cpu import EXAMPLES, cache, needs_cc  # noqa: F401  (cache: the fixture)
 
 LAYERNORM = (EXAMPLES / "layernorm_large.ir").read_text().replace("512, 64, 256", "64, 8, 32").replace(
     "64, 256", "8, 32")

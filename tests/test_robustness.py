@@ -35,9 +35,8 @@ from stitch.engine.schedule.target import load_target
 from stitch.lowering.lower import lower
 from stitch.targets import cc, cpu
 from stitch.targets.c.source import c_source
+from stitch_testing import EXAMPLES, needs_cc
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 
 # -- generated C is linear in the program ----------------------------------------------
 

@@ -21,15 +21,10 @@ from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
 from stitch.targets import cc, cpu, runtime
 from stitch.targets.c import tuning
-from stitch_testing import target_text
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-needs_cc = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+from stitch_testing import EXAMPLES, needs_cc, target_text
 
 
-@pytest.fixture
-def cache(tmp_path):
-    return tmp_path / "cache"
+
 
 
 @pytest.fixture

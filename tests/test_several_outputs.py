@@ -4,7 +4,6 @@ reduction over the tiled axis finishes inside the kernel."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from stitch.engine.ir.check import check_program
@@ -16,9 +15,8 @@ from stitch.engine.rewrite.rules import builtin_rule_files
 from stitch.engine.schedule.target import load_target
 from stitch.lowering.execute import execute
 from stitch.lowering.lower import lower
-from stitch_testing import compile_text, executes_like_the_reference, loops_of
+from stitch_testing import compile_text, EXAMPLES, executes_like_the_reference, loops_of
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 TARGETS = [load_target("cpu"), load_target("accel")]
 
 

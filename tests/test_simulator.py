@@ -22,9 +22,8 @@ from stitch.lowering.execute import execute
 from stitch.lowering.loops import Accumulate, Buffer, For, Ix, Load, LoopKernel, LoopProgram, Op, Store
 from stitch.lowering.lower import lower
 from stitch.targets.simulator import check_fits, simulate
-from stitch_testing import graphs
+from stitch_testing import EXAMPLES, graphs
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ACCEL = load_target("accel")
 ACCEL_TOML = (Path(stitch.__file__).resolve().parent / "targets" / "accel.toml").read_text()
 

@@ -18,8 +18,8 @@ from stitch.engine.cli import main
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.schedule.target import TARGET_DIR, parse_target
 from stitch.targets import cpu
+from stitch_testing import EXAMPLES
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BUILTIN = {name: (TARGET_DIR / f"{name}.toml").read_text() for name in ("cpu", "accel")}
 
 

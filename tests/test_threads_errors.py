@@ -12,7 +12,7 @@ import pytest
 import stitch
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import random_inputs
-from test_cpu import cache, needs_cc  # noqa: F401  (cache: the fixture)
+from stitch_testing import needs_cc
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "embedding_layernorm.ir"
 CALLS = 1500
