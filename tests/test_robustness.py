@@ -321,3 +321,16 @@ def test_api_misuse_names_the_argument(kwargs, error, names):
     with pytest.raises(error) as exc:
         stitch.compile(**kwargs)
     assert names in str(exc.value)
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+@pytest.mark.parametrize("start, step", [(0, 2**63 - 1), (3, 2**40), (-1, 7)])
+def test_a_slice_of_one_element_with_any_step_compiles(target, start, step, tmp_path):
+    """A step past the slice's end takes one element, as a step of the slice's width does: the checker
+    writes the latter, so a step the e-graph's 64-bit arithmetic would overflow on compiles (issue 52:
+    steps=[9223372036854775807] passed check and eval, and compile failed inside egglog)."""
+    text = (f"func f(x: f32[8]) -> f32[1] {{\n  return slice(x, axes=[0], starts=[{start}], ends=[8], "
+            f"steps=[{step}])\n}}\n")
+    program = stitch.compile(text, target=target, cache_dir=tmp_path / "cache")
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(program(x=x)[0], x[start:8:step])

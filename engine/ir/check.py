@@ -172,6 +172,8 @@ def normalize_slice(shape: tuple[int, ...], axes, starts, ends, steps=None, rang
         if step <= 0:
             raise AttrProblem(f"step {step} (axis {a}) must be positive; negative steps are not supported", "steps")
         begin, stop, length = clamp_slice(shape[a], start, end, step, ranges)
+        if isinstance(length, int) and length == 1 and isinstance(stop, int):
+            step = max(stop - begin, 1)  # one element taken: any larger step is the same (and fits the e-graph's ints)
         if not dims.provably(1, length, ranges or {}):
             some = "" if isinstance(length, int) else " for some values of the symbols"
             raise AttrProblem(f"the result would be empty along axis {a}{some} (start {start}, end {end} on a "
