@@ -9,7 +9,7 @@ error) or an exception escaping `main`; an error must name file:line:col and
 point at its line with a caret. Files that check are also formatted, and the
 formatted text must check too.
 
-The number of examples comes from the settings profile (`ci` when CI=true).
+The number of examples comes from the settings profile (`quick`, or `long` with `pytest --long`).
 """
 
 from __future__ import annotations

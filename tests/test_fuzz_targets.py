@@ -14,7 +14,7 @@
   reduction or matmul whose finite terms could overflow a partial sum (its
   order is unspecified, so then is its answer).
 
-Example counts follow the settings profile (`ci` when CI=true).
+Example counts follow the settings profile (`quick`, or `long` with `pytest --long`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The rule files under tests/rules/ hold one rule per kind of mistake (unsound.rules)
 and rules that hold only up to rounding (sound.rules). Every built-in rule file
 must pass too. The number of instances per rule follows the hypothesis profile
-(fewer with CI=true), at most 50.
+(25 by default, more with `pytest --long`), at most 50.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ BUILTIN = sorted(RULES_DIR.glob("*.rules"))
 
 
 def examples() -> int:
-    # The profile conftest loaded (25 with CI=true), capped: ~100 rules are checked here.
+    # The profile conftest loaded (25 by default), capped: ~100 rules are checked here.
     return min(settings().max_examples, 50)
 
 
