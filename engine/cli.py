@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--constant", action="append", default=[], metavar="NAME=VALUES.npy",
                    help="fix a graph input read as a shape or axes list to these values")
     i.add_argument("--outputs", metavar="NAME,...", help="import only what these ONNX values need (a subgraph)")
+    i.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="give a dynamic dimension of the graph inputs (its dim_param) this size (repeatable)")
     i.set_defaults(run=cmd_import)
 
     r = sub.add_parser("rules", help="work with rule files").add_subparsers(metavar="COMMAND")
@@ -418,7 +420,7 @@ def cmd_import(args) -> int:
             raise StitchError(f"{path}: not a readable .npy file ({err})") from None
     outputs = args.outputs.split(",") if args.outputs else None
     imported = import_onnx(args.file, entry=args.entry, fold_constants=args.fold_constants,
-                           constant_inputs=constants, outputs=outputs)
+                           constant_inputs=constants, outputs=outputs, dims=dim_values(args.dim))
     if args.output:
         write_text(args.output, imported.text)
     else:

@@ -66,12 +66,13 @@ class Problem:
     kind: str
     reason: str
     input: str = ""  # for kind "input": the graph input whose value would make the node importable
+    dim: str = ""  # for a dynamic dimension: its name (dim_param), which --dim can fix
 
 
 class Unsupported(Exception):
-    def __init__(self, kind: str, reason: str, input: str = ""):
+    def __init__(self, kind: str, reason: str, input: str = "", dim: str = ""):
         super().__init__(reason)
-        self.kind, self.reason, self.input = kind, reason, input
+        self.kind, self.reason, self.input, self.dim = kind, reason, input, dim
 
 
 def invalid(reason: str) -> Unsupported:

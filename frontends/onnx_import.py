@@ -45,6 +45,10 @@ class OnnxImportError(StitchError):
         if self.fixable_inputs:
             hint = ("fix the graph inputs read as shapes or axes: --constant NAME=VALUES.npy "
                     "(constant_inputs= in Python)")
+        dynamic = sorted({p.dim for p in problems if p.dim})
+        if dynamic:
+            hint = (hint + "; " if hint else "") + ("compile at a fixed size: " + " ".join(
+                f"--dim {name}=N" for name in dynamic) + " (dims= in Python)")
         super().__init__(f"cannot import {model}: {len(problems)} node(s) stitch cannot translate:\n  "
                          + "\n  ".join(lines), hint=hint)
 
@@ -56,7 +60,7 @@ class OnnxImportError(StitchError):
 
 def import_onnx(model, entry: str | None = None, fold_constants: bool | None = None,
                 constant_inputs: dict[str, np.ndarray] | None = None,
-                outputs: list[str] | None = None) -> Imported:
+                outputs: list[str] | None = None, dims: dict[str, int] | None = None) -> Imported:
     """Translate an ONNX model (a path, bytes or a ModelProto) into one stitch func.
 
     entry: the func's name (default: the graph's). outputs: import only what these
@@ -65,18 +69,19 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool | None = N
     fold_constants: which float initializers become import-time values (a scalar read as data is a
     literal) instead of parameters: by default those of one element (the exporters keep every
     Python scalar of the model there: GELU's 3.0 must be a literal for `pow-three` to see it);
-    True: those of at most FOLD_LIMIT elements; False: none.
+    True: those of at most FOLD_LIMIT elements; False: none. dims: a size for each named dynamic
+    dimension of the graph inputs (`dim_param`), so that the model imports at that size.
     """
     model, label = load_model(model)
     try:
-        return translate_graph(model, label, entry, fold_constants, constant_inputs, outputs)
+        return translate_graph(model, label, entry, fold_constants, constant_inputs, outputs, dims or {})
     except StitchError:
         raise
     except Exception as err:  # a malformed model the steps above did not foresee: still one clear error
         raise StitchError(f"cannot import {label}: {type(err).__name__}: {err}") from None
 
 
-def translate_graph(model, label: str, entry, fold_constants, constant_inputs, outputs) -> Imported:
+def translate_graph(model, label: str, entry, fold_constants, constant_inputs, outputs, dims) -> Imported:
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None and any(n.domain in ("", "ai.onnx") for n in graph.node):
@@ -102,7 +107,12 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
         raise StitchError(f"{label}: --constant (constant_inputs=) names {', '.join(map(repr, unknown))}, no graph "
                           f"input of the model", hint="its graph inputs: " + (", ".join(
                               vi.name for vi in graph.input if vi.name not in env) or "none"))
-    inputs = bind_graph_inputs(b, graph, env, constant_inputs or {})
+    named = {d.dim_param for vi in graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    if sorted(set(dims) - named):
+        raise StitchError(f"{label}: --dim (dims=) names {', '.join(map(repr, sorted(set(dims) - named)))}, no "
+                          "dynamic dimension of the model's inputs",
+                          hint="its dynamic dimensions: " + (", ".join(sorted(named)) or "none"))
+    inputs = bind_graph_inputs(b, graph, env, constant_inputs or {}, dims)
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):
         translate_node(b, node, env, problems)
@@ -113,14 +123,14 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
         try:
             returns.append(b.data(env[name], name) if env[name] is not None else None)
         except Unsupported as u:
-            problems.append(Problem(name, "graph output", u.kind, u.reason))
+            problems.append(Problem(name, "graph output", u.kind, u.reason, dim=u.dim))
     if problems:
         raise OnnxImportError(label, problems)
     check_declared_outputs(graph, wanted, [b.type_of(env[n]) for n in wanted], label)
     return b.finish(entry or graph.name or "main", returns, inputs, wanted)
 
 
-def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict) -> dict[str, str]:
+def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict, dims: dict[str, int]) -> dict[str, str]:
     """Parameters for the graph inputs (not initializers, not fixed by the caller); {input: parameter}."""
     inputs = {}
     for vi in graph.input:
@@ -130,7 +140,7 @@ def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict) -> di
             env[vi.name] = Known(np.asarray(constant_inputs[vi.name]), name=vi.name)
             continue
         try:
-            env[vi.name] = b.param(vi.name, input_type(vi), input=vi.name)
+            env[vi.name] = b.param(vi.name, input_type(vi, dims), input=vi.name)
             inputs[vi.name] = env[vi.name].name
         except Unsupported as u:  # reported by the nodes that read it as data (as a shape it may be fixed)
             env[vi.name] = Sym("", None, vi.name)
@@ -187,7 +197,7 @@ def translate_node(b: Builder, node, env: dict, problems: list[Problem]) -> None
         else:
             results = translate(b, node, ins)
     except Unsupported as u:
-        problems.append(Problem(label, node.op_type, u.kind, u.reason, u.input))
+        problems.append(Problem(label, node.op_type, u.kind, u.reason, u.input, u.dim))
         results = []
     except Exception as err:  # a malformed node (an attribute of the wrong kind, a broken tensor)
         problems.append(Problem(label, node.op_type, "error", f"cannot be read ({type(err).__name__}: {err})"))
@@ -208,23 +218,28 @@ def initializer_value(init, fold_constants: bool | None) -> Known:
     return Known(array, "" if small else init.name)
 
 
-def input_type(vi) -> TensorType:
-    """The static TensorType of a graph input, or Unsupported (a dynamic dimension, a dtype stitch lacks)."""
+def input_type(vi, fixed: dict[str, int] | None = None) -> TensorType:
+    """The static TensorType of a graph input, or Unsupported (a dynamic dimension `fixed` does not
+    give a size, a dtype stitch lacks)."""
     t = vi.type
     if t.WhichOneof("value") != "tensor_type":
         raise Unsupported("dtype", f"input '{vi.name}' is a {t.WhichOneof('value')}, not a tensor")
     dtype = onnx_dtype(t.tensor_type.elem_type)
     if not t.tensor_type.HasField("shape"):
         raise Unsupported("shape", f"input '{vi.name}' has no static shape (unknown rank)")
-    dims = []
+    shape = []
     for d in t.tensor_type.shape.dim:
-        if not d.HasField("dim_value"):
+        if d.HasField("dim_value"):
+            size = d.dim_value
+        elif d.dim_param in (fixed or {}):
+            size = fixed[d.dim_param]
+        else:
             what = f"'{d.dim_param}'" if d.dim_param else "unknown"
-            raise Unsupported("shape", f"input '{vi.name}' has a dynamic dimension ({what})")
-        if d.dim_value < 0:
-            raise invalid(f"input '{vi.name}' has a negative dimension ({d.dim_value})")
-        dims.append(d.dim_value)
-    return TensorType(dtype, check_dims(tuple(dims), vi.name))
+            raise Unsupported("shape", f"input '{vi.name}' has a dynamic dimension ({what})", dim=d.dim_param)
+        if size < 0:
+            raise invalid(f"input '{vi.name}' has a negative dimension ({size})")
+        shape.append(size)
+    return TensorType(dtype, check_dims(tuple(shape), vi.name))
 
 
 def check_declared_outputs(graph, wanted: list[str], types: list[TensorType], label: str) -> None:

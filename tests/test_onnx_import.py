@@ -690,3 +690,20 @@ def test_axes_that_are_no_list_are_invalid():
     model = model_of([node], [("x", F32, [3, 4])], [("y", F32, None)], [("axes", np.array(1, np.int64))])
     with pytest.raises(OnnxImportError, match=r"ReduceSum 'r'.*axes must be a 1-D tensor, got 0-D"):
         import_onnx(model)
+
+
+def test_a_dynamic_dimension_is_fixed_by_dim_and_the_error_says_how(tmp_path, capsys):
+    """Newcomer P5: an export with a dynamic axis names the option that imports it at a fixed size."""
+    node = helper.make_node("Transpose", ["src"], ["y"], perm=[1, 0], name="t")
+    path = tmp_path / "m.onnx"
+    onnx.save(model_of([node], [("src", F32, ["seq", 4])], [("y", F32, [4, "seq"])]), path)
+    assert main(["import", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "input 'src' has a dynamic dimension ('seq')" in err and "hint: compile at a fixed size: --dim seq=N" in err
+    assert main(["import", str(path), "--dim", "seq=64"]) == 0
+    assert "func g(src: f32[64, 4]) -> f32[4, 64]" in capsys.readouterr().out
+    assert main(["import", str(path), "--dim", "sq=64"]) == 1
+    assert "names 'sq', no dynamic dimension" in capsys.readouterr().err
+    x = RNG.standard_normal((7, 4)).astype(np.float32)
+    (got,) = run_imported(onnx.load(path), {"src": x}, dims={"seq": 7})
+    np.testing.assert_array_equal(got, x.T)
