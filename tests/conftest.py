@@ -23,7 +23,7 @@ from stitch_testing import load_profile  # noqa: E402
 def pytest_addoption(parser):
     parser.addoption("--long", action="store_true",
                      help="stitch: the long hypothesis profile (100 examples, new each run) and every ONNX node case "
-                          "on both targets (about 3x the default's time)")
+                          "on both targets")
 
 
 def pytest_configure(config):
