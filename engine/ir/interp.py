@@ -204,8 +204,7 @@ def gather(node: Node, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
 
 def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Run `graph` on named inputs; return its outputs in return order."""
-    args = bind_inputs(graph, inputs)
-    sizes = bind_symbols(graph, args) if graph.symbols else None
+    args, sizes = bind_call(graph, inputs)
     env: dict[int, np.ndarray] = {}
     last = graph.last_use()
     with np.errstate(all="ignore"):
@@ -224,6 +223,12 @@ def evaluate(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray], bound: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Check the caller's arrays against the parameters: names, shapes, dtypes. `bound` names the
     parameters whose values were given at compile time (weights=): a call does not take them."""
+    return bind_call(graph, inputs, bound)[0]
+
+
+def bind_call(graph: Graph, inputs: dict[str, np.ndarray],
+              bound: tuple[str, ...] = ()) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """`bind_inputs`'s arrays, and the symbols' values they give (empty for static shapes)."""
     names = [n for n in graph.param_names if n not in bound]
     missing = [n for n in names if n not in inputs]
     again = [k for k in inputs if k in bound]
@@ -238,7 +243,7 @@ def bind_inputs(graph: Graph, inputs: dict[str, np.ndarray], bound: tuple[str, .
     arrays = {name: np.asarray(inputs[name]) for name in names}
     sizes = bind_symbols(graph, arrays) if graph.symbols else {}
     return {name: _checked("input", name, arrays[name], t, sizes)
-            for name, t in zip(graph.param_names, graph.param_types) if name not in bound}
+            for name, t in zip(graph.param_names, graph.param_types) if name not in bound}, sizes
 
 
 def bind_weights(graph: Graph, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ import math
 import numpy as np
 
 from .graph import Graph
-from .interp import apply_op, bind_inputs, bind_symbols, gather
+from .interp import apply_op, bind_call, gather
 from .ops import OPS, SUMMING, OpGroup
 
 RTOL = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
@@ -108,8 +108,7 @@ def magnitudes(graph: Graph, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     reference evaluated once more on absolute values through the ops that add, multiply and move
     (|a| + |b|, |a| * |b|, sums and products of absolute values), and |value| after any other op
     (its rounding is relative to its result)."""
-    args = bind_inputs(graph, inputs)
-    sizes = bind_symbols(graph, args) if graph.symbols else None
+    args, sizes = bind_call(graph, inputs)
     value: dict[int, np.ndarray] = {}
     size: dict[int, np.ndarray] = {}
     with np.errstate(all="ignore"):
