@@ -1,44 +1,37 @@
-"""Reading in place: on a cache, a staged copy of long rows is a pass that buys nothing.
+"""Reading in place: the staged reads the plan reads where they are lose their copies.
 
 The cost model stages a read on chip where tiles or nests would read it again
 (`plan.classify`): lowering copies the tile's region into a buffer of its
 own first (`a_s0[p0, r0] = a[p0, 128*r0o + r0]`) and the nests read the copy.
-On a scratchpad (`accel`) that copy is the only way on chip. Where on-chip
-memory is a cache (a `cpu` target), the hardware keeps what the tile reads
-again by itself; a copy pays only where the region's rows are short and far
-apart (a tile's 144 columns of a weight's rows: each row is its own stream,
-and the copy gathers them into one contiguous block), and costs a pass over
-the region where they are long. This pass drops the copies whose rows (the
-contiguous run the copy's innermost loop walks) are at least the target's
-`inplace_run_bytes`, and the readers read the source at the copy's index
-instead: a product's left operand in chunks of K (128 rows of 512 elements,
-copied per chunk of every tile of columns) is then read from where the
-previous kernel wrote it. Nothing else changes: the schedule, its
-footprint and its bytes are the cost model's as before.
+On a cache target the plan reads a staged region of long rows in place
+(`plan.read_in_place`, `Staged.in_place`): lowering makes the copy as for any
+staged read, so that the passes before this one (binding a weight lays its
+copy out once) see one form, and this pass drops the copies the plan named
+(`LoopKernel.in_place`): their readers read the source at the copy's index
+instead. Nothing else changes: the schedule, its footprint and its bytes are
+the cost model's as before.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ..engine.ir.program import dtype_bytes
 from ..engine.schedule.index import affine
 from .loops import For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, map_leaf_loads, perfect_nest, written_once
 
 
-def read_in_place(program: LoopProgram, min_run_bytes: int) -> LoopProgram:
-    """A new program without the staged copies of rows at least `min_run_bytes` long (0: none)."""
-    if not min_run_bytes:
+def read_in_place(program: LoopProgram) -> LoopProgram:
+    """A new program without the staged copies the plan reads in place."""
+    if not any(k.in_place for k in program.kernels):
         return program
     globals_ = {b.name: b for b in program.params + program.intermediates + program.output_buffers}
-    return replace(program, kernels=[_Kernel(k, globals_, min_run_bytes).run() for k in program.kernels])
+    return replace(program, kernels=[_Kernel(k, globals_).run() if k.in_place else k for k in program.kernels])
 
 
 class _Kernel:
-    def __init__(self, kernel: LoopKernel, globals_: dict, min_run_bytes: int):
+    def __init__(self, kernel: LoopKernel, globals_: dict):
         self.k = kernel
         self.globals = globals_
-        self.min_run = min_run_bytes
         self.allocs = {b.name: b for b in kernel.allocs}
         self.single = written_once(kernel.body)
         self.moved: dict[str, tuple[tuple[str, ...], Load]] = {}  # copy -> (its loop variables, what it copied)
@@ -57,22 +50,18 @@ class _Kernel:
         return out
 
     def dropped(self, loop: For) -> bool:
-        """Whether `loop` is a staged copy of long rows of a global buffer (now read in place)."""
+        """Whether `loop` is the copy of a staged read the plan reads in place (now dropped): a
+        perfect nest storing a global buffer's region, written once, affine in its loop variables."""
         nest = perfect_nest(loop)
         if nest is None:
             return False
         loops, leaf = nest
         own = [lp.var for lp in loops]
         value = leaf.value
-        if (not isinstance(leaf, Store) or leaf.buffer not in self.allocs or leaf.buffer not in self.single
+        if (not isinstance(leaf, Store) or leaf.buffer not in self.k.in_place or leaf.buffer not in self.single
                 or list(leaf.index) != [Ix.var(v) for v in own] or not isinstance(value, Load)
                 or value.buffer not in self.globals or not value.index  # a scalar's copy has no rows
                 or not all(affine(ix) for ix in value.index)):
-            return False
-        inner = loops[-1]
-        if value.index[-1].coef(inner.var) != 1 or any(inner.var in ix.axes() for ix in value.index[:-1]):
-            return False
-        if inner.extent * dtype_bytes(self.globals[value.buffer].dtype) < self.min_run:
             return False
         self.moved[leaf.buffer] = (tuple(own), value)
         return True

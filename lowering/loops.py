@@ -129,6 +129,8 @@ class LoopKernel:
     # global temporaries this kernel alone writes and reads, and the scope the schedule
     # placed them in: what forward_buffers keeps on chip
     forwardable: dict[str, str] = field(default_factory=dict)
+    # staged copies the plan reads in place (`Staged.in_place`): lowering/inplace.py drops them
+    in_place: frozenset = frozenset()
     # its tile loops run as a two-stage pipeline on the C target (lowering/overlap.py): each tile's
     # last row loop beside the next tile's first, the tiles' buffers in two copies
     pipelined: bool = False

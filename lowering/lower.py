@@ -111,7 +111,7 @@ def _hoist(program: LoopProgram, target: Target) -> LoopProgram:
 def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
     from .inplace import read_in_place
 
-    return read_in_place(program, target.inplace_run_bytes)
+    return read_in_place(program)
 
 
 def _fuse(program: LoopProgram, target: Target) -> LoopProgram:
@@ -328,7 +328,9 @@ class _KernelLowering:
                 body = body_at[level] + body
                 continue
             body = body_at[level] + [For(axis + "o", tiles, "parallel", body)]
-        return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable)
+        in_place = frozenset(name for name, s in self.staged.values() if s.in_place) | frozenset(
+            name for cid, name in self.resident.items() if cid in self.plan.resident_in_place)
+        return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable, in_place=in_place)
 
     def staging_level(self, axes) -> int:
         """The depth of tile loops a copy sits in: just inside the innermost tiled axis it varies along."""

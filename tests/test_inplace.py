@@ -21,6 +21,8 @@ def test_long_rows_are_read_where_they_are_and_short_ones_stay_staged():
     before = print_loops(kept)
     assert "a_s0[p0, r0] = a[p0, r0]" in before and "mul(a_s0[p0, r0], b_s1[r0, p1])" in before
     c, program = loops()  # cpu.toml's 1024 bytes: a's rows hold 2048, b's tile rows 64
+    names = c.schedule.params  # the plan says it: a's rows are read in place, b's tile rows copied
+    assert {names[s.cid]: s.in_place for s in c.cost.plans[0].staged} == {"a": True, "b": False}
     after = print_loops(program)
     assert "a_s0" not in after
     assert "k0_v0[p0, p1] += mul(a[p0, r0], b_s1[r0, p1])" in after

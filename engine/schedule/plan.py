@@ -13,6 +13,9 @@ cheapest):
   sharing a copy); the other reads *stream* (`classify`).
 - Chunking: a matmul's reduced axis walked in chunks inside each tile (`chunk_axis`), its operands
   staged a chunk at a time.
+- Reading in place: on a cache, a staged read whose copy would walk rows of at least the
+  target's `inplace_run_bytes` is read where it is (`in_place`): priced as staged (the cache holds
+  what the tile reads again), but no copy is made.
 - Partial reductions: a stored reduction split across tiles (global stitching), combined after
   the last tile, and the epilogue computed from it then.
 - Packing: on the vector unit a matmul's computed or strided right operand is packed per tile.
@@ -23,11 +26,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..ir.program import dtype_bytes
 from .facts import FREE_OPS, KernelFacts, parallel_axes, reduced_axes
-from .index import Indirect, Ix, Mod
+from .index import Indirect, Ix, Mod, affine
 from .kernel import AxisKind, Hold, Instance, Kernel, Read, Ref, RefKind, index_axes
 from .reads import region
 from .target import Target
@@ -40,6 +43,7 @@ class Staged:
     cid: str
     index: tuple[Ix, ...]
     region: tuple
+    in_place: bool = False  # read where it is, no copy made: rows long enough for a cache (`read_in_place`)
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class KernelPlan:
     parallel: tuple[str, ...]  # tiled axes, outermost first (a chunked axis last)
     tile: dict[str, int]  # tile extent of each tiled axis (not to be changed: the plan is shared)
     resident: frozenset = frozenset()  # inputs held whole for the kernel
+    resident_in_place: frozenset = frozenset()  # of them, those read where they are (`read_in_place`)
     staged: tuple[Staged, ...] = ()  # reads copied on chip per tile
     # reads that stream, grouped by input and by the nest making them: ((input, nest), reads)
     streamed: tuple[tuple[tuple[str, object], tuple[Read, ...]], ...] = ()
@@ -67,6 +72,9 @@ class KernelPlan:
     def spread(self) -> dict[str, int]:
         """The tile of the axes that make tiles (a chunked axis is walked inside each tile)."""
         return {a: t for a, t in self.tile.items() if a != self.chunked}
+
+
+INF = float("inf")
 
 
 def align(n: int, a: int) -> int:
@@ -100,7 +108,11 @@ def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target
                         if any(a in tile and tile[a] < kernel.extents[a] and a not in kernel.instances[key].axes
                                for a in axes))
     epilogue = frozenset().union(*(f.tails[key] for key in partial)) if partial else frozenset()
-    return KernelPlan(tuple(parallel), tile, frozenset(ins.resident), tuple(ins.staged),
+    staged = tuple(replace(s, in_place=True) if read_in_place(s.cid, s.index, kernel, tile, types, target) else s
+                   for s in ins.staged)
+    whole = frozenset(cid for cid in ins.resident if types[cid].shape
+                      and types[cid].shape[-1] * dtype_bytes(types[cid].dtype) >= (target.inplace_run_bytes or INF))
+    return KernelPlan(tuple(parallel), tile, frozenset(ins.resident), whole, staged,
                       tuple((key, tuple(rs)) for key, rs in ins.streamed.items()), partial, epilogue,
                       chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset(), f.plain)
 
@@ -166,6 +178,23 @@ def _packing_nests(kernel: Kernel, f: KernelFacts) -> dict[object, tuple]:
 def _nest(r: Read, packing: dict[object, tuple]):
     """The loop nest a read is made in: its owner's, or a packing loop's."""
     return packing.get(r.site, packing.get(r.site[0], r.owner))
+
+
+def read_in_place(cid: str, index: tuple[Ix, ...], kernel: Kernel, tile: dict[str, int], types,
+                  target: Target) -> bool:
+    """Whether a staged read of `cid` at `index` is read where it is (a resident input: where its
+    rows are that long): on a cache target (`inplace_run_bytes`), a copy
+    pays only where the region's rows are short and far apart (a tile's 144 columns of a weight's
+    rows, each its own stream, gathered into one block); where they are long (a product's left
+    operand, 128 rows of 512 elements per chunk) the cache keeps what the tile reads again by
+    itself and the copy is a pass that buys nothing. A row is the contiguous run the copy's
+    innermost loop (the read's last axis) walks: unit stride in the last dimension, in no other."""
+    if not target.inplace_run_bytes or not index or not all(affine(ix) for ix in index):
+        return False
+    inner = index_axes(index)[-1]
+    if index[-1].coef(inner) != 1 or any(inner in index_axes((ix,)) for ix in index[:-1]):
+        return False
+    return tile.get(inner, kernel.extents[inner]) * dtype_bytes(types[cid].dtype) >= target.inplace_run_bytes
 
 
 # ---------------------------------------------------------------------------
