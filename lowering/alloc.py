@@ -99,3 +99,23 @@ def _plan(kernel: LoopKernel, alignment: int) -> tuple[dict[str, int], int]:
 
 def round_up(n: int, align: int) -> int:
     return -(-n // align) * align
+
+
+LINE = 64  # each buffer of a pipelined tile's copy starts on a cache line, as the C backend's scratch reservations do
+
+
+def scratch_layout(kernel: LoopKernel) -> tuple[int, dict[str, int]]:
+    """One copy of a pipelined tile's buffers: (its bytes, each buffer's byte offset in it), the
+    shared buffers at their merged offsets, then the local ones, each on a cache line of its own."""
+    shared = [b for b in kernel.allocs if b.scope == "shared"]
+    size = kernel.merged_bytes or sum(round_up(b.nbytes, LINE) for b in shared)
+    offsets, at = {}, 0
+    for b in shared:
+        offsets[b.name] = kernel.offsets.get(b.name, at)
+        at = offsets[b.name] + round_up(b.nbytes, LINE)
+    at = round_up(size, LINE)
+    for b in kernel.allocs:
+        if b.scope == "local":
+            offsets[b.name] = at
+            at += round_up(b.nbytes, LINE)
+    return at, offsets

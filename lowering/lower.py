@@ -135,7 +135,7 @@ def _merge(program: LoopProgram, target: Target) -> LoopProgram:
 def _pipeline(program: LoopProgram, target: Target) -> LoopProgram:
     from .overlap import pipeline_tiles
 
-    return pipeline_tiles(program, target.onchip_bytes) if target.pipeline_tiles else program
+    return pipeline_tiles(program, target.onchip_bytes)
 
 
 def _delinearize(program: LoopProgram, target: Target) -> LoopProgram:
@@ -330,7 +330,8 @@ class _KernelLowering:
             body = body_at[level] + [For(axis + "o", tiles, "parallel", body)]
         in_place = frozenset(name for name, s in self.staged.values() if s.in_place) | frozenset(
             name for cid, name in self.resident.items() if cid in self.plan.resident_in_place)
-        return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable, in_place=in_place)
+        return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable, in_place=in_place,
+                          pipelined=self.plan.pipelined)
 
     def staging_level(self, axes) -> int:
         """The depth of tile loops a copy sits in: just inside the innermost tiled axis it varies along."""

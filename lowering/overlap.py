@@ -19,21 +19,21 @@ in which order within the tile, is unchanged, so its results are the same to
 the bit. It pays where a tile's stores and the next tile's first reads would
 otherwise wait on each other (docs/perf/2026-11-27-pass-choices.md).
 
-This pass only marks the kernels: `LoopKernel.pipelined`, for those whose tile
-loops have the shape (`stages`) and whose two scratch copies fit the on-chip
-budget; lowering's other passes and the numpy executor see the same loops.
+The plan says which kernels to pipeline (`KernelPlan.pipelined`, copied to
+`LoopKernel.pipelined` by lowering); this pass keeps the mark where it is legal,
+the tile loops having the shape (`stages`) and two copies of the merged scratch
+fitting the on-chip budget, and clears it elsewhere. Lowering's other passes and
+the numpy executor see the same loops.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .alloc import round_up
 from .liveness import buffers_read, buffers_touched
 from .loops import Accumulate, For, LoopKernel, LoopProgram, Stmt, leaves
+from .verify import capacity_problem
 
-
-LINE = 64  # each buffer of a copy starts on a cache line, as the C backend's scratch reservations do
 
 # Rows a head and a tail loop take turns in at least: with fewer, a tile's reads and the previous
 # tile's writes hardly interleave, and a loop of one row is the two stages one after the other.
@@ -76,33 +76,18 @@ def tile_loops(kernel: LoopKernel) -> list[For]:
     return [s for s in kernel.body if isinstance(s, For) and s.kind == "parallel"]
 
 
-def pipeline_tiles(program: LoopProgram, onchip_bytes: int) -> LoopProgram:
-    """Mark the kernels whose tile loops all pipeline and whose tile buffers fit `onchip_bytes` twice."""
+def pipeline_tiles(program: LoopProgram, capacity: int) -> LoopProgram:
+    """Keep the mark of the kernels the plan pipelines (`KernelPlan.pipelined`) where it is legal:
+    their tile loops all have a pipeline's stages and two copies of their buffers fit `capacity`
+    (the verifier's check, `capacity_problem`, with two copies); clear it on the others."""
     kernels = []
     for k in program.kernels:
         on_chip = {b.name for b in k.allocs}
         loops = tile_loops(k)
-        fits = 2 * scratch_layout(k)[0] <= onchip_bytes
-        pipelined = bool(loops) and fits and all(stages(loop, on_chip) is not None for loop in loops)
-        kernels.append(replace(k, pipelined=pipelined) if pipelined else k)
+        pipelined = (k.pipelined and bool(loops) and all(stages(loop, on_chip) is not None for loop in loops)
+                     and capacity_problem(replace(k, pipelined=True), capacity) is None)
+        kernels.append(k if pipelined == k.pipelined else replace(k, pipelined=pipelined))
     return replace(program, kernels=kernels)
-
-
-def scratch_layout(kernel: LoopKernel) -> tuple[int, dict[str, int]]:
-    """One copy of a pipelined tile's buffers: (its bytes, each buffer's byte offset in it), the
-    shared buffers at their merged offsets, then the local ones, each on a cache line of its own."""
-    shared = [b for b in kernel.allocs if b.scope == "shared"]
-    size = kernel.merged_bytes or sum(round_up(b.nbytes, LINE) for b in shared)
-    offsets, at = {}, 0
-    for b in shared:
-        offsets[b.name] = kernel.offsets.get(b.name, at)
-        at = offsets[b.name] + round_up(b.nbytes, LINE)
-    at = round_up(size, LINE)
-    for b in kernel.allocs:
-        if b.scope == "local":
-            offsets[b.name] = at
-            at += round_up(b.nbytes, LINE)
-    return at, offsets
 
 
 def _row_loop(s: Stmt) -> bool:

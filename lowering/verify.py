@@ -24,7 +24,7 @@ printed below the message. It checks, kernel by kernel in program order:
 from __future__ import annotations
 
 from ..engine.ir.program import dtype_bytes
-from .alloc import local_bytes, shared_bytes
+from .alloc import local_bytes, scratch_layout, shared_bytes
 from .liveness import live_ranges, ranges_overlap
 from .loops import (
     Accumulate,
@@ -159,6 +159,11 @@ def capacity_problem(kernel: LoopKernel, capacity: int | None) -> str | None:
     """Check (d): the kernel's on-chip footprint fits `capacity` bytes. The one capacity check after
     extraction: lowering runs it, and the simulator refuses a program lowered for a larger target by it."""
     if capacity is None:
+        return None
+    if kernel.pipelined:  # two tiles at once, each in its copy of the scratch (lowering/overlap.py)
+        need = 2 * scratch_layout(kernel)[0]
+        if need > capacity:
+            return f"needs {need} bytes on chip (two copies of a pipelined tile's buffers) but has {capacity}"
         return None
     shared, local = onchip_bytes(kernel)
     if shared + local > capacity:

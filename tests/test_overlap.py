@@ -12,13 +12,12 @@ from hypothesis import strategies as st
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import differences
 from stitch.engine.schedule.target import parse_target
+from stitch.lowering.alloc import scratch_layout
 from stitch.lowering.loops import print_loops
 from stitch.lowering.lower import lower
-from stitch.lowering.overlap import MIN_ROWS, scratch_layout, stages, tile_loops
+from stitch.lowering.overlap import MIN_ROWS, stages, tile_loops
+from stitch.lowering.verify import capacity_problem
 from stitch_testing import compile_text, needs_cc, target_text
-
-
-
 
 
 def layer_norm(rows: int, a: int, b: int, outputs: str = "one") -> str:
@@ -48,6 +47,17 @@ def test_a_layer_norm_over_rows_is_cut_into_its_stages():
     assert st_.before and st_.middle  # the mean's zeros before; the deviations' pass between
 
 
+def test_the_plan_says_which_kernels_pipeline_and_the_verifier_counts_two_copies():
+    c, program = lowered(layer_norm(64, 16, 128))
+    assert c.cost.plans[0].pipelined and program.kernels[0].pipelined
+    off = lowered(layer_norm(64, 16, 128), pipeline_tiles="false")[0]
+    assert not off.cost.plans[0].pipelined
+    (k,) = program.kernels
+    need = 2 * scratch_layout(k)[0]
+    assert capacity_problem(k, need) is None
+    assert "two copies of a pipelined tile's buffers" in capacity_problem(k, need - 1)
+
+
 def test_what_is_not_pipelined():
     assert not lowered(layer_norm(64, 16, 128), pipeline_tiles="false")[1].kernels[0].pipelined
     c, one = lowered(layer_norm(64, 16, 128))
@@ -55,7 +65,8 @@ def test_what_is_not_pipelined():
     budget = c.cost.kernels[0].price.footprint
     assert budget < 2 * scratch_layout(one.kernels[0])[0]
     tight = compile_text(layer_norm(64, 16, 128), parse_target(target_text("cpu", onchip_bytes=budget)))
-    assert tight.cost.plans[0].tile == c.cost.plans[0].tile and not lower(tight).kernels[0].pipelined
+    assert tight.cost.plans[0].tile == c.cost.plans[0].tile and tight.cost.plans[0].pipelined  # the plan asks
+    assert not lower(tight).kernels[0].pipelined  # lowering finds it illegal: two copies do not fit
     assert not lowered(layer_norm(MIN_ROWS - 1, 16, 128))[1].kernels[0].pipelined  # too few rows to take turns in
     # a row of the last axis is read, reduced and written in one row loop: nothing to overlap
     text = "func f(x: f32[256, 512]) -> f32[256, 512] { m = max(x, axes=[1], keepdims=true) \n return exp(sub(x, m)) }"

@@ -19,6 +19,11 @@ cheapest):
 - Partial reductions: a stored reduction split across tiles (global stitching), combined after
   the last tile, and the epilogue computed from it then.
 - Packing: on the vector unit a matmul's computed or strided right operand is packed per tile.
+- Pipelining: on a target that asks (`pipeline_tiles`), a kernel of several tiles (not walking a
+  product's chunks) runs them as a two-stage pipeline, one tile's reads beside the previous
+  tile's writes (`pipelined`). Lowering applies it where it is legal: the tile's loops have a
+  pipeline's stages and two copies of its merged buffers fit (lowering/overlap.py; the merged
+  size is known only once lowering has merged them).
 - The micro-kernel's walk: which products read their left operand where it is (machine.py).
 """
 
@@ -62,6 +67,7 @@ class KernelPlan:
     chunked: str = ""
     packed: frozenset = frozenset()  # matmuls whose right operand is packed first (`KernelFacts.on`)
     left_in_place: frozenset = frozenset()  # matmuls whose left operand the micro-kernel reads where it is
+    pipelined: bool = False  # tiles run as a two-stage pipeline where legal (two copies of a tile's buffers)
 
     @property
     def chunk(self) -> tuple[str, int] | None:
@@ -112,9 +118,12 @@ def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target
                    for s in ins.staged)
     whole = frozenset(cid for cid in ins.resident if types[cid].shape
                       and types[cid].shape[-1] * dtype_bytes(types[cid].dtype) >= (target.inplace_run_bytes or INF))
-    return KernelPlan(tuple(parallel), tile, frozenset(ins.resident), whole, staged,
+    plan = KernelPlan(tuple(parallel), tile, frozenset(ins.resident), whole, staged,
                       tuple((key, tuple(rs)) for key, rs in ins.streamed.items()), partial, epilogue,
                       chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset(), f.plain)
+    if target.pipeline_tiles and count_tiles(kernel, plan.spread) > 1 and not chunk:
+        plan = replace(plan, pipelined=True)
+    return plan
 
 
 def plan_footprint(kernel: Kernel, plan: KernelPlan, types, target: Target, f: KernelFacts) -> int:

@@ -15,7 +15,8 @@ import math
 
 from ...engine.ir.program import dtype_bytes
 from ...lowering.loops import For, leaves
-from ...lowering.overlap import Stages, scratch_layout, stages
+from ...lowering.alloc import scratch_layout
+from ...lowering.overlap import Stages, stages
 from . import tuning
 from .emit import PROTO, KernelWriter, ident, kernel_name
 from .prelude import C_TYPES
