@@ -134,6 +134,8 @@ class LoopKernel:
     # its tile loops run as a two-stage pipeline on the C target (lowering/overlap.py): each tile's
     # last row loop beside the next tile's first, the tiles' buffers in two copies
     pipelined: bool = False
+    # its tiles spread over the cores (`KernelPlan.threaded`); False: run on the calling thread
+    threaded: bool = True
 
 
 @dataclass

@@ -331,7 +331,7 @@ class _KernelLowering:
         in_place = frozenset(name for name, s in self.staged.values() if s.in_place) | frozenset(
             name for cid, name in self.resident.items() if cid in self.plan.resident_in_place)
         return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable, in_place=in_place,
-                          pipelined=self.plan.pipelined)
+                          pipelined=self.plan.pipelined, threaded=self.plan.threaded)
 
     def staging_level(self, axes) -> int:
         """The depth of tile loops a copy sits in: just inside the innermost tiled axis it varies along."""

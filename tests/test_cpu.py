@@ -16,9 +16,10 @@ from stitch.engine.ir.errors import StitchError, StitchWarning
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.printer import print_func
 from stitch.engine.ir.tolerance import compare
+from stitch.engine.schedule.target import parse_target
 from stitch.targets import cc, cpu
 from stitch.targets.c import tuning
-from stitch_testing import EXAMPLES, needs_cc, programs
+from stitch_testing import EXAMPLES, compile_text, needs_cc, programs, target_text
 
 
 
@@ -245,12 +246,20 @@ def test_the_arrays_a_program_owns_start_a_cache_line(cache):
 
 @needs_cc
 def test_only_kernels_with_enough_work_start_threads(cache):
-    """Waking workers costs more than a tiny kernel: its tiles run on the calling thread (st_run's last
-    argument says whether the pool may share them)."""
+    """Waking workers costs more than a tiny kernel: the plan runs its tiles on the calling thread
+    (`threaded`, from the target's `parallel_work`), prices it on one core, and st_run's last argument
+    says whether the pool may share them."""
     tiny = stitch.compile(EXAMPLES / "mlp.ir", cache_dir=cache)
     big = stitch.compile(EXAMPLES / "softmax.ir", cache_dir=cache)
+    assert [p.threaded for p in tiny.compiled.cost.plans] == [False]
+    assert [p.threaded for p in big.compiled.cost.plans] == [True]
     assert re.findall(r"st_run\(.*, (\d)\)\) goto fail;", tiny.native.source_path.read_text()) == ["0"]
     assert re.findall(r"st_run\(.*, (\d)\)\) goto fail;", big.native.source_path.read_text()) == ["1"]
+    text = (EXAMPLES / "mlp.ir").read_text()
+    spread = compile_text(text, parse_target(target_text("cpu", parallel_work=0)))
+    (one,), (two,) = [k.price for k in tiny.compiled.cost.kernels], [k.price for k in spread.cost.kernels]
+    assert spread.cost.plans[0].threaded and one.tiles == two.tiles > 1
+    assert one.vector_cycles == pytest.approx(2 * two.vector_cycles)  # one core of the two
 
 
 @needs_cc

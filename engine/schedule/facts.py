@@ -75,7 +75,7 @@ def facts(kernel: Kernel, types) -> KernelFacts:
             if axes:
                 packs[inst.key] = (axes, dtype_bytes(types[inst.node.children[1]].dtype))
         elif op not in FREE_OPS and inst.held:
-            work.append((_nest_loop(inst), op, 1.0))
+            work.append((nest_axes(inst), op, 1.0))
         if inst.held and op != "param":
             work.extend(_inline_work(kernel, inst))
         if inst.hold in (Hold.SHARED, Hold.LOCAL) or (inst.hold is Hold.ROOT and accumulates):
@@ -93,7 +93,7 @@ def facts(kernel: Kernel, types) -> KernelFacts:
     return KernelFacts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs, plain=plain)
 
 
-def _nest_loop(inst: Instance) -> tuple[str, ...]:
+def nest_axes(inst: Instance) -> tuple[str, ...]:
     """The axes of the loop nest computing a held instance (a reduction's reduced axes inside)."""
     return inst.axes + (reduced_axes(inst) if inst.node.op in ACCUMULATING else ())
 
@@ -108,7 +108,7 @@ def _inline_work(kernel: Kernel, held: Instance) -> list[tuple[tuple[str, ...], 
         inst = kernel.instances[key]
         if inst.node.op in FREE_OPS or inst.node.op in ("param", "const"):
             continue
-        out.append((inst.axes if held.node.op == "matmul" else _nest_loop(held), inst.node.op, 1.0))
+        out.append((inst.axes if held.node.op == "matmul" else nest_axes(held), inst.node.op, 1.0))
     return out
 
 

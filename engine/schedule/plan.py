@@ -24,6 +24,8 @@ cheapest):
   tile's writes (`pipelined`). Lowering applies it where it is legal: the tile's loops have a
   pipeline's stages and two copies of its merged buffers fit (lowering/overlap.py; the merged
   size is known only once lowering has merged them).
+- Threads: a kernel of fewer element updates than the target's `parallel_work` runs its tiles
+  on the calling thread (`threaded` false, priced on one core): waking the others costs more.
 - The micro-kernel's walk: which products read their left operand where it is (machine.py).
 """
 
@@ -33,8 +35,9 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ..ir.ops import ACCUMULATING
 from ..ir.program import dtype_bytes
-from .facts import FREE_OPS, KernelFacts, parallel_axes, reduced_axes
+from .facts import FREE_OPS, KernelFacts, nest_axes, parallel_axes, reduced_axes
 from .index import Indirect, Ix, Mod, affine
 from .kernel import AxisKind, Hold, Instance, Kernel, Read, Ref, RefKind, index_axes
 from .reads import region
@@ -68,6 +71,7 @@ class KernelPlan:
     packed: frozenset = frozenset()  # matmuls whose right operand is packed first (`KernelFacts.on`)
     left_in_place: frozenset = frozenset()  # matmuls whose left operand the micro-kernel reads where it is
     pipelined: bool = False  # tiles run as a two-stage pipeline where legal (two copies of a tile's buffers)
+    threaded: bool = True  # tiles spread over the cores; False: run on the calling thread (`element_updates`)
 
     @property
     def chunk(self) -> tuple[str, int] | None:
@@ -123,7 +127,30 @@ def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target
                       chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset(), f.plain)
     if target.pipeline_tiles and count_tiles(kernel, plan.spread) > 1 and not chunk:
         plan = replace(plan, pipelined=True)
+    if target.parallel_work and element_updates(kernel, plan, types) < target.parallel_work:
+        plan = replace(plan, threaded=False)
     return plan
+
+
+def element_updates(kernel: Kernel, plan: KernelPlan, types) -> int:
+    """The element updates a kernel's loops make, what `parallel_work` is measured in: each value's
+    nest (a reduction's and a product's reduced axes inside) once per point, an accumulator's start
+    once per element, and each staged copy made (per tile it is made in). Each value counts once,
+    whether held or computed inline (as many times as it is used): holding a value must not move a
+    kernel across `parallel_work`, or the search would hold one to buy the price of two cores."""
+    n = 0
+    for inst in kernel.instances:
+        op = inst.node.op
+        if op in ("param", "const") or op in FREE_OPS:
+            continue
+        n += slice_elems(nest_axes(inst), kernel, {})
+        if op in ACCUMULATING:
+            n += slice_elems(inst.axes, kernel, {})
+    tiles = count_tiles(kernel, plan.spread)
+    for s in plan.staged:
+        if not s.in_place:
+            n += slice_elems(index_axes(s.index), kernel, plan.tile) * tiles
+    return n
 
 
 def plan_footprint(kernel: Kernel, plan: KernelPlan, types, target: Target, f: KernelFacts) -> int:

@@ -113,7 +113,7 @@ def price_plan(kernel: Kernel, plan: KernelPlan, types, target: Target, f: Kerne
         vec += 2 * slice_elems(inst.axes, kernel, tile) * (kernel.extents[chunk[0]] // chunk[1])
     vec *= tiles
     mat *= tiles
-    cores = max(1, min(target.cores, tiles))
+    cores = max(1, min(target.cores, tiles)) if plan.threaded else 1
     vector_cycles = vec / (target.vector_lanes * cores)
     matrix_cycles = mat / cores
     transfer = (moved + written) / target.global_bandwidth

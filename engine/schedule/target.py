@@ -54,10 +54,14 @@ class Target:
     # every core has tiles to take when another's run long).
     resident_share: float = 0.125
     tiles_per_core: int = 2
-    # Where on-chip memory is a cache: a staged copy whose rows are at least this many bytes is
-    # dropped and its readers read the source in place (lowering/inplace.py); shorter rows far
-    # apart are still gathered into one contiguous buffer. 0 (a scratchpad): every copy stays.
+    # Where on-chip memory is a cache: a staged read whose rows are at least this many bytes is
+    # read in place, with no copy (plan.read_in_place); shorter rows far apart are still gathered
+    # into one contiguous buffer. 0 (a scratchpad): every copy stays.
     inplace_run_bytes: int = 0
+    # A kernel of fewer element updates runs its tiles on the calling thread, one core (plan.py,
+    # `threaded`): waking the other threads costs more than that work. 0: every kernel's tiles
+    # are spread over the cores.
+    parallel_work: int = 0
     # Where on-chip memory is a cache: a kernel's tiles run as a two-stage pipeline, each tile's
     # last row loop beside the next tile's first (its writes beside the next one's reads), when
     # two copies of a tile's buffers fit `onchip_bytes` (lowering/overlap.py)
@@ -98,7 +102,8 @@ _FIELDS = {
     "name": str, "kind": str, "clock_ghz": float, "cores": int, "onchip_bytes": int,
     "global_bandwidth": float, "launch_cycles": float, "vector_lanes": int, "alignment": int,
     "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
-    "inplace_run_bytes": int, "pipeline_tiles": bool, "fuse_rows": bool, "weights_in_place": bool, "executor": str,
+    "inplace_run_bytes": int, "parallel_work": int, "pipeline_tiles": bool, "fuse_rows": bool,
+    "weights_in_place": bool, "executor": str,
     "matrix": dict, "op_cycles": dict, "onchip_cache": str, "onchip_share": float,
 }
 CACHE_LEVELS = {"l1": 1, "l2": 2, "l3": 3}
@@ -226,7 +231,7 @@ _NUMBERS = {
     "clock_ghz": "positive", "cores": "count", "onchip_bytes": "count", "global_bandwidth": "positive",
     "launch_cycles": "nonnegative", "vector_lanes": "count", "alignment": "count", "fma_per_lane": "positive",
     "sync": "nonnegative", "resident_share": "share", "tiles_per_core": "count", "inplace_run_bytes": "nonnegative",
-    "onchip_share": "share",
+    "parallel_work": "nonnegative", "onchip_share": "share",
 }
 MAX_COUNT = 2**40
 POSITIVE_MIN, POSITIVE_MAX = 1e-9, 1e12

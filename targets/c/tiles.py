@@ -53,7 +53,7 @@ def render_kernel(w: KernelWriter, signature: str) -> str:
 
 def _tile_loop(w: KernelWriter, fn: str, loop: For | None, params: str, names: list[str], declared: set[str]) -> str:
     """Emit the tile function `fn` and its runner; the kernel's line handing the tiles to the runtime
-    (in parallel when the loop has PARALLEL_WORK, GRAIN_WORK at least per claim)."""
+    (over the cores where the plan says `threaded`, GRAIN_WORK at least per claim)."""
     st = _stages(w, loop) if w.k.pipelined and loop is not None else None
     scratch_bytes = _tile_function(w, fn, loop, params, declared, st)
     w.lines.append(f"static void {fn}_run(void *args, int64_t lo, int64_t hi, unsigned char *scratch) {{")
@@ -65,7 +65,7 @@ def _tile_loop(w: KernelWriter, fn: str, loop: For | None, params: str, names: l
     if st is not None:  # a claim's first reads and last writes run alone
         inner = math.prod(x.extent for x in st.nest[1:])
         grain = max(grain, min(-(-tuning.PIPELINE_CLAIM // inner), max(1, tiles // tuning.PIPELINE_CLAIMS)))
-    return (f"  if (st_run({fn}_run, &a, {tiles}, {grain}, {scratch_bytes}, {int(work >= tuning.PARALLEL_WORK)})) "
+    return (f"  if (st_run({fn}_run, &a, {tiles}, {grain}, {scratch_bytes}, {int(w.k.threaded and tiles > 1)})) "
             "goto fail;")
 
 
@@ -200,8 +200,7 @@ def _is_tile_loop(stmt) -> bool:
 
 
 def _work(stmt) -> int:
-    """Element updates the statement performs: waking the other threads costs more than a tiny kernel,
-    and far more when a core is busy with another process and a worker waits for a time slice."""
+    """Element updates the statement performs: what a thread claims at least (GRAIN_WORK) is measured in."""
     if isinstance(stmt, For):
         return stmt.extent * sum(_work(s) for s in stmt.body)
     return 1
