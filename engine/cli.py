@@ -1,7 +1,9 @@
 """The `stitch` command line.
 
-Exit codes: 0 success, 1 a user error (a message naming file:line:col), 2 bad
-usage (argparse), 3 an internal error (a bug in stitch; the traceback is shown
+Exit codes: 0 success, 1 an error in what the files say (a message naming
+file:line:col or the input), 2 bad usage (an unknown option, an option's value
+out of its range, options that do nothing together: the command's usage line
+and the error), 3 an internal error (a bug in stitch; the traceback is shown
 only with --debug).
 """
 
@@ -21,9 +23,17 @@ from .ir.memory import GIB
 from .ir.recursion import deep_recursion
 
 
+class UsageError(StitchError):
+    """Bad usage found after parsing (a value out of range, options that do nothing together): exit 2
+    with the command's usage line, as argparse's own errors."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_join_flag_values(sys.argv[1:] if argv is None else list(argv)))
+    args, extra = parser.parse_known_args(_join_flag_values(sys.argv[1:] if argv is None else list(argv)))
+    command = getattr(args, "parser", parser)
+    if extra:  # the command's usage, not the top level's
+        command.error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "run", None):
         parser.print_help(sys.stderr)
         return 2
@@ -32,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
             warnings.simplefilter("always", StitchWarning)  # every time, not once per process
             warnings.showwarning = _show_warning
             return args.run(args) or 0
+    except UsageError as err:
+        command.print_usage(sys.stderr)
+        print(f"{command.prog}: error: {err.message}", file=sys.stderr)
+        return 2
     except StitchError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -89,15 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="parse and type-check a program; print each func's signature")
     c.add_argument("file")
-    c.set_defaults(run=cmd_check)
+    c.set_defaults(run=cmd_check, parser=c)
 
     f = sub.add_parser("fmt", help="print a program in canonical form")
     f.add_argument("file")
-    f.set_defaults(run=cmd_fmt)
+    f.set_defaults(run=cmd_fmt, parser=f)
 
     e = sub.add_parser("eval", help="run the numpy reference interpreter")
     add_run_arguments(e)
-    e.set_defaults(run=cmd_eval)
+    e.set_defaults(run=cmd_eval, parser=e)
 
     r = sub.add_parser("run", help="compile for a target and run; --check compares with the reference")
     add_run_arguments(r)
@@ -114,13 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "else the cores)")
     r.add_argument("--profile", action="store_true",
                    help="also time each kernel (a timed build of the program) beside the cost model's estimate")
-    r.add_argument("--runs", type=_positive_int, default=10, metavar="N",
+    r.add_argument("--runs", type=_positive_int, metavar="N",
                    help="with --profile: timed calls, after one warm-up (default 10)")
-    r.set_defaults(run=cmd_run)
+    r.set_defaults(run=cmd_run, parser=r)
 
     k = sub.add_parser("compile", help="saturate a program with the rules and print a stage (--emit)")
     add_compile_arguments(k)
-    k.set_defaults(run=cmd_compile)
+    k.set_defaults(run=cmd_compile, parser=k)
 
     i = sub.add_parser("import", help="translate an ONNX model into a .ir program")
     i.add_argument("file", metavar="MODEL.onnx")
@@ -138,14 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--outputs", metavar="NAME,...", help="import only what these ONNX values need (a subgraph)")
     i.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="give a dynamic dimension of the graph inputs (its dim_param) this size (repeatable)")
-    i.set_defaults(run=cmd_import)
+    i.set_defaults(run=cmd_import, parser=i)
 
     r = sub.add_parser("rules", help="work with rule files").add_subparsers(metavar="COMMAND")
     rc = r.add_parser("check", help="test every rule of a .rules file for soundness on random instances")
     rc.add_argument("files", nargs="+", metavar="FILE.rules")
     rc.add_argument("--examples", type=_positive_int, default=100, metavar="N",
                     help="instances to try per rule (default 100)")
-    rc.set_defaults(run=cmd_rules_check)
+    rc.set_defaults(run=cmd_rules_check, parser=rc)
     return p
 
 
@@ -180,10 +194,11 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--entry", help="the func to compile (default: the first)")
     add_weights_argument(p, "the other parameters stay parameters of the compiled program")
     add_rule_arguments(p)
-    p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"], default="schedule",
+    p.add_argument("--emit", choices=["ir", "egraph", "schedule", "loops", "c"],
                    help="what to print (default: schedule)")
     p.add_argument("--target", default="cpu", metavar="cpu|accel|FILE.toml", help="target description (default cpu)")
-    p.add_argument("--json", action="store_true", help="print one JSON object with the compile figures")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object with the compile figures (instead of --emit's stage)")
     p.add_argument("--dot", metavar="OUT.svg|OUT.png|OUT.dot",
                    help="also draw a picture: the e-graph's values and placements with --emit egraph, the "
                         "schedule's kernels and global tensors with any other --emit; .svg, .png and .pdf are "
@@ -238,8 +253,8 @@ def read_inputs(args, graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
     sizes = dim_values(args.dim)
     if args.inputs:
         if sizes:
-            raise StitchError("--dim gives symbols values for random inputs; with --inputs the arrays' shapes give "
-                              "them", hint="leave out --dim, or --inputs")
+            raise UsageError("--dim gives symbols values for random inputs; with --inputs the arrays' shapes give "
+                             "them: leave out --dim, or --inputs")
         return load_inputs(args.inputs, graph, tuple(weights)), weights
     drawn = random_inputs(graph, args.seed, sizes)
     return {k: v for k, v in drawn.items() if k not in weights}, weights
@@ -251,9 +266,9 @@ def dim_values(items: list[str]) -> dict[str, int]:
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name.isidentifier() or not value.strip().isdigit():
-            raise StitchError(f"--dim expects SYMBOL=N (a positive integer), got '{item}'")
+            raise UsageError(f"--dim expects SYMBOL=N (a positive integer), got '{item}'")
         if name in sizes:
-            raise StitchError(f"--dim gives symbol '{name}' twice")
+            raise UsageError(f"--dim gives symbol '{name}' twice")
         sizes[name] = int(value)
     return sizes
 
@@ -294,6 +309,7 @@ def cmd_eval(args) -> int:
     from .ir.interp import evaluate
     from .pipeline import check_entry, read_file
 
+    check_output(args.output)
     graph = check_entry(read_file(args.file), args.entry, args.file)
     inputs, weights = read_inputs(args, graph)
     try:
@@ -306,6 +322,7 @@ def cmd_eval(args) -> int:
         raise
     if args.output:
         save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
+        print(f"wrote {args.output} ({', '.join(f'out{k}' for k in range(len(outputs)))})", file=sys.stderr)
     else:
         print(summarize(outputs))
     return 0
@@ -320,6 +337,9 @@ def cmd_compile(args) -> int:
     from .schedule.schedule_print import print_schedule
     from .schedule.target import load_target
 
+    if args.json and args.emit:
+        raise UsageError(f"--json prints the compile figures and --emit {args.emit} a stage: give one of them")
+    args.emit = args.emit or "schedule"
     program = read_file(args.file)
     graph = check_entry(program, args.entry, args.file)
     if args.emit == "ir":
@@ -374,10 +394,10 @@ def compile_limits(args):
     for flag, value in (("--iter-limit", args.iter_limit), ("--node-limit", args.node_limit),
                         ("--match-limit", args.match_limit)):
         if value <= 0:
-            raise StitchError(f"{flag} must be positive, got {value}")
+            raise UsageError(f"{flag} must be positive, got {value}")
     for flag, value in (("--time-limit", args.time_limit), ("--memory-limit", args.memory_limit)):
         if not value > 0 or value == float("inf"):
-            raise StitchError(f"{flag} must be a positive number, got {value}")
+            raise UsageError(f"{flag} must be a positive number, got {value}")
     return Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit, args.memory_limit * GIB)
 
 
@@ -423,10 +443,14 @@ def cmd_import(args) -> int:
                            constant_inputs=constants, outputs=outputs, dims=dim_values(args.dim))
     if args.output:
         write_text(args.output, imported.text)
+        renamed = [f"{param} (ONNX '{name}')" if param != name else param for name, param in imported.inputs.items()]
+        print(f"wrote {args.output}: func {imported.program.funcs[0].name}, inputs keyed {', '.join(renamed)}",
+              file=sys.stderr)
     else:
         sys.stdout.write(imported.text)
     if args.weights:
         save_npz(args.weights, imported.weights)
+        print(f"wrote {args.weights} ({len(imported.weights)} weight(s))", file=sys.stderr)
     elif imported.weights:
         print(f"note: {len(imported.weights)} parameter(s) hold initializer values; write them with --weights W.npz",
               file=sys.stderr)
@@ -454,6 +478,10 @@ def cmd_run(args) -> int:
     from .ir.tolerance import differences
     from .pipeline import check_entry, compile_entry, read_file
 
+    if args.runs is not None and not args.profile:
+        raise UsageError("--runs counts --profile's timed calls: give --profile too, or leave out --runs")
+    args.runs = args.runs or 10
+    check_output(args.output)
     cflags = args.cflags
     if args.threads:
         from ..targets import runtime
@@ -464,6 +492,11 @@ def cmd_run(args) -> int:
     program = compile_entry(graph, target=args.target, rules=args.rules, builtin_rules=not args.no_builtin_rules,
                             cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules),
                             unsafe_fp=args.unsafe_fp, weights=weights)
+    if program.executor != "c":
+        for flag, value in (("--threads", args.threads), ("--cflags", args.cflags)):
+            if value is not None:
+                warnings.warn(StitchWarning(f"{flag} does nothing here: the program runs on the {program.executor} "
+                                            f"(target {program.compiled.target.name}), not as compiled C"))
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
@@ -473,6 +506,7 @@ def cmd_run(args) -> int:
         timings = program.profile(args.runs, **inputs)
     if args.output:
         save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
+        print(f"wrote {args.output} ({', '.join(f'out{k}' for k in range(len(outputs)))})", file=sys.stderr)
     if args.json:
         out = program.compiled.to_json()
         out.update({"run_seconds": run_seconds, "executor": program.executor})
@@ -501,6 +535,14 @@ def cmd_run(args) -> int:
     if args.check and not args.json:
         print("check: outputs equal the reference within tolerance")
     return 0
+
+
+def check_output(path: str | None) -> None:
+    """An -o that names a directory is bad usage (it would be written beside it as DIR.npz)."""
+    import os
+
+    if path is not None and os.path.isdir(path):
+        raise UsageError(f"-o names a directory ({path}): give a file name, e.g. {os.path.join(path, 'out.npz')}")
 
 
 def simulated_json(compiled: dict, report) -> dict:

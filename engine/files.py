@@ -85,7 +85,9 @@ def write_text(path: str, text: str) -> None:
 
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write `arrays` to exactly `path` (numpy would append .npz to a name without it)."""
     try:
-        np.savez(path, **arrays)
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
     except OSError as err:
         raise StitchError(f"{path}: cannot write ({err.strerror})") from None

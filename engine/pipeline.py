@@ -146,11 +146,20 @@ def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = 
     if report.stop_reason in LIMIT_OPTIONS:
         option, field, unit = LIMIT_OPTIONS[report.stop_reason]
         warnings.warn(StitchWarning(
-            f"saturation of '{graph.name}' stopped at its {report.stop_reason} ({getattr(limits, field):g} {unit}) "
-            f"after {report.iterations} iteration(s) and {report.enodes} e-nodes, before the rules saturated: "
+            f"saturation of '{graph.name}' stopped at its {report.stop_reason} ({getattr(limits, field):g} {unit})"
+            f"{_progress(report, field)}, before the rules saturated: "
             f"the schedule may be worse than a saturated run's (raise {option}; in stitch.compile, "
             f"limits=Limits({field}=...))"), stacklevel=2)
     return run, report
+
+
+def _progress(report: RunReport, limit: str) -> str:
+    """How far saturation got, without repeating the limit it stopped at."""
+    if limit == "iterations":
+        return f" with {report.enodes} e-nodes"
+    if limit == "nodes":
+        return f" after {report.iterations} iteration(s)"
+    return f" after {report.iterations} iteration(s) and {report.enodes} e-nodes"
 
 
 # -- extract ------------------------------------------------------------------------------------
@@ -210,8 +219,8 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
     target = compiled.target
     native = None
     if target.executor == "c":
-        from ..targets.cpu import build as build_c
         from ..targets.cc import compiler_flags
+        from ..targets.cpu import build as build_c
 
         start = time.perf_counter()
         native = build_c(loops, cache_dir, compiler_flags(cflags))

@@ -3,7 +3,8 @@
 The program is built a second time with -DSTITCH_PROFILE, which wraps each
 kernel call in `stitch_main` with a monotonic clock (the library every other
 call uses stays untimed), and called `runs` times after one warm-up call.
-Each kernel's median time is set beside what the cost model priced it at:
+Each kernel's median time is set beside what the cost model priced it at, on
+as many threads as ran it (`--threads`, not the target's cores):
 its bytes (read + written, as the model counts them) per second and, for a
 kernel with matmuls, its floating-point operations (2 per multiply-add) per
 second.
@@ -21,6 +22,7 @@ from ..engine.ir.errors import StitchError
 from ..engine.schedule.facts import facts
 from ..engine.schedule.plan import slice_elems
 from ..engine.schedule.schedule_print import global_names
+from . import runtime
 from .cpu import build
 
 PROFILE_FLAG = "-DSTITCH_PROFILE"
@@ -34,6 +36,7 @@ class KernelTime:
     estimated_seconds: float  # the cost model's
     bytes: int  # global bytes read and written, as the cost model counts them
     flops: int  # 2 x the matmul multiply-adds (0 without a matmul)
+    threads: int = 1  # the threads it ran on, which the estimate assumes too
 
     @property
     def gb_per_s(self) -> float:
@@ -67,17 +70,21 @@ def profile(program, inputs: dict[str, np.ndarray], runs: int = 10) -> list[Kern
                 samples[i].append(counters[i] * 1e-9)
     compiled = program.compiled
     schedule, cost, target = compiled.schedule, compiled.cost, compiled.target
+    threads = runtime.threads()
     names = global_names(schedule)
     rows = []
     for lk, k, kc, times in zip(kernels, schedule.kernels, cost.kernels, samples):
         flops = sum(2 * slice_elems(inst.axes, k, {}) * depth for inst, depth in facts(k, schedule.types).matmuls)
         rows.append(KernelTime(lk.name, ", ".join(names[c] for c in k.roots), statistics.median(times),
-                               target.seconds(kc.price.cycles), kc.price.bytes_read + kc.price.bytes_written, flops))
+                               target.seconds(kc.price.cycles_on(kc.plan, target, threads)),
+                               kc.price.bytes_read + kc.price.bytes_written, flops, threads))
     return rows
 
 
 def profile_table(rows: list[KernelTime], runs: int) -> str:
-    lines = [f"per kernel, median of {runs} runs (cost model's bytes and estimate):",
+    threads = rows[0].threads if rows else 1
+    lines = [f"per kernel, median of {runs} runs at {threads} thread(s) (the cost model's bytes, and its estimate "
+             f"at {threads} thread(s)):",
              f"{'kernel':<8} {'writes':<12} {'ms':>10} {'GB/s':>8} {'GFLOP/s':>8} {'estimated ms':>13} {'ratio':>7}"]
     for r in rows:
         gflops = f"{r.gflop_per_s:.1f}" if r.gflop_per_s is not None else "-"

@@ -11,8 +11,7 @@ import stitch
 from stitch.engine.cli import main
 from stitch.engine.ir.errors import StitchWarning
 from stitch.engine.rewrite.saturate import Limits
-from stitch_testing import EXAMPLES
-
+from stitch_testing import EXAMPLES, needs_cc
 
 
 def test_version_names_stitch_and_what_it_stands_on(capsys):
@@ -103,3 +102,91 @@ def test_input_file_errors_name_the_file(command, make, message, tmp_path, capsy
 def test_a_missing_input_file_is_one_line(tmp_path, capsys):
     assert main(["eval", str(EXAMPLES / "mlp.ir"), "--inputs", str(tmp_path / "none.npz")]) == 1
     assert capsys.readouterr().err == f"{tmp_path / 'none.npz'}: error: no such file\n"
+
+
+def exit_code(argv: list[str]) -> int:
+    """`stitch ARGV`'s exit code: argparse's own usage errors exit through SystemExit."""
+    try:
+        return main(argv)
+    except SystemExit as exited:
+        return exited.code
+
+
+MLP = str(EXAMPLES / "mlp.ir")
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models"
+
+
+@pytest.mark.parametrize("argv", [
+    ["compile", MLP, "--node-limit", "0"], ["compile", MLP, "--iter-limit", "-5"],
+    ["compile", MLP, "--time-limit", "nan"], ["compile", MLP, "--memory-limit", "0"],
+    ["compile", MLP, "--match-limit", "0"], ["run", MLP, "--threads", "0"], ["run", MLP, "--seed", "-1"],
+    ["run", MLP, "--runs", "0", "--profile"], ["eval", MLP, "--dim", "n"], ["eval", MLP, "--dim", "n=x"],
+])
+def test_P14_every_option_value_out_of_range_is_bad_usage(argv, capsys):
+    """One exit code per kind of mistake: an option's value out of its range is bad usage (2) with the
+    command's usage line, whether argparse or stitch refuses it."""
+    assert exit_code(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: stitch {argv[0]} ") and f"stitch {argv[0]}: error: " in err
+
+
+def test_P15_an_unknown_option_prints_its_commands_usage(capsys):
+    assert exit_code(["run", MLP, "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: stitch run ") and "unrecognized arguments: --bogus" in err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", MLP, "--runs", "5"], "--runs counts --profile's timed calls"),
+    (["compile", MLP, "--emit", "c", "--json"], "--json prints the compile figures and --emit c a stage"),
+])
+def test_P16_an_option_that_would_do_nothing_is_bad_usage(argv, says, capsys):
+    assert exit_code(argv) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_P16_threads_on_the_simulator_warns_that_it_does_nothing(capsys):
+    assert main(["run", MLP, "--target", "accel", "--threads", "2"]) == 0
+    assert "warning: --threads does nothing here: the program runs on the simulator" in capsys.readouterr().err
+
+
+def test_P17_output_goes_to_exactly_the_name_given_and_says_so(tmp_path, capsys):
+    assert exit_code(["eval", MLP, "-o", str(tmp_path)]) == 2  # a directory
+    assert "-o names a directory" in capsys.readouterr().err and not (tmp_path.parent / f"{tmp_path.name}.npz").exists()
+    out = tmp_path / "result"
+    assert main(["eval", MLP, "-o", str(out)]) == 0
+    assert capsys.readouterr().err == f"wrote {out} (out0)\n"
+    with np.load(out) as saved:
+        assert list(saved) == ["out0"] and saved["out0"].shape == (1, 64)
+
+
+@needs_cc
+def test_P27_the_profile_estimates_at_the_threads_it_runs_on(capsys):
+    from stitch.targets import runtime
+
+    before = runtime.threads()
+    try:
+        assert main(["run", str(EXAMPLES / "softmax.ir"), "--profile", "--threads", "1", "--runs", "1"]) == 0
+        one = capsys.readouterr().out
+        assert main(["run", str(EXAMPLES / "softmax.ir"), "--profile", "--threads", "2", "--runs", "1"]) == 0
+        two = capsys.readouterr().out
+    finally:
+        runtime.set_threads(before)
+    assert "at 1 thread(s) (the cost model's bytes, and its estimate at 1 thread(s))" in one
+    estimate = [float(line.split()[-2]) for text in (one, two) for line in text.splitlines() if line.startswith("k0")]
+    assert estimate[0] > estimate[1]  # softmax's kernel is threaded: its compute spreads over two at 2
+
+
+def test_P27_a_stop_warning_says_its_limit_once(capsys):
+    assert main(["compile", str(EXAMPLES / "layernorm.ir"), "--iter-limit", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "stopped at its iteration limit (1 iteration(s)) with " in err and "after 1 iteration(s)" not in err
+
+
+def test_P28_import_says_what_it_wrote(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    ir, npz = tmp_path / "block.ir", tmp_path / "block.npz"
+    assert main(["import", str(FIXTURES / "gpt2_block-dynamo.onnx"), "-o", str(ir), "--weights", str(npz)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"wrote {ir}: func ") and "inputs keyed hidden_states" in err[0]
+    assert err[1].startswith(f"wrote {npz} (") and ir.exists() and npz.exists()

@@ -24,7 +24,7 @@ import stitch
 from stitch.engine.cli import main
 from stitch.engine.ir import memory
 from stitch.engine.ir.check import check_program
-from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.errors import StitchError, StitchWarning
 from stitch.engine.ir.interp import evaluate
 from stitch.engine.ir.parse import parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files
@@ -145,11 +145,12 @@ def test_saturation_stops_at_half_the_memory_budget(monkeypatch):
 
 def test_a_compile_over_its_memory_budget_is_an_error(monkeypatch, capsys):
     monkeypatch.setattr(memory, "resident_bytes", lambda: 5 * 2**30)
-    with pytest.raises(StitchError, match=r"5.00 GiB held during saturation, budget 4.00 GiB"):
+    with pytest.raises(StitchError, match=r"5.00 GiB held during saturation, budget 4.00 GiB"), \
+            pytest.warns(StitchWarning, match="stopped at its memory limit"):
         stitch.compile(EXAMPLES / "mlp.ir", limits=Limits(memory=4 * 2**30))
     assert main(["compile", str(EXAMPLES / "mlp.ir"), "--memory-limit", "1"]) == 1
     assert "--memory-limit" in capsys.readouterr().err
-    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--memory-limit", "nan"]) == 1
+    assert main(["compile", str(EXAMPLES / "mlp.ir"), "--memory-limit", "nan"]) == 2  # a value out of range: usage
 
 
 def test_the_schedule_search_checks_the_budget(monkeypatch):

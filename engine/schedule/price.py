@@ -46,6 +46,21 @@ class KernelPrice:
     def feasible(self) -> bool:
         return not self.problem
 
+    def cycles_on(self, plan, target: Target, threads: int) -> float:
+        """The cycles were the kernel's tiles run by `threads` threads, not the target's cores: its
+        compute spread over min(threads, tiles) (one, where the plan keeps it on the caller)."""
+        if not self.feasible:
+            return self.cycles
+        priced = max(1, min(target.cores, self.tiles)) if plan.threaded else 1
+        running = max(1, min(threads, self.tiles)) if plan.threaded else 1
+        compute = self.vector_cycles + self.matrix_cycles
+        scaled = compute * priced / running
+
+        def body(c: float) -> float:
+            return max(self.transfer_cycles, c) if target.overlap_dma else self.transfer_cycles + c
+
+        return self.cycles - body(compute) + body(scaled)
+
 
 def capacity_problem(needed: int, target: Target) -> str:
     """Why a tile needing `needed` bytes on chip does not run on `target` ('' when it fits)."""
