@@ -39,6 +39,7 @@ from .ir.recursion import allows_deep_recursion
 from .rewrite.egraph_data import EGraphData
 from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
 from .rewrite.saturate import EGraphRun, Limits, RunReport
+from .rewrite.symbols import unsupported
 from .schedule.cost import schedule_cost
 from .schedule.extract import MOST_FUSED, extract_schedule, extract_tree
 from .schedule.form import build_schedule
@@ -137,10 +138,10 @@ LIMIT_OPTIONS = {"iteration limit": ("--iter-limit", "iterations", "iteration(s)
 def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = Limits()) -> tuple[EGraphRun, RunReport]:
     """Saturate (saturate.py: the run schedule); a run stopped by a limit warns (StitchWarning): its
     schedule may be worse than saturation's."""
-    if graph.symbols:  # the e-graph, the cost model and lowering take static shapes only, so far
-        raise StitchError(f"'{graph.name}' has symbolic dimensions ({', '.join(graph.symbols)}): this version of stitch "
-                          "checks and evaluates them (stitch eval --dim) but compiles only static shapes",
-                          hint="write the dimensions as numbers to compile it")
+    why = unsupported(graph)
+    if why:
+        raise StitchError(f"'{graph.name}' has symbolic dimensions the e-graph cannot carry yet: {why}",
+                          hint="give the others numbers (stitch import --dim NAME=N) to saturate it")
     run = EGraphRun(graph, rule_files)
     report = run.run(limits)
     if report.stop_reason in LIMIT_OPTIONS:
@@ -169,6 +170,10 @@ def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResul
     """The cheapest schedule for `target`, and why the most-fused alternative was refused (when it was).
 
     No feasible schedule (every one exceeds the target's capacity) is an error."""
+    if graph.symbols:  # the cost model and lowering take static shapes only, so far
+        raise StitchError(f"'{graph.name}' has symbolic dimensions ({', '.join(graph.symbols)}): this version of stitch "
+                          "saturates it (stitch compile --emit egraph) but schedules and compiles only static "
+                          "shapes", hint="write the dimensions as numbers (stitch import --dim NAME=N) to compile it")
     extracted = extract_schedule(data, target)
     fused = build_schedule(data, extract_tree(data, MOST_FUSED))
     blocked = []

@@ -34,6 +34,7 @@ from ..ir.graph import Graph, Node
 from ..ir.ops import BINARY, COMPARE, OPS, REDUCE, UNARY
 from ..ir.program import DTypeName
 from .placement import Placement
+from .symbols import encode
 
 PLACEMENT_CTORS = {p.value: p.ctor for p in Placement}
 
@@ -297,10 +298,11 @@ PRELUDE = r"""
 
 
 def ivec(values) -> str:
+    """A vector of ints (dimensions, axes) as egglog text; a symbolic dimension as symbols.py encodes it."""
     values = tuple(values)
     if not values:
         return "(vec-empty)"
-    return "(vec-of " + " ".join(str(int(v)) for v in values) + ")"
+    return "(vec-of " + " ".join(str(encode(v)) for v in values) + ")"
 
 
 def f64(value) -> str:

@@ -15,6 +15,7 @@ from ..ir.frozen import cached_hash
 from ..ir.graph import lookup
 from ..ir.program import TensorType
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS
+from .symbols import decoder
 
 PLACEMENT_OF = {ctor: name for name, ctor in PLACEMENT_CTORS.items()}
 
@@ -50,8 +51,10 @@ class EGraphData:
 
     @classmethod
     def from_json(cls, text: str, roots: list[str] | None = None,
-                  exact_ints: dict[tuple[float, str], int] | None = None) -> "EGraphData":
-        """`exact_ints`: integer literals beyond 2**53 (saturate.exact_int_constants), back from their f64."""
+                  exact_ints: dict[tuple[float, str], int] | None = None, symbol: str | None = None) -> "EGraphData":
+        """`exact_ints`: integer literals beyond 2**53 (saturate.exact_int_constants), back from their f64.
+        `symbol`: the program's symbol, its dimensions read back from their encoding (symbols.py)."""
+        decode = decoder(symbol)
         js = json.loads(text)
         nodes = js["nodes"]
         value_cache: dict[str, object] = {}
@@ -61,7 +64,7 @@ class EGraphData:
                 n = nodes[nid]
                 op = n["op"]
                 if n["eclass"].startswith("IVec"):
-                    v = tuple(int(nodes[c]["op"]) for c in n["children"])
+                    v = tuple(decode(int(nodes[c]["op"])) for c in n["children"])
                 elif op.startswith('"'):
                     v = json.loads(op)
                 elif op in ("true", "false"):

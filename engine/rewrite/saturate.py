@@ -161,6 +161,7 @@ class EGraphRun:
         text, self.roots = graph_to_egglog(graph)
         self._exec(text, "the program")
         self.exact_ints = exact_int_constants(graph)
+        self.symbol = next(iter(graph.symbols), None)  # (symbols.py: one at most)
 
     def release(self) -> None:
         """Done with the e-graph (what `data` read stays): pop back to the loaded rules and keep them for
@@ -195,6 +196,11 @@ class EGraphRun:
             if isinstance(err, (KeyboardInterrupt, SystemExit)):
                 raise
             detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            if self.symbol and "call of primitive * failed" in detail:
+                raise StitchError(
+                    f"saturation failed inside egglog: a product of sizes with the symbol '{self.symbol}' does not fit "
+                    f"an i64 at the value the e-graph gives it (engine/rewrite/symbols.py): {detail}",
+                    hint="fix the symbol with --dim NAME=N (stitch import), or write the dimension as a number") from None
             raise StitchError(
                 f"saturation failed inside egglog: {detail}",
                 hint="a rule probably builds an ill-typed term or equates tensors of different shapes; "
@@ -277,4 +283,4 @@ class EGraphRun:
 
     def data(self) -> EGraphData:
         """The e-graph read back into Python (`egraph_data.py`): what extraction and the pictures read."""
-        return EGraphData.from_json(self.serialize().to_json(), exact_ints=self.exact_ints)
+        return EGraphData.from_json(self.serialize().to_json(), exact_ints=self.exact_ints, symbol=self.symbol)

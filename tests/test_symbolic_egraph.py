@@ -1,0 +1,116 @@
+"""Symbolic dimensions in the e-graph (issue 44, item 3; engine/rewrite/symbols.py): a program with a
+symbol saturates with the built-in rules, every e-class's shape reads back as the polynomial it is,
+the saturated e-graph is the one a static program of a generic size gives, and what the encoding
+cannot carry is refused with the reason."""
+
+from __future__ import annotations
+
+import pytest
+from stitch.engine.cli import main
+from stitch.engine.ir import dims
+from stitch.engine.ir.check import check_program
+from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.parse import parse_program
+from stitch.engine.pipeline import load_rule_files, saturate_program
+from stitch.engine.rewrite.symbols import HINT, STATIC_LIMIT, decoder, encode
+
+ATTENTION = """
+func attn[n: 1..1024](x: f32[n, 64], w: f32[64, 64], g: f32[64]) -> f32[n, 64] {
+  q = matmul(x, w)
+  s = matmul(q, transpose(x, perm=[1, 0]))
+  m = max(s, axes=[1], keepdims=true)
+  e = exp(sub(s, m))
+  p = div(e, sum(e, axes=[1], keepdims=true))
+  h = reshape(matmul(p, x), shape=[n, 4, 16])
+  return mul(reshape(h, shape=[n, 64]), g)
+}
+"""
+STEP = """
+func step[p: 1..2047](past: f32[12, p, 64], new: f32[12, 1, 64], q: f32[12, 1, 64]) -> f32[12, 1, 64] {
+  k = concat(past, new, axis=1)
+  s = matmul(q, transpose(k, perm=[0, 2, 1]))
+  e = exp(sub(s, max(s, axes=[2], keepdims=true)))
+  return matmul(div(e, sum(e, axes=[2], keepdims=true)), k)
+}
+"""
+NORM = """
+func norm[n: 1..4096](x: f32[1, n, 768], g: f32[768]) -> f32[n, 768] {
+  y = reshape(x, shape=[n, 768])
+  m = mean(y, axes=[1], keepdims=true)
+  d = sub(y, m)
+  v = mean(mul(d, d), axes=[1], keepdims=true)
+  return mul(mul(d, rsqrt(add(v, 1e-5))), g)
+}
+"""
+
+
+def graph_of(text: str):
+    return next(iter(check_program(parse_program(text, "t.ir")).values()))
+
+
+def saturated(graph):
+    run, report = saturate_program(graph, load_rule_files([]))
+    assert report.stop_reason == "saturated"
+    return run.data()
+
+
+def at(shape, values):
+    return tuple(dims.evaluate(d, values) for d in shape)
+
+
+@pytest.mark.parametrize("d", [0, 1, 768, STATIC_LIMIT - 1, -5, dims.symbol("n"), dims.symbol("n") + 1,
+                               dims.mul(dims.symbol("n"), 12), dims.mul(dims.symbol("n"), 768) - 64])
+def test_a_dimension_reads_back_as_it_went_in(d):
+    assert decoder("n")(encode(d)) == d
+
+
+def test_a_value_no_linear_dimension_gives_is_an_error():
+    with pytest.raises(StitchError, match="not of the form a\\*n \\+ b"):
+        decoder("n")(HINT * HINT)
+
+
+@pytest.mark.parametrize("text, symbol", [(ATTENTION, "n"), (STEP, "p"), (NORM, "n")])
+def test_every_class_reads_back_symbolic_and_matches_a_static_program_of_a_generic_size(text, symbol):
+    """The symbolic e-graph and the static one at size 37 (which no rule condition singles out):
+    the same classes, shapes equal once the symbol is 37, the roots' and parameters' types the program's."""
+    graph = graph_of(text)
+    data = saturated(graph)
+    shapes = [t.shape for t in data.types.values()]
+    assert any(dims.symbols_of(s) == {symbol} for s in shapes)
+    static = saturated(graph_of(_static(text, symbol, 37)))
+    assert sorted(at(s, {symbol: 37}) for s in shapes) == sorted(t.shape for t in static.types.values())
+    assert len(data.classes) == len(static.classes)
+    roots = [data.types[r].shape for r in data.roots]
+    assert roots == [t.shape for t in graph.output_types]
+    params = {n.attr("name"): data.types[cid].shape for cid, ns in data.classes.items() for n in ns
+              if n.op == "param"}
+    assert params == {n.attr("name"): n.type.shape for n in graph.nodes if n.op == "param"}
+
+
+def _static(text: str, symbol: str, size: int) -> str:
+    """The program at one size: its symbol's declaration dropped, the symbol written as the number."""
+    import re
+
+    head, rest = text.split("(", 1)
+    head = re.sub(r"\[[^]]*\]", "", head)
+    return head + "(" + re.sub(rf"\b{symbol}\b", str(size), rest)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("func f[n: 1..9, m: 1..9](x: f32[n, m]) -> f32[n, m] { return exp(x) }", "more than one symbol"),
+    (f"func f[n: 1..9](x: f32[n, {STATIC_LIMIT}]) -> f32[n, {STATIC_LIMIT}] {{ return exp(x) }}",
+     "a static dimension of"),
+])
+def test_what_the_encoding_cannot_carry_is_refused_with_the_reason(text, why):
+    with pytest.raises(StitchError, match=why):
+        saturate_program(graph_of(text), load_rule_files([]))
+
+
+def test_the_cli_saturates_a_symbolic_program_and_says_scheduling_is_next(tmp_path, capsys):
+    path = tmp_path / "attn.ir"
+    path.write_text(ATTENTION)
+    assert main(["compile", str(path), "--emit", "egraph"]) == 0
+    assert "stopped: saturated" in capsys.readouterr().out
+    assert main(["compile", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "has symbolic dimensions (n)" in err and "saturates it" in err
