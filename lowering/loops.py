@@ -400,7 +400,7 @@ def print_ix(ix: Ix) -> str:
     parts = []
     for t, c in ix.terms:
         text = t if isinstance(t, str) else _atom_text(t)
-        parts.append(text if c == 1 else f"{c}*{text}")
+        parts.append(text if c == 1 else f"{c}*{text}" if isinstance(t, (str, Indirect)) else f"{c}*({text})")
     if ix.const or not parts:
         parts.append(str(ix.const))
     return " + ".join(parts).replace("+ -", "- ")
@@ -409,6 +409,5 @@ def print_ix(ix: Ix) -> str:
 def _atom_text(t) -> str:
     if isinstance(t, Indirect):
         return f"idx<{t.extent}>({print_expr(t.value)})"
-    if isinstance(t, FloorDiv):
-        return f"({print_ix(t.x)}) // {t.d}"
-    return f"({print_ix(t.x)}) % {t.d}"
+    x = print_ix(t.x) if t.x.plain else f"({print_ix(t.x)})"
+    return f"{x} {'//' if isinstance(t, FloorDiv) else '%'} {t.d}"

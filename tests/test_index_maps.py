@@ -227,13 +227,13 @@ schedule e on accel: 1 kernel(s)
 
 kernel k0 -> out0: f32[8, 8]
   tiles over [p0=8] by [4]: 2 tile(s)
-  in  wte: f32[10, 8]  [idx<10>(ids[(p0) // 4, (p0) % 4]), p1]
-  in  ids: i64[2, 4]  [(p0) // 4, (p0) % 4]
-  in  wpe: f32[1, 4, 8]  [0, (p0) % 4, p1]
-  %0 = gather(global wte, global ids, axis=0)       [(p0) // 4, (p0) % 4, p1]  inline
-  %1 = add(inline %0, global wpe)                   [(p0) // 4, (p0) % 4, p1]  local
-  %2 = mean(shared %1, axes=[2], keepdims=true)     [(p0) // 4, (p0) % 4, 0]  shared
-  %3 = sub(local %1, shared %2)                     [(p0) // 4, (p0) % 4, p1]  inline
+  in  wte: f32[10, 8]  [idx<10>(ids[p0 // 4, p0 % 4]), p1]
+  in  ids: i64[2, 4]  [p0 // 4, p0 % 4]
+  in  wpe: f32[1, 4, 8]  [0, p0 % 4, p1]
+  %0 = gather(global wte, global ids, axis=0)       [p0 // 4, p0 % 4, p1]  inline
+  %1 = add(inline %0, global wpe)                   [p0 // 4, p0 % 4, p1]  local
+  %2 = mean(shared %1, axes=[2], keepdims=true)     [p0 // 4, p0 % 4, 0]  shared
+  %3 = sub(local %1, shared %2)                     [p0 // 4, p0 % 4, p1]  inline
   %4 = reshape(inline %3, shape=[8, 8])             [p0, p1]  root
 """
     assert plan_of(before, ACCEL) == after

@@ -136,14 +136,22 @@ class Ix:
         return out
 
     def __str__(self) -> str:
-        parts = [_term_text(t) if c == 1 else f"{c}*{_term_text(t)}" for t, c in self.terms]
+        parts = [_term_text(t) if c == 1 else f"{c}*{_term_text(t, alone=False)}" for t, c in self.terms]
         if self.const or not parts:
             parts.append(str(self.const))
         return " + ".join(parts).replace("+ -", "- ")
 
+    @property
+    def plain(self) -> bool:
+        """One axis alone (`p1`), which needs no parentheses around it."""
+        return not self.const and len(self.terms) == 1 and self.terms[0][1] == 1 and isinstance(self.terms[0][0], str)
 
-def _term_text(t: Term) -> str:
-    return t if isinstance(t, str) else str(t)
+
+def _term_text(t: Term, alone: bool = True) -> str:
+    """An atom's text; a quotient or remainder multiplied by a coefficient in parentheses (`8*(p1 // 8)`)."""
+    if isinstance(t, str):
+        return t
+    return str(t) if alone or not isinstance(t, _ByConstant) else f"({t})"
 
 
 @cached_hash
@@ -162,7 +170,7 @@ class _ByConstant:
         return type(self)(self.x.substitute(mapping), self.d)
 
     def __str__(self) -> str:
-        return f"({self.x}) {self.symbol} {self.d}"
+        return f"{self.x if self.x.plain else f'({self.x})'} {self.symbol} {self.d}"
 
 
 class FloorDiv(_ByConstant):
