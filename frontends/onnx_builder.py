@@ -31,7 +31,7 @@ from ..engine.ir.program import (
     TensorType,
     Var,
 )
-from .onnx_lazy import INT_DTYPES, Lazy, is_fill, pattern
+from .onnx_lazy import INT_DTYPES, Lazy, each, is_fill, pattern
 
 # ONNX TensorProto element types stitch has (the others are "unsupported dtype").
 ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 6: "i32", 7: "i64", 9: "bool"}
@@ -404,12 +404,12 @@ class Builder:
                 terms.append(run)
             else:
                 terms.append(self.op("mul", [run, Known(c.astype(np_dtype(dtype)), name=f"{hint}_coefs")], hint))
-        plain = np.frompyfunc(lambda x: 0 if isinstance(x, dims.Expr) else int(x), 1, 1)(v.values)
+        plain = each(lambda x: 0 if isinstance(x, dims.Expr) else int(x), v.values)
         if any(x != 0 for x in plain.flat):
             terms.append(Known(plain.astype(np_dtype(dtype)), name=f"{hint}_values"))
         for e in dict.fromkeys(x for x in v.values.flat if isinstance(x, dims.Expr)):
             value = self.dim_value(e, dtype, v.rank, hint)
-            where = np.frompyfunc(lambda x: int(x == e), 1, 1)(v.values).astype(np_dtype(dtype))
+            where = each(lambda x: int(x == e), v.values).astype(np_dtype(dtype))
             terms.append(value if where.size == 1 else self.op("mul", [value, Known(where, name=f"{hint}_at")], hint))
         total = terms[0] if terms else Known(np.zeros(pattern(v), np_dtype(dtype)))
         for t in terms[1:]:

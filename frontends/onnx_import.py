@@ -209,7 +209,12 @@ def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict, dims:
             env[vi.name] = Known(np.asarray(constant_inputs[vi.name]), name=vi.name)
             continue
         try:
-            env[vi.name] = b.param(vi.name, input_type(vi, dims, symbols), input=vi.name)
+            typ = input_type(vi, dims, symbols)
+            try:
+                env[vi.name] = b.param(vi.name, typ, input=vi.name)
+            except StitchError as err:  # too large at the symbols' default ranges
+                raise Unsupported("shape", f"input '{vi.name}': {err.message}: declare the ranges with --dim-range "
+                                           "(dim_ranges= in Python)") from None
             inputs[vi.name] = env[vi.name].name
         except Unsupported as u:  # reported by the nodes that read it as data (as a shape it may be fixed)
             env[vi.name] = Sym("", None, vi.name)
@@ -269,11 +274,30 @@ def translate_node(b: Builder, node, env: dict, problems: list[Problem]) -> None
         problems.append(Problem(label, node.op_type, u.kind, u.reason, u.input, u.dim))
         results = []
     except Exception as err:  # a malformed node (an attribute of the wrong kind, a broken tensor)
-        problems.append(Problem(label, node.op_type, "error", f"cannot be read ({type(err).__name__}: {err})"))
+        symbolic = symbolic_types(b, ins)
+        if symbolic:  # a converter that computes with sizes, given symbolic ones
+            names = ",".join(sorted({s for t in symbolic for s in dimensions.symbols_of(t.shape)}))
+            problems.append(Problem(label, node.op_type, "shape", f"{node.op_type} of {', '.join(map(str, symbolic))}: "
+                                    "stitch translates it only where these sizes are static", dim=names))
+        else:
+            problems.append(Problem(label, node.op_type, "error", f"cannot be read ({type(err).__name__}: {err})"))
         results = []
     for k, name in enumerate(node.output):
         if name:
             env[name] = results[k] if k < len(results) else None
+
+
+def symbolic_types(b: Builder, ins: list) -> list[TensorType]:
+    """The types of the inputs whose shapes have symbolic dimensions."""
+    out = []
+    for v in ins:
+        try:
+            t = b.type_of(v) if v is not None else None
+        except Exception:
+            continue
+        if t is not None and not dimensions.is_static(t.shape):
+            out.append(t)
+    return out
 
 
 def initializer_value(init, fold_constants: bool | None) -> Known:

@@ -60,6 +60,13 @@ def flat(*arrays) -> list:
     return [a.flat for a in np.broadcast_arrays(*arrays)]
 
 
+def each(f, *arrays) -> np.ndarray:
+    """f entry by entry over the arrays broadcast together: an object array (0-d ones too)."""
+    out = np.empty(np.broadcast_shapes(*(np.shape(a) for a in arrays)), dtype=object)
+    out[...] = np.frompyfunc(f, len(arrays), 1)(*arrays)
+    return out
+
+
 def obj(a) -> np.ndarray:
     """An object array of Python scalars (numpy's scalars do not mix with dims.Expr)."""
     a = np.asarray(a)
@@ -199,8 +206,8 @@ def floor_div(a: Lazy, b: Lazy, ranges, mod: bool = False) -> Lazy:
         if any(v % k for v, k in zip(*flat(c, b.values))):
             raise NotLazy("a division that does not divide the positions' coefficient")
     op = dims.mod if mod else dims.floordiv
-    values = np.frompyfunc(op, 2, 1)(*np.broadcast_arrays(a.values, b.values))
-    coefs = () if mod else tuple((k, np.frompyfunc(lambda x, y: x // y, 2, 1)(c, b.values)) for k, c in a.coefs)
+    values = each(op, a.values, b.values)
+    coefs = () if mod else tuple((k, each(lambda x, y: x // y, c, b.values)) for k, c in a.coefs)
     return Lazy(a.dtype, shape, obj(values), coefs)
 
 
@@ -216,10 +223,10 @@ def extremes(x: Lazy, ranges) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = x.values, x.values
     for axis, c in x.coefs:
         last = dims.add(x.shape[axis], -1)  # the last position along the axis
-        lo = lo + np.frompyfunc(lambda k: dims.mul(min(k, 0), last), 1, 1)(c)
-        hi = hi + np.frompyfunc(lambda k: dims.mul(max(k, 0), last), 1, 1)(c)
-    low = np.frompyfunc(lambda e: bound(e, ranges)[0], 1, 1)(obj(lo))
-    high = np.frompyfunc(lambda e: bound(e, ranges)[1], 1, 1)(obj(hi))
+        lo = lo + each(lambda k: dims.mul(min(k, 0), last), c)
+        hi = hi + each(lambda k: dims.mul(max(k, 0), last), c)
+    low = each(lambda e: bound(e, ranges)[0], lo)
+    high = each(lambda e: bound(e, ranges)[1], hi)
     return obj(low), obj(high)
 
 
@@ -312,9 +319,9 @@ def cast(x: Lazy, dtype: str, ranges) -> Lazy:
     if dtype in INT_DTYPES:
         if any(isinstance(v, float) and not v.is_integer() for v in x.values.flat):
             raise NotLazy("a cast of fractional values to an integer")
-        values = np.frompyfunc(lambda v: int(v) if isinstance(v, float) else v, 1, 1)(x.values)
+        values = each(lambda v: int(v) if isinstance(v, float) else v, x.values)
         return Lazy(dtype, x.shape, obj(values), x.coefs)
-    values = np.frompyfunc(lambda v: float(v) if isinstance(v, int) else v, 1, 1)(x.values)
+    values = each(lambda v: float(v) if isinstance(v, int) else v, x.values)
     return Lazy(dtype, x.shape, obj(values), x.coefs)
 
 

@@ -176,7 +176,11 @@ def gather(b, node, ins):
     t = b.type_of(x)
     axis = normal_axis(node.attr("axis", 0), t.rank)
     if isinstance(x, Lazy) or (isinstance(idx, Lazy) and formula_or_none(x) is not None):
-        return [lz.take(formula(x), formula(idx), axis, b.ranges)]
+        try:
+            return [lz.take(formula(x), formula(idx), axis, b.ranges)]
+        except NotLazy:
+            if isinstance(x, Lazy):
+                raise
     if not isinstance(idx, Lazy) and not (isinstance(idx, Known) and isinstance(t.shape[axis], dims.Expr)):
         raise NotLazy("static positions on a static axis")
     return [read_rows(b, node, x, formula(idx), axis)]
