@@ -421,8 +421,25 @@ class Builder:
         base = sanitize(name)
         return base + "_" if base in RESERVED else base
 
+    def prune(self, returns: list[Var], inputs: set[str]) -> None:
+        """Drop the statements no output reads, and the weights only they read: a symbolic import emits
+        a value whose formula it cannot keep (`Max` of positions) also where the graph then reads only
+        its shape."""
+        used = {r.name for r in returns}
+        kept = []
+        for a in reversed(self.body):
+            if a.name in used:
+                kept.append(a)
+                used |= names_in(a.expr)
+        self.body = kept[::-1]
+        self.params = [p for p in self.params if p.name in used or p.name in inputs]
+        self.weights = {k: v for k, v in self.weights.items() if k in used}
+        self.index = {dtype: entry for dtype, entry in self.index.items() if entry[0].name in used}
+
     def finish(self, name: str, returns: list[Var], inputs: dict[str, str], outputs: list[str]) -> Imported:
         """Print the func and parse it back, so that the checker validates what `stitch import` writes."""
+        if self.ranges:
+            self.prune(returns, set(inputs.values()))
         self.cut_positions()
         symbols = tuple(SymbolDecl(s, lo, hi) for s, (lo, hi) in self.ranges.items())
         notes = tuple(f"# {s}: {self.ranges[s][0]}..{self.ranges[s][1]}, {why}" for s, why in self.narrowed.items())
@@ -432,6 +449,15 @@ class Builder:
         program = parse_program(text, f"<import of {name}>")
         check_program(program)
         return Imported(program, text, dict(self.weights), inputs, outputs)
+
+
+def names_in(e: Expr) -> set[str]:
+    """The values an expression reads."""
+    if isinstance(e, Var):
+        return {e.name}
+    if isinstance(e, Call):
+        return set().union(*(names_in(a) for a in e.args))
+    return set()
 
 
 def sanitize(name: str) -> str:

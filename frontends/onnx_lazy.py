@@ -73,14 +73,16 @@ def obj(a) -> np.ndarray:
     return a if a.dtype == object else a.astype(object)
 
 
-def lift(x, dtype: str | None = None) -> Lazy:
+def lift(x) -> Lazy:
     """A Lazy of a known array (static shape, its values) or a Lazy itself."""
     if isinstance(x, Lazy):
         return x
     from ..engine.ir.interp import DTYPE_OF_NP
 
     a = np.asarray(x)
-    return Lazy(dtype or DTYPE_OF_NP[a.dtype], tuple(int(d) for d in a.shape), obj(a))
+    if a.dtype not in DTYPE_OF_NP:
+        raise NotLazy(f"a tensor of dtype {a.dtype}")
+    return Lazy(DTYPE_OF_NP[a.dtype], tuple(int(d) for d in a.shape), obj(a))
 
 
 def fold(x: Lazy) -> Lazy:
@@ -106,10 +108,11 @@ def settle(x: Lazy) -> Lazy | np.ndarray:
 
 
 def compact(a: np.ndarray, shape) -> np.ndarray:
-    """`a` with each axis along which it does not vary cut to length 1 (and symbolic axes always)."""
+    """`a` with each static axis along which it does not vary cut to length 1."""
     a = obj(a)
     for k in range(a.ndim):
-        if a.shape[k] > 1 and (not isinstance(shape[k], int) or all_equal(a, k)):
+        assert a.shape[k] == 1 or isinstance(shape[k], int), "values vary along a symbolic axis"
+        if a.shape[k] > 1 and all_equal(a, k):
             a = a.take([0], axis=k)
     return a
 
@@ -321,7 +324,10 @@ def cast(x: Lazy, dtype: str, ranges) -> Lazy:
             raise NotLazy("a cast of fractional values to an integer")
         values = each(lambda v: int(v) if isinstance(v, float) else v, x.values)
         return Lazy(dtype, x.shape, obj(values), x.coefs)
-    values = each(lambda v: float(v) if isinstance(v, int) else v, x.values)
+    from ..engine.ir.interp import np_dtype
+
+    rounded = np_dtype(dtype).type  # a number as the float dtype holds it (a large int rounds in f32)
+    values = each(lambda v: float(rounded(v)) if isinstance(v, (int, float)) else v, x.values)
     return Lazy(dtype, x.shape, obj(values), x.coefs)
 
 

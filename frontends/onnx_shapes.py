@@ -50,12 +50,13 @@ def formula(v: Value | None) -> Lazy:
 
 
 def arithmetic(b, node, ins):
+    """Add, Sub, Mul, Neg of integers; Div and Mod by positive constants."""
     a, c = formula(ins[0]), formula(ins[1]) if len(ins) > 1 else None
     op = node.op_type
+    if a.dtype not in lz.INT_DTYPES:  # float arithmetic rounds at each op: left to the program
+        raise NotLazy("arithmetic on floats")
     if op == "Neg":
         return [lz.negate(a)]
-    if op in ("Div", "Mod") and a.dtype not in lz.INT_DTYPES:
-        raise NotLazy("a division of floats")
     if op == "Mod" and node.attr("fmod", 0):
         raise NotLazy("Mod with fmod")
     if op in ("Div", "Mod"):
@@ -193,7 +194,7 @@ def read_rows(b: Builder, node: Node, x: Value, idx: Lazy, axis: int) -> Value:
     make them (onnxruntime fails beyond)."""
     t = b.type_of(x)
     d = t.shape[axis]
-    idx = lz.fold(idx)
+    idx = lz.nonnegative(lz.fold(idx), d, b.ranges)
     if len(idx.coefs) > 1 or idx.values.size != 1 or any(c.size != 1 or c.flat[0] <= 0 for _, c in idx.coefs):
         raise NotLazy("positions that are no single run")
     start = idx.values.flat[0]
