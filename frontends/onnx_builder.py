@@ -364,7 +364,8 @@ class Builder:
             raise Unsupported("shape", f"a {v.dtype} tensor of fractional values that vary with the positions")
         else:
             work = v.dtype if v.dtype in INT_DTYPES else "i64"
-            total = self._integer_terms(v, work, hint)
+            whole = Lazy(work, v.shape, each(lambda x: x if isinstance(x, dims.Expr) else int(x), v.values), v.coefs)
+            total = self._integer_terms(whole, work, hint)
             if work != v.dtype:
                 total = self.op("cast", [total], hint, dtype=v.dtype)
         got = self.type_of(total).shape

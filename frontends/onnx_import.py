@@ -55,6 +55,8 @@ class OnnxImportError(StitchError):
         if self.fixable_inputs:
             hint = ("fix the graph inputs read as shapes or axes: --constant NAME=VALUES.npy "
                     "(constant_inputs= in Python)")
+        if any("declare smaller ranges" in p.reason for p in problems):
+            hint = (hint + "; " if hint else "") + "bound the symbols: --dim-range NAME=LOW..HIGH (dim_ranges= in Python)"
         dynamic = sorted({name for p in problems if p.dim for name in p.dim.split(",")})
         if dynamic:
             hint = (hint + "; " if hint else "") + ("compile at a fixed size: " + " ".join(

@@ -452,6 +452,8 @@ def take(x: Lazy, idx: Lazy, axis: int, ranges) -> Lazy:
     """Gather: x at the positions `idx` along `axis`. Where x varies along the axis only through its
     coefficient, the result is x's formula at idx's (any idx); else idx must be static integers."""
     x, idx = fold(x), fold(idx)
+    if varies(x, axis) and (idx.coefs or idx.symbolic):  # a progression along the axis: its formula
+        x = progression(x, axis)
     d, r = x.shape[axis], idx.rank
     out_shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
 
@@ -479,6 +481,22 @@ def take(x: Lazy, idx: Lazy, axis: int, ranges) -> Lazy:
 
     coefs = [(k if k < axis else k + r - 1, pick(c)) for k, c in x.coefs]
     return Lazy(x.dtype, out_shape, obj(pick(x.values)), tuple(coefs))
+
+
+def take_elements(x: Lazy, idx: Lazy, axis: int, ranges) -> Lazy:
+    """GatherElements where x varies along `axis` only through its coefficient and idx has x's shape
+    on the other axes: x's formula with idx's values along the axis."""
+    x, idx = fold(x), fold(idx)
+    if varies(x, axis) and isinstance(x.shape[axis], int):
+        x = progression(x, axis)
+    if x.rank != idx.rank or any(idx.shape[k] != x.shape[k] for k in range(x.rank) if k != axis) or varies(x, axis):
+        raise NotLazy("GatherElements of values that vary along the axis, or of another shape")
+    idx = nonnegative(idx, x.shape[axis], ranges)
+    c = x.coef(axis)
+    table = coef_table([Lazy(x.dtype, idx.shape, x.values, tuple(kc for kc in x.coefs if kc[0] != axis)),
+                        Lazy(idx.dtype, idx.shape, idx.values, tuple((k, c * ci) for k, ci in idx.coefs))])
+    coefs = tuple((k, a + b) for k, (a, b) in table.items())
+    return Lazy(x.dtype, idx.shape, obj(x.values + c * idx.values), coefs)
 
 
 def take_nd(x: Lazy, idx: Lazy, ranges) -> Lazy:

@@ -149,14 +149,20 @@ def slice_spec(b: Builder, node, ins, rank: int) -> list[tuple[int, object, obje
     return spec
 
 
-def symbolic_bounds(b: Builder, dim, start, end, step: int, axis: int) -> tuple:
+def symbolic_bounds(b: Builder, dim, start, end, step: int, axis: int, label: str) -> tuple:
     """(first position, count) of a Slice on an axis where the dimension or a bound is symbolic: each
-    clamp decided the same way for every value of the symbols (else Unsupported)."""
+    clamp decided the same way for every value of the symbols (else Unsupported). A bound of one symbol
+    past a static axis narrows that symbol's range, when the caller gave none, to end within the axis
+    (a position buffer cut at `[:seq]`: the model's own limit, past which its shapes no longer agree)."""
     if step <= 0:
         if step == 0:
             raise invalid("a Slice step is 0")
         raise Unsupported("shape", f"a Slice with step {step} on axis {axis} of {dim} with bounds {start}, {end}: "
                                    "stitch takes negative steps only where everything is static")
+    if isinstance(dim, int):
+        for bound in (start, end):
+            if isinstance(bound, dims.Expr) and dims.bounds(bound, b.ranges)[0] >= 0:
+                b.at_most(bound, dim, f"so that Slice '{label}' ends within its axis of {dim}")
     try:
         begin, _, length = clamp_slice(dim, start, end, step, b.ranges)
     except AttrProblem as problem:
@@ -167,17 +173,18 @@ def symbolic_bounds(b: Builder, dim, start, end, step: int, axis: int) -> tuple:
     return begin, length
 
 
-def normal_slice(b: Builder, node, ins, shape) -> list[tuple[int, object, object, int]]:
-    """Slice as (axis, first position, count, step) per sliced axis."""
+def normal_slice(b: Builder, node, ins, shape, empty: bool = False) -> list[tuple[int, object, object, int]]:
+    """Slice as (axis, first position, count, step) per sliced axis; a count of 0 only if `empty` (a known
+    shape vector may be cut to nothing)."""
     out = []
     for a, start, end, step in slice_spec(b, node, ins, len(shape)):
         if all(isinstance(v, int) for v in (shape[a], start, end)):
             r = positions(shape[a], start, end, step)
-            if len(r) == 0:
+            if len(r) == 0 and not empty:
                 raise Unsupported("shape", f"the result is empty along axis {a} (stitch tensors are never empty)")
             out.append((a, r.start, len(r), r.step))
         else:
-            out.append((a, *symbolic_bounds(b, shape[a], start, end, step, a), step))
+            out.append((a, *symbolic_bounds(b, shape[a], start, end, step, a, node.out), step))
     return out
 
 
@@ -188,7 +195,7 @@ def convert_slice(b, node, ins):
     if all(isinstance(v, int) for a, start, end, _ in spec for v in (t.shape[a], start, end)):
         return [slice_ranges(b, x, {a: positions(t.shape[a], start, end, step) for a, start, end, step in spec},
                              node.out)]
-    cut = [(a, *symbolic_bounds(b, t.shape[a], start, end, step, a), step) for a, start, end, step in spec]
+    cut = [(a, *symbolic_bounds(b, t.shape[a], start, end, step, a, node.out), step) for a, start, end, step in spec]
     cut = [(a, first, count, step) for a, first, count, step in cut if (first, count) != (0, t.shape[a])]
     if not cut:
         return [x]

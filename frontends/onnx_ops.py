@@ -12,7 +12,7 @@ from .onnx_builder import FOLD_LIMIT, NOT_FOLDED, Builder, Known, Node, Unsuppor
 from .onnx_math import MATH_CONVERTERS
 from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
 from .onnx_nn import NN_CONVERTERS
-from .onnx_shapes import shape_rule
+from .onnx_shapes import RULES, shape_rule
 
 CONVERTERS = {**MATH_CONVERTERS, **NN_CONVERTERS, **MOVEMENT_CONVERTERS}
 
@@ -77,7 +77,7 @@ def check_schema(node: Node, ins: list[Value | None]) -> None:
 
 
 def is_supported(proto) -> bool:
-    return proto.domain in ("", "ai.onnx") and proto.op_type in CONVERTERS
+    return proto.domain in ("", "ai.onnx") and (proto.op_type in CONVERTERS or proto.op_type in RULES)
 
 
 def foldable(node: Node, ins: list[Value | None]) -> bool:

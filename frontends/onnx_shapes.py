@@ -167,7 +167,7 @@ def concat(b, node, ins):
 
 def slice_(b, node, ins):
     x = formula(ins[0])
-    for axis, start, length, step in normal_slice(b, node, ins, x.shape):
+    for axis, start, length, step in normal_slice(b, node, ins, x.shape, empty=True):
         x = lz.slice_axis(x, axis, start, length, step)
     return [x]
 
@@ -189,43 +189,89 @@ def gather(b, node, ins):
 
 def read_rows(b: Builder, node: Node, x: Value, idx: Lazy, axis: int) -> Value:
     """Gather of a tensor at positions start, start + step, ... along one axis of the positions (or at one
-    position): a slice of it, reshaped and broadcast to Gather's result. The positions must lie in the
-    axis for every value of the symbols; a symbol whose range the caller did not give is narrowed to
-    make them (onnxruntime fails beyond)."""
+    position): a slice of it (`cut_rows`), reshaped and broadcast to Gather's result."""
     t = b.type_of(x)
-    d = t.shape[axis]
-    idx = lz.nonnegative(lz.fold(idx), d, b.ranges)
+    idx = lz.nonnegative(lz.fold(idx), t.shape[axis], b.ranges)
     if len(idx.coefs) > 1 or idx.values.size != 1 or any(c.size != 1 or c.flat[0] <= 0 for _, c in idx.coefs):
         raise NotLazy("positions that are no single run")
-    start = idx.values.flat[0]
     k, step = (idx.coefs[0][0], int(idx.coefs[0][1].flat[0])) if idx.coefs else (None, 1)
     count = idx.shape[k] if k is not None else 1
-    if dims.bounds(start, b.ranges)[0] < 0:
-        raise NotLazy("positions that may be negative")
-    last = dims.add(start, dims.mul(step, dims.add(count, -1)))
-    name = node.proto.input[0]
-    if isinstance(d, int):
-        if not b.at_most(last, d - 1, f"the positions Gather '{node.out}' reads in '{name}' ({d} rows)"):
-            raise Unsupported("shape", f"Gather reads '{name}' ({d} rows) at positions up to {last}, beyond its "
-                                       "rows for some values of the symbols: declare their ranges with --dim-range",
-                              dim=",".join(sorted(dims.symbols_of((last,)))))
-    elif not dims.provably(0, dims.add(dims.add(d, -1), dims.mul(last, -1)), b.ranges):
-        raise NotLazy("positions that may lie past the axis")
-    rows = x
-    if not (start == 0 and step == 1 and count == d):
-        attrs = {"axes": (axis,), "starts": (start,), "ends": (dims.add(last, 1),)}
-        if step != 1 and count != 1:
-            attrs["steps"] = (step,)
-        rows = b.emit("slice", [x], node.out, **attrs)
+    rows = cut_rows(b, node, x, axis, idx.values.flat[0], step, count)
     lead = tuple(count if j == k else 1 for j in range(idx.rank))
     rows = b.op("reshape", [rows], node.out, shape=t.shape[:axis] + lead + t.shape[axis + 1:])
     return broadcast_value(b, rows, t.shape[:axis] + idx.shape + t.shape[axis + 1:], node.out)
 
 
+def gather_elements(b, node, ins):
+    x = formula(ins[0])
+    axis = normal_axis(node.attr("axis", 0), x.rank)
+    return [lz.take_elements(x, formula(ins[1]), axis, b.ranges)]
+
+
 def gather_nd(b, node, ins):
     if node.attr("batch_dims", 0):
         raise NotLazy("GatherND with batch_dims")
-    return [lz.take_nd(formula(ins[0]), formula(ins[1]), b.ranges)]
+    if formula_or_none(ins[0]) is not None:
+        return [lz.take_nd(formula(ins[0]), formula(ins[1]), b.ranges)]
+    return [read_nd(b, node, ins[0], formula(ins[1]))]
+
+
+def read_nd(b: Builder, node: Node, x: Value, idx: Lazy) -> Value:
+    """GatherND of a tensor at index tuples whose each component is one position, or a run along one
+    axis of the result (HuggingFace's mask code reads the attention mask at (batch, key position)):
+    a slice per indexed axis, a transpose into the result's order, a reshape and a broadcast."""
+    t = b.type_of(x)
+    idx = lz.fold(idx)
+    m, lead = idx.shape[-1], idx.shape[:-1]
+    if not isinstance(m, int) or not 1 <= m <= t.rank:
+        raise NotLazy("GatherND of a symbolic number of indexed axes")
+    picks = []  # per indexed axis: (the result's axis it runs along or None, first position, step)
+    for k in range(m):
+        part = lz.reshape(lz.slice_axis(idx, idx.rank - 1, k, 1, 1), lead)
+        for a, d in enumerate(lead):
+            if isinstance(d, int) and d > 1 and lz.varies(part, a):
+                part = lz.progression(part, a)
+        part = lz.nonnegative(part, t.shape[k], b.ranges)  # (not folded: its runs along static axes stay)
+        if part.values.size != 1 or len(part.coefs) > 1 or any(c.size != 1 or c.flat[0] <= 0 for _, c in part.coefs):
+            raise NotLazy("GatherND positions that are no run along one axis")
+        a, step = (part.coefs[0][0], int(part.coefs[0][1].flat[0])) if part.coefs else (None, 1)
+        picks.append((a, part.values.flat[0], step))
+    runs = [a for a, _, _ in picks if a is not None]
+    if len(set(runs)) != len(runs):
+        raise NotLazy("GatherND along a diagonal")
+    rows = x
+    for k, (a, start, step) in enumerate(picks):
+        rows = cut_rows(b, node, rows, k, start, step, lead[a] if a is not None else 1)
+    order = sorted(range(m), key=lambda k: (picks[k][0] is None, picks[k][0] or 0))
+    if order != list(range(m)):
+        rows = b.op("transpose", [rows], node.out, perm=tuple(order) + tuple(range(m, t.rank)))
+    rest = t.shape[m:]
+    rows = b.op("reshape", [rows], node.out, shape=tuple(d if a in runs else 1 for a, d in enumerate(lead)) + rest)
+    return broadcast_value(b, rows, lead + rest, node.out)
+
+
+def cut_rows(b: Builder, node: Node, x: Value, axis: int, start, step: int, count) -> Value:
+    """x at positions start, start + step, ... (count of them) along `axis`: a slice (none when that is
+    all of it). The positions must lie in the axis for every value of the symbols; a symbol whose range
+    the caller did not give is narrowed to make them (onnxruntime fails beyond)."""
+    d = b.type_of(x).shape[axis]
+    if dims.bounds(start, b.ranges)[0] < 0:
+        raise NotLazy("positions that may be negative")
+    last = dims.add(start, dims.mul(step, dims.add(count, -1)))
+    name = node.proto.input[0]
+    if isinstance(d, int):
+        if not b.at_most(last, d - 1, f"the positions {node.op_type} '{node.out}' reads in '{name}' ({d} rows)"):
+            raise Unsupported("shape", f"{node.op_type} reads '{name}' ({d} rows) at positions up to {last}, beyond "
+                                       "its rows for some values of the symbols: declare their ranges with --dim-range",
+                              dim=",".join(sorted(dims.symbols_of((last,)))))
+    elif not dims.provably(0, dims.add(dims.add(d, -1), dims.mul(last, -1)), b.ranges):
+        raise NotLazy("positions that may lie past the axis")
+    if start == 0 and step == 1 and count == d:
+        return x
+    attrs = {"axes": (axis,), "starts": (start,), "ends": (dims.add(last, 1),)}
+    if step != 1 and count != 1:
+        attrs["steps"] = (step,)
+    return b.emit("slice", [x], node.out, **attrs)
 
 
 def cumsum(b, node, ins):
@@ -288,6 +334,7 @@ RULES = {
     "Concat": concat,
     "Slice": slice_,
     "Gather": gather,
+    "GatherElements": gather_elements,
     "GatherND": gather_nd,
     "CumSum": cumsum,
     "Range": range_,

@@ -211,6 +211,44 @@ def test_cumsum_position_ids_and_max():
     assert "[n: 1..40]" in imported.text and "gather" not in imported.text
 
 
+def test_a_position_buffer_cut_to_the_length_bounds_the_symbol():
+    """BERT's position ids: a buffer arange(16) cut to [:n] (a progression, so a formula) read from a
+    table: n narrowed to 1..16, the end of the cut; GatherElements of the buffer at those positions."""
+    nodes = [node("Shape", ["x"], ["s"]), node("Slice", ["s", "zero", "one"], ["n"]),
+             node("Slice", ["buffer", "zero", "n", "one"], ["pos"]), node("Squeeze", ["pos", "zero"], ["p"]),
+             node("GatherElements", ["buffer", "pos"], ["again"], axis=1), node("Squeeze", ["again", "zero"], ["q"]),
+             node("Gather", ["table", "p"], ["rows"], axis=0), node("Gather", ["table", "q"], ["rows2"], axis=0),
+             node("Add", ["rows", "rows2"], ["both"]), node("Add", ["x", "both"], ["y"])]
+    buffer = numpy_helper.from_array(np.arange(16, dtype=np.int64).reshape(1, 16), "buffer")
+    table = numpy_helper.from_array(RNG.standard_normal((32, 3)).astype(np.float32), "table")
+    model = model_of(nodes, [("x", F32, ["n", 3])], ["y"], [ints("zero", 0), ints("one", 1), buffer, table])
+    imported = assert_symbolic_matches(model, [{"n": 1}, {"n": 16}])
+    assert "# n: 1..16, so that Slice 'pos' ends within its axis of 16" in imported.text
+    assert "gather" not in imported.text
+
+
+def test_gather_nd_of_a_mask_at_batch_and_key_positions():
+    """HuggingFace's padding mask read at (batch, key position): slices, a reshape, no gather."""
+    nodes = [node("Shape", ["mask"], ["s"]), node("Gather", ["s", "one"], ["n"], axis=0),
+             node("Range", ["zero", "n", "one"], ["keys"]), node("Unsqueeze", ["keys", "axes01"], ["k3"]),
+             node("Shape", ["mask"], ["s2"]), node("Concat", ["s2", "ones1"], ["wide"], axis=0),
+             node("Expand", ["k3", "wide"], ["kk"]), node("Expand", ["batch", "wide"], ["bb"]),
+             node("Concat", ["bb", "kk"], ["where"], axis=-1), node("GatherND", ["mask", "where"], ["picked"]),
+             node("Cast", ["picked"], ["y"], to=F32)]
+    inits = [scalar("zero", 0), scalar("one", 1), ints("axes01", 0, 2), ints("ones1", 1),
+             numpy_helper.from_array(np.array([[[0]], [[1]], [[2]]], np.int64), "batch")]
+    model = model_of(nodes, [("mask", TensorProto.BOOL, [3, "n"])], ["y"], inits)
+    feeds_model = model  # (bool inputs are drawn as integers 0..7: cast below)
+    imported = import_onnx(feeds_model, dim_ranges={"n": (1, 40)})
+    graph = next(iter(check_program(imported.program).values()))
+    assert "gather" not in imported.text
+    for n in (1, 9):
+        mask = RNG.integers(0, 2, (3, n)).astype(bool)
+        (want,) = ReferenceEvaluator(model).run(None, {"mask": mask})
+        (got,) = evaluate(graph, {"mask": mask} | imported.weights)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_cast_of_a_shape_value_is_read_at_run_time():
     """A dimension used as data (x * float(n)): its value read from the positions parameter."""
     nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"], axis=0),
