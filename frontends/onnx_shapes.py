@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine.ir import dims
+from ..engine.ir.check import broadcast_shapes
 from . import onnx_lazy as lz
 from .onnx_builder import FOLD_LIMIT, Builder, Known, Lazy, Node, Unsupported, Value, invalid, normal_axis
 from .onnx_lazy import NotLazy
@@ -85,8 +86,6 @@ def logic(b, node, ins):
 
 
 def broadcast_shape(b: Builder, ins) -> tuple:
-    from ..engine.ir.check import broadcast_shapes
-
     shape: tuple | None = ()
     for v in ins:
         shape = broadcast_shapes(shape, b.type_of(v).shape) if shape is not None else None
