@@ -153,7 +153,9 @@ def symbolic_bounds(b: Builder, dim, start, end, step: int, axis: int, label: st
     """(first position, count) of a Slice on an axis where the dimension or a bound is symbolic: each
     clamp decided the same way for every value of the symbols (else Unsupported). A bound of one symbol
     past a static axis narrows that symbol's range, when the caller gave none, to end within the axis
-    (a position buffer cut at `[:seq]`: the model's own limit, past which its shapes no longer agree)."""
+    (a position buffer cut at `[:seq]`): past it onnxruntime clamps the cut, which one symbolic shape
+    cannot say, so those sizes are refused instead (when the model then fails there anyway, as BERT's
+    position embedding does, nothing is lost)."""
     if step <= 0:
         if step == 0:
             raise invalid("a Slice step is 0")
