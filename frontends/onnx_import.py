@@ -26,7 +26,7 @@ import numpy as np
 
 from ..engine.ir import dims as dimensions
 from ..engine.ir.errors import StitchError
-from ..engine.ir.program import TensorType
+from ..engine.ir.program import DTYPES, TensorType
 from .onnx_builder import (
     FOLD_LIMIT,
     ONNX_DTYPES,
@@ -193,7 +193,7 @@ def declare_symbols(b: Builder, graph, env: dict, constant_inputs: dict, fixed: 
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param and not d.HasField("dim_value") and d.dim_param not in fixed | symbols:
                 name, k = sanitize(d.dim_param), 1
-                while name in b.names:
+                while name in b.names or name in DTYPES:
                     name, k = f"{sanitize(d.dim_param)}_{k}", k + 1
                 b.symbol(name, given.get(d.dim_param) or carried.get(name), given=d.dim_param in given)
                 symbols[d.dim_param] = name

@@ -275,6 +275,16 @@ def test_two_symbols_and_a_fixed_one():
         import_onnx(clash)
 
 
+def test_symbols_are_ir_names():
+    """A dim_param is any string: its symbol is an IR name, apart from dtypes and reserved words."""
+    model = model_of([node("Relu", ["a"], ["y"]), node("Relu", ["b"], ["z"])],
+                     [("a", F32, ["batch size", "f32"]), ("b", F32, [1, "func"])], ["y", "z"])
+    imported = import_onnx(model, dim_ranges={"batch size": (1, 4), "f32": (1, 8), "func": (1, 8)})
+    assert "func g[batch_size: 1..4, f32_1: 1..8, func_1: 1..8](a: f32[batch_size, f32_1], b: f32[1, func_1])" \
+        in imported.text
+    assert imported.symbols == {"batch size": "batch_size", "f32": "f32_1", "func": "func_1"}
+
+
 # -- what the IR cannot express: an error naming the node ---------------------------------------------------
 
 
