@@ -116,10 +116,10 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
                               vi.name for vi in graph.input if vi.name not in inits) or "none"))
     check_dim_options(graph, label, dims, dim_ranges)
     ranges, narrowed = {}, {}
-    for _ in range(4):  # again while the import narrows a range: at most once per symbol in practice
+    for attempt in range(4):  # again while the import narrows a range: at most once per symbol in practice
         b, result = translate_once(model, graph, label, opset, entry, fold_constants, constant_inputs, outputs,
-                                   dims, dim_ranges, ranges, narrowed)
-        if b.ranges == ranges or not b.narrowed:
+                                   dims, dim_ranges, ranges, narrowed, last=attempt == 3)
+        if result is not None:
             break
         ranges, narrowed = dict(b.ranges), dict(b.narrowed)
     if isinstance(result, OnnxImportError):
@@ -146,9 +146,10 @@ def check_dim_options(graph, label: str, dims: dict, dim_ranges: dict) -> None:
 
 
 def translate_once(model, graph, label, opset, entry, fold_constants, constant_inputs, outputs, dims, dim_ranges,
-                   ranges: dict, narrowed: dict):
+                   ranges: dict, narrowed: dict, last: bool):
     """One translation of the graph, its symbols starting from `ranges` (those an earlier pass narrowed,
-    with why in `narrowed`): (the builder, the Imported or the OnnxImportError)."""
+    with why in `narrowed`): (the builder, the Imported or the OnnxImportError), or (the builder, None)
+    when it narrowed a range further and is not the `last` pass (the import runs again)."""
     b = Builder(opset or 1)  # (no default-domain node to read it)
     b.narrowed.update(narrowed)
     problems: list[Problem] = []
@@ -165,6 +166,8 @@ def translate_once(model, graph, label, opset, entry, fold_constants, constant_i
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):
         translate_node(b, node, env, problems)
+    if not last and any(b.ranges[s] != ranges.get(s) for s in b.narrowed):
+        return b, None
     returns = []
     for name in wanted:
         if name not in env:
