@@ -151,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix a graph input read as a shape or axes list to these values")
     i.add_argument("--outputs", metavar="NAME,...", help="import only what these ONNX values need (a subgraph)")
     i.add_argument("--dim", action="append", default=[], metavar="NAME=N",
-                   help="give a dynamic dimension of the graph inputs (its dim_param) this size (repeatable)")
+                   help="give a dynamic dimension of the graph inputs (its dim_param) this size: a static import "
+                        "(repeatable; the others become symbols of the func)")
+    i.add_argument("--dim-range", action="append", default=[], metavar="NAME=LOW..HIGH",
+                   help="the range of the symbol a dynamic dimension becomes (repeatable; default 1..2147483647, "
+                        "narrowed to what the model can run)")
     i.set_defaults(run=cmd_import, parser=i)
 
     r = sub.add_parser("rules", help="work with rule files").add_subparsers(metavar="COMMAND")
@@ -271,6 +275,20 @@ def dim_values(items: list[str]) -> dict[str, int]:
             raise UsageError(f"--dim gives symbol '{name}' twice")
         sizes[name] = int(value)
     return sizes
+
+
+def dim_ranges(items: list[str]) -> dict[str, tuple[int, int]]:
+    """--dim-range NAME=LOW..HIGH options as {name: (low, high)}."""
+    ranges: dict[str, tuple[int, int]] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        low, dots, high = value.partition("..")
+        if not eq or not dots or not name or not low.strip().isdigit() or not high.strip().isdigit():
+            raise UsageError(f"--dim-range expects NAME=LOW..HIGH (positive integers), got '{item}'")
+        if name in ranges:
+            raise UsageError(f"--dim-range gives '{name}' twice")
+        ranges[name] = (int(low), int(high))
+    return ranges
 
 
 def _non_negative_int(text: str) -> int:
@@ -440,7 +458,8 @@ def cmd_import(args) -> int:
             raise StitchError(f"{path}: not a readable .npy file ({err})") from None
     outputs = args.outputs.split(",") if args.outputs else None
     imported = import_onnx(args.file, entry=args.entry, fold_constants=args.fold_constants,
-                           constant_inputs=constants, outputs=outputs, dims=dim_values(args.dim))
+                           constant_inputs=constants, outputs=outputs, dims=dim_values(args.dim),
+                           dim_ranges=dim_ranges(args.dim_range))
     if args.output:
         write_text(args.output, imported.text)
         renamed = [f"{param} (ONNX '{name}')" if param != name else param for name, param in imported.inputs.items()]

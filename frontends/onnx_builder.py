@@ -9,13 +9,29 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..engine.ir import dims
 from ..engine.ir.check import Inference, broadcast_shapes, check_program, normalize_axes
 from ..engine.ir.errors import StitchError
 from ..engine.ir.interp import DTYPE_OF_NP
 from ..engine.ir.ops import OPS, value_positions
 from ..engine.ir.parse import parse_program
 from ..engine.ir.printer import print_program
-from ..engine.ir.program import Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, Program, TensorType, Var
+from ..engine.ir.program import (
+    Assign,
+    Attr,
+    Call,
+    Comments,
+    Const,
+    DTypeName,
+    Expr,
+    Func,
+    Param,
+    Program,
+    SymbolDecl,
+    TensorType,
+    Var,
+)
+from .onnx_lazy import INT_DTYPES, Lazy, each, is_fill, pattern
 
 # ONNX TensorProto element types stitch has (the others are "unsupported dtype").
 ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 6: "i32", 7: "i64", 9: "bool"}
@@ -53,7 +69,12 @@ class Known:
     name: str = ""
 
 
-Value = Sym | Known
+Value = Sym | Known | Lazy
+
+
+# The longest run of positions 0, 1, 2, ... a program may hold to compute positions and symbols' values from
+# (`Builder.positions`): a symbolic length of positions needs its symbol's range below this.
+INDEX_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -127,6 +148,14 @@ class Builder:
     materialized: dict[Known, Sym] = field(default_factory=dict)  # Known compares by identity
     types: dict[str, TensorType] = field(default_factory=dict)
     bad_inputs: dict[str, Unsupported] = field(default_factory=dict)
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # each symbol's, in the order declared
+    given: frozenset[str] = frozenset()  # symbols whose range the caller gave (never narrowed)
+    narrowed: dict[str, str] = field(default_factory=dict)  # symbol -> why the import narrowed its range
+    index: dict[str, list] = field(default_factory=dict)  # dtype -> [the positions parameter, the length it needs]
+    lazy_vars: dict[tuple, Var] = field(default_factory=dict)  # a materialized Lazy's content -> its value
+
+    def __post_init__(self):
+        self.inference = Inference(self.ranges)
 
     def fresh(self, hint: str) -> str:
         """A new IR name derived from an ONNX name (which may hold any characters)."""
@@ -145,6 +174,8 @@ class Builder:
         return Sym(name, typ, input)
 
     def type_of(self, v: Value) -> TensorType:
+        if isinstance(v, Lazy):
+            return TensorType(v.dtype, check_dims(v.shape, "a value"))
         if isinstance(v, Sym):
             if v.type is None:
                 raise self.bad_inputs[v.input]
@@ -158,6 +189,8 @@ class Builder:
         if isinstance(v, Sym):
             self.type_of(v)
             return Var(v.name)
+        if isinstance(v, Lazy):
+            return self.materialize(v, hint)
         if v not in self.materialized:
             sym = self.param(v.param or v.name or hint, self.type_of(v))
             self.weights[sym.name] = v.array
@@ -175,7 +208,19 @@ class Builder:
         if isinstance(v, Sym) and v.input:
             raise Unsupported("input", f"its {what} is the graph input '{v.input}', known only at run time "
                                        "(a dynamic shape)", v.input)
+        if isinstance(v, Lazy):
+            names = sorted(dims.symbols_of(v.shape) | {s for e in v.values.flat if isinstance(e, dims.Expr)
+                                                       for s in e.symbols})
+            raise Unsupported("shape", f"its {what} depends on the symbolic dimension(s) {', '.join(names)}: "
+                                       "stitch needs it as integers known at import time", dim=",".join(names))
         raise Unsupported("shape", f"its {what} is computed at run time (a dynamic shape)")
+
+    def static_dims(self, v: Value | None, what: str) -> list[dims.Dim]:
+        """A 1-D list of sizes known at import time, whose entries may be symbolic dimensions (`[1, n, 768]`)."""
+        if isinstance(v, Lazy) and v.dtype in INT_DTYPES and v.rank == 1 and not v.coefs and \
+                isinstance(v.shape[0], int):
+            return list(np.broadcast_to(v.values, v.shape).flat)
+        return self.static_ints(v, what)
 
     def op(self, op: str, args: list[Value], hint: str, **attrs) -> Sym:
         """Emit `name = op(args, attrs)`: a scalar known operand becomes a literal, any other a parameter."""
@@ -225,7 +270,7 @@ class Builder:
         exprs: list[Expr] = []
         for k, a in enumerate(args):
             others = [shapes[j] for j in range(len(args)) if j != k]
-            literal = literal_value(a)
+            literal = literal_value(a) if not isinstance(a, Lazy) else lazy_literal(a)
             has_var = any(not _free_scalar(args[j]) for j in values if j != k) or k not in values
             if literal is not None and OPS[op].elementwise and has_var and _broadcast(others) == _broadcast(shapes):
                 exprs.append(Const(literal))
@@ -233,25 +278,202 @@ class Builder:
                 exprs.append(self.data(a, hint))
         return exprs
 
+    # -- symbolic dimensions ----------------------------------------------------------------------------
+
+    def symbol(self, name: str, rng: tuple[int, int] | None, given: bool = False) -> dims.Expr:
+        """Declare a symbol (a graph input's dim_param) with its range (default: the IR's); a range the
+        caller `given` is never narrowed."""
+        self.ranges[name] = tuple(rng) if rng else dims.DEFAULT_RANGE
+        if given:
+            self.given = self.given | {name}
+        self.names.add(name)
+        return dims.symbol(name)
+
+    def at_most(self, e: dims.Dim, limit: int, why: str) -> bool:
+        """Whether e <= limit for every value of the symbols, narrowing the range of its one symbol to make
+        it so when the caller gave that symbol no range: the model's own limit (a table of positions
+        read at `arange(n)` has n at most its rows), which onnxruntime would enforce by failing."""
+        if dims.bounds(e, self.ranges)[1] <= limit:
+            return True
+        names = sorted(dims.symbols_of((e,)))
+        if len(names) != 1 or names[0] in self.given:
+            return False
+        s = names[0]
+        lo, hi = self.ranges[s]
+        fits = lambda h: dims.bounds(e, {**self.ranges, s: (lo, h)})[1] <= limit  # noqa: E731
+        if not fits(lo):
+            return False
+        while lo < hi:  # the largest high that fits
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        self.ranges[s] = (self.ranges[s][0], lo)
+        self.narrowed[s] = why
+        return True
+
+    def positions(self, dtype: str, start: dims.Dim, length: dims.Dim, step: int, hint: str) -> Sym:
+        """start, start + step, ... (length of them, all >= 0) as a program value: a slice of one parameter
+        holding 0, 1, 2, ... (`INDEX_LIMIT` at most; cut at `finish` to the longest run used)."""
+        end = dims.add(dims.add(start, dims.mul(step, dims.add(length, -1))), 1)
+        need = dims.bounds(end, self.ranges)[1]
+        if need > INDEX_LIMIT or dims.bounds(start, self.ranges)[0] < 0:
+            names = sorted(dims.symbols_of((end,)))
+            raise Unsupported("shape", f"positions up to {end} need the range of {', '.join(names)} bounded (they "
+                                       f"reach {need} at the range's high end; stitch holds at most {INDEX_LIMIT}): "
+                                       f"declare it with --dim-range (dim_ranges= in Python)", dim=",".join(names))
+        if dtype not in self.index:
+            self.index[dtype] = [self.param("positions", TensorType(dtype, (INDEX_LIMIT,))), 1]
+        table = self.index[dtype]
+        table[1] = max(table[1], need)
+        attrs = {"axes": (0,), "starts": (start,), "ends": (end,)}
+        if step != 1:
+            attrs["steps"] = (step,)
+        return self.emit("slice", [table[0]], hint, **attrs)
+
+    def cut_positions(self) -> None:
+        """Each positions parameter cut to the longest run the program reads, and given its values."""
+        from ..engine.ir.interp import np_dtype
+
+        for dtype, (sym, need) in self.index.items():
+            typ = TensorType(dtype, (need,))
+            self.params = [Param(p.name, typ) if p.name == sym.name else p for p in self.params]
+            self.types[sym.name] = typ
+            self.weights[sym.name] = np.arange(need, dtype=np_dtype(dtype))
+
+    def dim_value(self, e: dims.Dim, dtype: str, rank: int, hint: str) -> Value:
+        """A dimension's value at run time, as a tensor of `rank` ones: the positions parameter read at e."""
+        lo = dims.bounds(e, self.ranges)[0]
+        shift = max(0, -lo)
+        v = self.positions(dtype, dims.add(e, shift), 1, 1, hint)
+        v = self.op("reshape", [v], hint, shape=(1,) * rank) if rank != 1 else v
+        return self.op("sub", [v, Known(np.asarray(shift))], hint) if shift else v
+
+    def materialize(self, v: Lazy, hint: str) -> Var:
+        """A Lazy as program code: its values (a weight, and each symbolic entry read from the positions
+        parameter) plus each coefficient times the positions along its axis, broadcast to its shape."""
+        key = (v.dtype, v.shape, v.values.shape, tuple(v.values.flat),
+               tuple((a, c.shape, tuple(c.flat)) for a, c in v.coefs))
+        if key in self.lazy_vars:
+            return self.lazy_vars[key]
+        from ..engine.ir.interp import np_dtype
+
+        integral = v.dtype in INT_DTYPES or all(
+            isinstance(x, (int, dims.Expr)) or float(x).is_integer() for x in v.values.flat)
+        if not v.coefs and not v.symbolic:
+            total: Value = Known(np.asarray(v.values.astype(np_dtype(v.dtype))), name=f"{hint}_values")
+        elif not integral or v.dtype == "bool":
+            raise Unsupported("shape", f"a {v.dtype} tensor of fractional values that vary with the positions")
+        else:
+            work = v.dtype if v.dtype in INT_DTYPES else "i64"
+            whole = Lazy(work, v.shape, each(lambda x: x if isinstance(x, dims.Expr) else int(x), v.values), v.coefs)
+            total = self._integer_terms(whole, work, hint)
+            if work != v.dtype:
+                total = self.op("cast", [total], hint, dtype=v.dtype)
+        got = self.type_of(total).shape
+        if got != v.shape:
+            total = self.op("broadcast_to", [self.reshape_to_rank(total, v.rank, hint)], hint, shape=v.shape)
+        var = self.data(total, hint)
+        self.lazy_vars[key] = var
+        return var
+
+    def reshape_to_rank(self, x: Value, rank: int, hint: str) -> Value:
+        shape = self.type_of(x).shape
+        if len(shape) == rank:
+            return x
+        full = (1,) * (rank - len(shape)) + tuple(shape)
+        if isinstance(x, Known):
+            return Known(x.array.reshape(full), param=x.param, name=x.name)
+        return self.op("reshape", [x], hint, shape=full)
+
+    def _integer_terms(self, v: Lazy, dtype: str, hint: str) -> Value:
+        """values + sum(coef * positions) in an integer dtype."""
+        from ..engine.ir.interp import np_dtype
+
+        (axis0, c0), = v.coefs[:1] or ((None, None),)
+        first = v.values.flat[0]
+        if (len(v.coefs) == 1 and v.values.size == 1 and c0.size == 1 and c0.flat[0] > 0
+                and dims.bounds(first, self.ranges)[0] >= 0):  # one run: start, start + c, ...
+            run = self.positions(dtype, first, v.shape[axis0], int(c0.flat[0]), hint)
+            shape = (1,) * axis0 + (v.shape[axis0],) + (1,) * (v.rank - axis0 - 1)
+            return self.op("reshape", [run], hint, shape=shape) if v.rank != 1 else run
+        terms: list[Value] = []
+        for axis, c in v.coefs:
+            shape = [1] * v.rank
+            shape[axis] = v.shape[axis]
+            run = self.positions(dtype, 0, v.shape[axis], 1, hint)
+            run = self.op("reshape", [run], hint, shape=tuple(shape)) if v.rank != 1 else run
+            if c.size == 1 and c.flat[0] == 1:
+                terms.append(run)
+            else:
+                terms.append(self.op("mul", [run, Known(c.astype(np_dtype(dtype)), name=f"{hint}_coefs")], hint))
+        plain = each(lambda x: 0 if isinstance(x, dims.Expr) else int(x), v.values)
+        if any(x != 0 for x in plain.flat):
+            terms.append(Known(plain.astype(np_dtype(dtype)), name=f"{hint}_values"))
+        for e in dict.fromkeys(x for x in v.values.flat if isinstance(x, dims.Expr)):
+            value = self.dim_value(e, dtype, v.rank, hint)
+            where = each(lambda x: int(x == e), v.values).astype(np_dtype(dtype))
+            terms.append(value if where.size == 1 else self.op("mul", [value, Known(where, name=f"{hint}_at")], hint))
+        total = terms[0] if terms else Known(np.zeros(pattern(v), np_dtype(dtype)))
+        for t in terms[1:]:
+            total = self.op("add", [total, t], hint)
+        return total
+
     def func_name(self, name: str) -> str:
         """The graph's name as an IR name: a reserved word gets a trailing underscore."""
         base = sanitize(name)
         return base + "_" if base in RESERVED else base
 
+    def prune(self, returns: list[Var], inputs: set[str]) -> None:
+        """Drop the statements no output reads, and the weights only they read: a symbolic import emits
+        a value whose formula it cannot keep (`Max` of positions) also where the graph then reads only
+        its shape."""
+        used = {r.name for r in returns}
+        kept = []
+        for a in reversed(self.body):
+            if a.name in used:
+                kept.append(a)
+                used |= names_in(a.expr)
+        self.body = kept[::-1]
+        self.params = [p for p in self.params if p.name in used or p.name in inputs]
+        self.weights = {k: v for k, v in self.weights.items() if k in used}
+        self.index = {dtype: entry for dtype, entry in self.index.items() if entry[0].name in used}
+
     def finish(self, name: str, returns: list[Var], inputs: dict[str, str], outputs: list[str]) -> Imported:
         """Print the func and parse it back, so that the checker validates what `stitch import` writes."""
+        if self.ranges:
+            self.prune(returns, set(inputs.values()))
+        self.cut_positions()
+        symbols = tuple(SymbolDecl(s, lo, hi) for s, (lo, hi) in self.ranges.items())
+        notes = tuple(f"# {s}: {self.ranges[s][0]}..{self.ranges[s][1]}, {why}" for s, why in self.narrowed.items())
         func = Func(self.func_name(name), tuple(self.params), tuple(self.types[r.name] for r in returns),
-                    tuple(self.body), tuple(returns))
+                    tuple(self.body), tuple(returns), symbols=symbols, comments=Comments(before=notes))
         text = print_program(Program((func,)))
         program = parse_program(text, f"<import of {name}>")
         check_program(program)
         return Imported(program, text, dict(self.weights), inputs, outputs)
 
 
+def names_in(e: Expr) -> set[str]:
+    """The values an expression reads."""
+    if isinstance(e, Var):
+        return {e.name}
+    if isinstance(e, Call):
+        return set().union(*(names_in(a) for a in e.args))
+    return set()
+
+
 def sanitize(name: str) -> str:
     """An IR name for an ONNX name (which may hold any characters)."""
     base = re.sub(r"\W", "_", name, flags=re.ASCII) or "v"
     return base if re.match(r"[A-Za-z_]", base) else "v" + base
+
+
+def lazy_literal(v: Lazy):
+    """The literal a Lazy that is one number or bool everywhere can be written as (as an operand whose
+    shape the others cover), or None."""
+    if not is_fill(v) or isinstance(v.values.flat[0], dims.Expr):
+        return None
+    x = v.values.flat[0]
+    return None if isinstance(x, float) and not np.isfinite(x) else x
 
 
 def _free_scalar(v: Value) -> bool:
@@ -285,6 +507,7 @@ class Imported:
     weights: dict[str, np.ndarray]  # parameter name -> value, for parameters that came from initializers or constants
     inputs: dict[str, str]  # ONNX graph input -> parameter name
     outputs: list[str]  # ONNX graph outputs, in return order
+    symbols: dict[str, str] = field(default_factory=dict)  # dim_param -> the func's symbol
 
 
 def refusal_kind(message: str) -> str:

@@ -1,4 +1,4 @@
-"""ONNX -> stitch IR: one func from an ONNX graph whose shapes are static.
+"""ONNX -> stitch IR: one func from an ONNX graph.
 
 Every ONNX value becomes either a program value (`Sym`: a parameter or an
 assignment) or a value known at import time (`Known`: Constant nodes, shapes
@@ -8,6 +8,14 @@ evaluated here by onnx's reference evaluator: that is how the shape arithmetic
 in the bodies of `_expanded` functions disappears. The other nodes are
 translated by the table in `onnx_ops.py`. Every node that cannot be translated
 is collected, so one error lists them all.
+
+A graph input's named dynamic dimension (`dim_param`) becomes a symbol of the
+func, unless the caller fixes its size (`dims`); the shape arithmetic on it is
+carried as formulas (`Lazy`, onnx_shapes.py) and the types and attributes hold
+dimension expressions. A symbol's range is the caller's (`dim_ranges`), else
+the IR's default narrowed to what the model can run (positions read from a
+table of 64 rows at `arange(n)` make n at most 64); an import that narrows a
+range runs again with it, so that every step saw the final ranges.
 """
 
 from __future__ import annotations
@@ -16,8 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..engine.ir import dims as dimensions
 from ..engine.ir.errors import StitchError
-from ..engine.ir.program import TensorType
+from ..engine.ir.program import DTYPES, TensorType
 from .onnx_builder import (
     FOLD_LIMIT,
     ONNX_DTYPES,
@@ -31,6 +40,7 @@ from .onnx_builder import (
     check_dims,
     invalid,
     onnx_dtype,
+    sanitize,
 )
 from .onnx_ops import is_supported, translate
 
@@ -45,7 +55,9 @@ class OnnxImportError(StitchError):
         if self.fixable_inputs:
             hint = ("fix the graph inputs read as shapes or axes: --constant NAME=VALUES.npy "
                     "(constant_inputs= in Python)")
-        dynamic = sorted({p.dim for p in problems if p.dim})
+        if any("declare smaller ranges" in p.reason for p in problems):
+            hint = (hint + "; " if hint else "") + "bound the symbols: --dim-range NAME=LOW..HIGH (dim_ranges= in Python)"
+        dynamic = sorted({name for p in problems if p.dim for name in p.dim.split(",")})
         if dynamic:
             hint = (hint + "; " if hint else "") + ("compile at a fixed size: " + " ".join(
                 f"--dim {name}=N" for name in dynamic) + " (dims= in Python)")
@@ -60,7 +72,8 @@ class OnnxImportError(StitchError):
 
 def import_onnx(model, entry: str | None = None, fold_constants: bool | None = None,
                 constant_inputs: dict[str, np.ndarray] | None = None,
-                outputs: list[str] | None = None, dims: dict[str, int] | None = None) -> Imported:
+                outputs: list[str] | None = None, dims: dict[str, int] | None = None,
+                dim_ranges: dict[str, tuple[int, int]] | None = None) -> Imported:
     """Translate an ONNX model (a path, bytes or a ModelProto) into one stitch func.
 
     entry: the func's name (default: the graph's). outputs: import only what these
@@ -70,18 +83,21 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool | None = N
     literal) instead of parameters: by default those of one element (the exporters keep every
     Python scalar of the model there: GELU's 3.0 must be a literal for `pow-three` to see it);
     True: those of at most FOLD_LIMIT elements; False: none. dims: a size for each named dynamic
-    dimension of the graph inputs (`dim_param`), so that the model imports at that size.
+    dimension of the graph inputs (`dim_param`) to import at that size; the others become symbols
+    of the func, each with its range in dim_ranges ((low, high), inclusive) or the IR's default.
     """
     model, label = load_model(model)
     try:
-        return translate_graph(model, label, entry, fold_constants, constant_inputs, outputs, dims or {})
+        return translate_graph(model, label, entry, fold_constants, constant_inputs, outputs, dims or {},
+                               dim_ranges or {})
     except StitchError:
         raise
     except Exception as err:  # a malformed model the steps above did not foresee: still one clear error
         raise StitchError(f"cannot import {label}: {type(err).__name__}: {err}") from None
 
 
-def translate_graph(model, label: str, entry, fold_constants, constant_inputs, outputs, dims) -> Imported:
+def translate_graph(model, label: str, entry, fold_constants, constant_inputs, outputs, dims,
+                    dim_ranges) -> Imported:
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None and any(n.domain in ("", "ai.onnx") for n in graph.node):
@@ -92,7 +108,50 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
     if opset is not None and not 1 <= opset <= onnx_opset_version():
         raise StitchError(f"{label}: the model's opset {opset} is not an ONNX opset (this onnx knows 1 to "
                           f"{onnx_opset_version()})")
+    unknown = sorted(set(constant_inputs or {}) - {vi.name for vi in graph.input})
+    if unknown:
+        inits = {i.name for i in graph.initializer}
+        raise StitchError(f"{label}: --constant (constant_inputs=) names {', '.join(map(repr, unknown))}, no graph "
+                          f"input of the model", hint="its graph inputs: " + (", ".join(
+                              vi.name for vi in graph.input if vi.name not in inits) or "none"))
+    check_dim_options(graph, label, dims, dim_ranges)
+    ranges, narrowed = {}, {}
+    for attempt in range(4):  # again while the import narrows a range: at most once per symbol in practice
+        b, result = translate_once(model, graph, label, opset, entry, fold_constants, constant_inputs, outputs,
+                                   dims, dim_ranges, ranges, narrowed, last=attempt == 3)
+        if result is not None:
+            break
+        ranges, narrowed = dict(b.ranges), dict(b.narrowed)
+    if isinstance(result, OnnxImportError):
+        raise result
+    return result
+
+
+def check_dim_options(graph, label: str, dims: dict, dim_ranges: dict) -> None:
+    """--dim and --dim-range name dim_params of the graph inputs; a range is 1 <= low <= high <= 2**31 - 1."""
+    named = {d.dim_param for vi in graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    for option, given in (("--dim (dims=)", dims), ("--dim-range (dim_ranges=)", dim_ranges)):
+        if sorted(set(given) - named):
+            raise StitchError(f"{label}: {option} names {', '.join(map(repr, sorted(set(given) - named)))}, no "
+                              "dynamic dimension of the model's inputs",
+                              hint="its dynamic dimensions: " + (", ".join(sorted(named)) or "none"))
+    both = sorted(set(dims) & set(dim_ranges))
+    if both:
+        raise StitchError(f"{label}: {', '.join(map(repr, both))} is given both a size (--dim) and a range "
+                          "(--dim-range)", hint="give one of them")
+    for name, (lo, hi) in dim_ranges.items():
+        if not 1 <= lo <= hi <= dimensions.DEFAULT_RANGE[1]:
+            raise StitchError(f"{label}: the range of '{name}' must be LOW..HIGH with 1 <= LOW <= HIGH <= "
+                              f"{dimensions.DEFAULT_RANGE[1]}, got {lo}..{hi}")
+
+
+def translate_once(model, graph, label, opset, entry, fold_constants, constant_inputs, outputs, dims, dim_ranges,
+                   ranges: dict, narrowed: dict, last: bool):
+    """One translation of the graph, its symbols starting from `ranges` (those an earlier pass narrowed,
+    with why in `narrowed`): (the builder, the Imported or the OnnxImportError), or (the builder, None)
+    when it narrowed a range further and is not the `last` pass (the import runs again)."""
     b = Builder(opset or 1)  # (no default-domain node to read it)
+    b.narrowed.update(narrowed)
     problems: list[Problem] = []
     env: dict[str, Value | None] = {}  # None: a value a failed node would have produced
     for init in graph.initializer:
@@ -102,20 +161,13 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
             env[init.name] = None
             problems.append(Problem(init.name, "initializer", "invalid",
                                     f"invalid model: the initializer cannot be read ({type(err).__name__}: {err})"))
-    unknown = sorted(set(constant_inputs or {}) - {vi.name for vi in graph.input})
-    if unknown:
-        raise StitchError(f"{label}: --constant (constant_inputs=) names {', '.join(map(repr, unknown))}, no graph "
-                          f"input of the model", hint="its graph inputs: " + (", ".join(
-                              vi.name for vi in graph.input if vi.name not in env) or "none"))
-    named = {d.dim_param for vi in graph.input for d in vi.type.tensor_type.shape.dim if d.dim_param}
-    if sorted(set(dims) - named):
-        raise StitchError(f"{label}: --dim (dims=) names {', '.join(map(repr, sorted(set(dims) - named)))}, no "
-                          "dynamic dimension of the model's inputs",
-                          hint="its dynamic dimensions: " + (", ".join(sorted(named)) or "none"))
-    inputs = bind_graph_inputs(b, graph, env, constant_inputs or {}, dims)
+    symbols = declare_symbols(b, graph, env, constant_inputs or {}, dims, dim_ranges, ranges)
+    inputs = bind_graph_inputs(b, graph, env, constant_inputs or {}, dims, symbols)
     wanted = list(outputs) if outputs else [o.name for o in graph.output]
     for node in needed_nodes(graph, wanted, set(env)):
         translate_node(b, node, env, problems)
+    if not last and any(b.ranges[s] != ranges.get(s) for s in b.narrowed):
+        return b, None
     returns = []
     for name in wanted:
         if name not in env:
@@ -125,12 +177,34 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
         except Unsupported as u:
             problems.append(Problem(name, "graph output", u.kind, u.reason, dim=u.dim))
     if problems:
-        raise OnnxImportError(label, problems)
+        return b, OnnxImportError(label, problems)
     check_declared_outputs(graph, wanted, [b.type_of(env[n]) for n in wanted], label)
-    return b.finish(entry or graph.name or "main", returns, inputs, wanted)
+    imported = b.finish(entry or graph.name or "main", returns, inputs, wanted)
+    imported.symbols = symbols
+    return b, imported
 
 
-def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict, dims: dict[str, int]) -> dict[str, str]:
+def declare_symbols(b: Builder, graph, env: dict, constant_inputs: dict, fixed: dict, given: dict,
+                    carried: dict) -> dict[str, str]:
+    """A symbol for each dim_param of the graph inputs that no size fixes, in order of appearance, with
+    its range: `given` (by dim_param), else `carried` (by symbol: an earlier pass narrowed it), else the
+    IR's default. {dim_param: the symbol's name (an IR name)}."""
+    symbols: dict[str, str] = {}
+    for vi in graph.input:
+        if vi.name in env or vi.name in constant_inputs or vi.type.WhichOneof("value") != "tensor_type":
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param and not d.HasField("dim_value") and d.dim_param not in fixed | symbols:
+                name, k = sanitize(d.dim_param), 1
+                while name in b.names or name in DTYPES:
+                    name, k = f"{sanitize(d.dim_param)}_{k}", k + 1
+                b.symbol(name, given.get(d.dim_param) or carried.get(name), given=d.dim_param in given)
+                symbols[d.dim_param] = name
+    return symbols
+
+
+def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict, dims: dict[str, int],
+                      symbols: dict[str, str]) -> dict[str, str]:
     """Parameters for the graph inputs (not initializers, not fixed by the caller); {input: parameter}."""
     inputs = {}
     for vi in graph.input:
@@ -140,7 +214,12 @@ def bind_graph_inputs(b: Builder, graph, env: dict, constant_inputs: dict, dims:
             env[vi.name] = Known(np.asarray(constant_inputs[vi.name]), name=vi.name)
             continue
         try:
-            env[vi.name] = b.param(vi.name, input_type(vi, dims), input=vi.name)
+            typ = input_type(vi, dims, symbols)
+            try:
+                env[vi.name] = b.param(vi.name, typ, input=vi.name)
+            except StitchError as err:  # too large at the symbols' default ranges
+                raise Unsupported("shape", f"input '{vi.name}': {err.message}: declare the ranges with --dim-range "
+                                           "(dim_ranges= in Python)") from None
             inputs[vi.name] = env[vi.name].name
         except Unsupported as u:  # reported by the nodes that read it as data (as a shape it may be fixed)
             env[vi.name] = Sym("", None, vi.name)
@@ -200,11 +279,30 @@ def translate_node(b: Builder, node, env: dict, problems: list[Problem]) -> None
         problems.append(Problem(label, node.op_type, u.kind, u.reason, u.input, u.dim))
         results = []
     except Exception as err:  # a malformed node (an attribute of the wrong kind, a broken tensor)
-        problems.append(Problem(label, node.op_type, "error", f"cannot be read ({type(err).__name__}: {err})"))
+        symbolic = symbolic_types(b, ins)
+        if symbolic:  # a converter that computes with sizes, given symbolic ones
+            names = ",".join(sorted({s for t in symbolic for s in dimensions.symbols_of(t.shape)}))
+            problems.append(Problem(label, node.op_type, "shape", f"{node.op_type} of {', '.join(map(str, symbolic))}: "
+                                    "stitch translates it only where these sizes are static", dim=names))
+        else:
+            problems.append(Problem(label, node.op_type, "error", f"cannot be read ({type(err).__name__}: {err})"))
         results = []
     for k, name in enumerate(node.output):
         if name:
             env[name] = results[k] if k < len(results) else None
+
+
+def symbolic_types(b: Builder, ins: list) -> list[TensorType]:
+    """The types of the inputs whose shapes have symbolic dimensions."""
+    out = []
+    for v in ins:
+        try:
+            t = b.type_of(v) if v is not None else None
+        except Exception:
+            continue
+        if t is not None and not dimensions.is_static(t.shape):
+            out.append(t)
+    return out
 
 
 def initializer_value(init, fold_constants: bool | None) -> Known:
@@ -218,9 +316,9 @@ def initializer_value(init, fold_constants: bool | None) -> Known:
     return Known(array, "" if small else init.name)
 
 
-def input_type(vi, fixed: dict[str, int] | None = None) -> TensorType:
-    """The static TensorType of a graph input, or Unsupported (a dynamic dimension `fixed` does not
-    give a size, a dtype stitch lacks)."""
+def input_type(vi, fixed: dict[str, int] | None = None, symbols: dict[str, str] | None = None) -> TensorType:
+    """The TensorType of a graph input, or Unsupported (a dtype stitch lacks, a dynamic dimension without
+    a name). A named dynamic dimension has the size `fixed` gives it, else its symbol in `symbols`."""
     t = vi.type
     if t.WhichOneof("value") != "tensor_type":
         raise Unsupported("dtype", f"input '{vi.name}' is a {t.WhichOneof('value')}, not a tensor")
@@ -233,9 +331,14 @@ def input_type(vi, fixed: dict[str, int] | None = None) -> TensorType:
             size = d.dim_value
         elif d.dim_param in (fixed or {}):
             size = fixed[d.dim_param]
+        elif d.dim_param in (symbols or {}):
+            shape.append(dimensions.symbol(symbols[d.dim_param]))
+            continue
+        elif d.dim_param:
+            raise Unsupported("shape", f"input '{vi.name}' has a dynamic dimension ('{d.dim_param}')", dim=d.dim_param)
         else:
-            what = f"'{d.dim_param}'" if d.dim_param else "unknown"
-            raise Unsupported("shape", f"input '{vi.name}' has a dynamic dimension ({what})", dim=d.dim_param)
+            raise Unsupported("shape", f"input '{vi.name}' has a dynamic dimension with no name (no dim_param): "
+                                       "stitch makes symbols of named ones only")
         if size < 0:
             raise invalid(f"input '{vi.name}' has a negative dimension ({size})")
         shape.append(size)
@@ -253,7 +356,8 @@ def check_declared_outputs(graph, wanted: list[str], types: list[TensorType], la
         if tt.elem_type in ONNX_DTYPES and ONNX_DTYPES[tt.elem_type] != typ.dtype:
             raise StitchError(f"{label}: output '{name}' is declared {ONNX_DTYPES[tt.elem_type]}, computed {typ}")
         dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        if tt.HasField("shape") and None not in dims and tuple(dims) != typ.shape:
+        static = all(isinstance(d, int) for d in typ.shape)  # a symbolic one may take the declared size
+        if tt.HasField("shape") and None not in dims and static and tuple(dims) != typ.shape:
             raise StitchError(f"{label}: output '{name}' is declared with shape {dims}, computed {typ}")
 
 

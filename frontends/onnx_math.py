@@ -11,10 +11,12 @@ import math
 
 import numpy as np
 
+from ..engine.ir import dims
 from ..engine.ir.program import FLOAT_DTYPES
 from .onnx_builder import (
     Builder,
     Known,
+    Lazy,
     Node,
     Sym,
     Unsupported,
@@ -148,14 +150,22 @@ def convert_constant(b, node, ins):
     raise Unsupported("dtype", f"a Constant given as {', '.join(node.attrs)}")
 
 
+def known_dims(values: list, shape: tuple) -> Value:
+    """Sizes known at import time: a Known of int64, or a Lazy when some are symbolic."""
+    if all(isinstance(v, int) for v in values):
+        return Known(np.array(values, np.int64).reshape(shape))
+    return Lazy("i64", shape, np.array(values, dtype=object).reshape(shape))
+
+
 def convert_shape(b, node, ins):
     shape = b.type_of(ins[0]).shape
     start, end = node.attr("start", 0), node.attr("end", len(shape))
-    return [Known(np.array(shape[start:end], np.int64))]
+    picked = list(shape[start:end])
+    return [known_dims(picked, (len(picked),))]
 
 
 def convert_size(b, node, ins):
-    return [Known(np.array(b.type_of(ins[0]).size, np.int64))]
+    return [known_dims([b.type_of(ins[0]).size], ())]
 
 
 def convert_matmul(b, node, ins):
@@ -195,32 +205,61 @@ def reshape(b: Builder, x: Value, shape: tuple[int, ...], hint: str) -> Value:
     return b.op("reshape", [x], hint, shape=tuple(shape))
 
 
-def convert_reshape(b, node, ins):
-    """0 copies the input's dimension (unless allowzero), one -1 is inferred."""
+def reshape_target(b: Builder, node: Node, ins) -> tuple:
+    """Reshape's target shape: 0 copies the input's dimension (unless allowzero), one -1 is inferred
+    (symbolically: `[-1, n, 16]` of a tensor [1, 4, n, 16] is [4, n, 16])."""
     x = b.type_of(ins[0])
-    spec = node.attr("shape") if node.opset < 5 else b.static_ints(ins[1], "shape")
+    spec = node.attr("shape") if node.opset < 5 else b.static_dims(ins[1], "shape")
     allowzero = node.attr("allowzero", 0)
-    if spec is None or any(d < -1 for d in spec) or list(spec).count(-1) > 1:
+    if spec is None or any(isinstance(d, int) and d < -1 for d in spec) or list(spec).count(-1) > 1:
         raise invalid(f"Reshape to {spec} (dimensions are >= 0, with at most one -1)")
     if not allowzero and any(d == 0 and k >= x.rank for k, d in enumerate(spec)):
         raise invalid(f"Reshape to {list(spec)} copies a dimension {x} does not have")
     shape = [x.shape[k] if d == 0 and not allowzero else d for k, d in enumerate(spec)]
     check_dims(tuple(shape), "the Reshape's target shape")
     if -1 in shape:
-        known = math.prod(d for d in shape if d != -1)
-        shape[shape.index(-1)] = x.size // known
-    if math.prod(shape) != x.size:
+        shape[shape.index(-1)] = quotient(list(x.shape), [d for d in shape if d != -1], x, spec)
+    if dims.size(shape) != x.size:
         raise invalid(f"Reshape of {x} ({x.size} elements) to {list(spec)}")
-    return [reshape(b, ins[0], tuple(shape), node.out)]
+    return tuple(shape)
 
 
-def convert_expand(b, node, ins):
+def quotient(num: list, den: list, x, spec) -> dims.Dim:
+    """prod(num) // prod(den): for symbolic dimensions, the factors both share cancelled first, then an
+    exact division of what is left (Unsupported when it does not divide as polynomials)."""
+    if all(isinstance(d, int) for d in num + den):
+        return math.prod(num) // math.prod(den)
+    num = list(num)
+    rest = []
+    for d in den:
+        if d in num:
+            num.remove(d)
+        else:
+            rest.append(d)
+    q = dims.exact_div(dims.size(num), dims.size(rest))
+    if q is None:
+        raise Unsupported("shape", f"Reshape of {x} to {list(spec)}: the -1 is {dims.size(num)} / {dims.size(rest)}, "
+                                   "which is no dimension stitch can write")
+    return q
+
+
+def convert_reshape(b, node, ins):
+    return [reshape(b, ins[0], reshape_target(b, node, ins), node.out)]
+
+
+def expand_target(b: Builder, ins) -> tuple:
     from ..engine.ir.check import broadcast_shapes
 
     x = b.type_of(ins[0])
-    shape = broadcast_shapes(x.shape, tuple(b.static_ints(ins[1], "shape")))
+    shape = broadcast_shapes(x.shape, tuple(b.static_dims(ins[1], "shape")))
     if shape is None:
         raise Unsupported("shape", f"Expand of {x} to a shape it does not broadcast to")
+    return shape
+
+
+def convert_expand(b, node, ins):
+    x = b.type_of(ins[0])
+    shape = expand_target(b, ins)
     if shape == x.shape:
         return [ins[0]]
     return [b.op("broadcast_to", [ins[0]], node.out, shape=check_dims(shape, "the Expand's shape"))]
@@ -235,33 +274,48 @@ def axes_of(b: Builder, node: Node, ins, since: int) -> list[int] | None:
     return None
 
 
-def convert_squeeze(b, node, ins):
+def squeeze_target(b: Builder, node: Node, ins) -> tuple:
     x = b.type_of(ins[0])
     axes = axes_of(b, node, ins, 13)
+    if not axes and any(isinstance(d, dims.Expr) for d in x.shape):
+        raise Unsupported("shape", f"Squeeze of {x} without axes: whether a symbolic dimension is 1 is known only "
+                                   "at run time")
     drop = set(normal_axes(axes, x.rank, "a Squeeze axis")) if axes else {k for k, d in enumerate(x.shape) if d == 1}
     if any(x.shape[a] != 1 for a in drop):
         raise invalid(f"Squeeze of axes {sorted(drop)} of {x}, not all of length 1")
-    return [reshape(b, ins[0], tuple(d for k, d in enumerate(x.shape) if k not in drop), node.out)]
+    return tuple(d for k, d in enumerate(x.shape) if k not in drop)
 
 
-def convert_unsqueeze(b, node, ins):
+def convert_squeeze(b, node, ins):
+    return [reshape(b, ins[0], squeeze_target(b, node, ins), node.out)]
+
+
+def unsqueeze_target(b: Builder, node: Node, ins) -> tuple:
     x = b.type_of(ins[0])
     axes = axes_of(b, node, ins, 13)
     if axes is None:
         raise invalid("Unsqueeze needs axes")
     rank = x.rank + len(axes)
     new = set(normal_axes(axes, rank, "an Unsqueeze axis"))
-    dims = iter(x.shape)
-    return [reshape(b, ins[0], tuple(1 if k in new else next(dims) for k in range(rank)), node.out)]
+    given = iter(x.shape)
+    return tuple(1 if k in new else next(given) for k in range(rank))
 
 
-def convert_flatten(b, node, ins):
+def convert_unsqueeze(b, node, ins):
+    return [reshape(b, ins[0], unsqueeze_target(b, node, ins), node.out)]
+
+
+def flatten_target(b: Builder, node: Node, ins) -> tuple:
     x = b.type_of(ins[0])
     axis = node.attr("axis", 1)
     if not -x.rank <= axis <= x.rank:
         raise invalid(f"Flatten's axis {axis} is out of range for a tensor of rank {x.rank}")
     axis = axis + x.rank if axis < 0 else axis
-    return [reshape(b, ins[0], (math.prod(x.shape[:axis]), math.prod(x.shape[axis:])), node.out)]
+    return (math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+def convert_flatten(b, node, ins):
+    return [reshape(b, ins[0], flatten_target(b, node, ins), node.out)]
 
 
 def reduce_args(b: Builder, node: Node, ins, since: int) -> dict | None:

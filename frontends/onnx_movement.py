@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from ..engine.ir import dims
+from ..engine.ir.check import AttrProblem, clamp_slice
 from .onnx_builder import Builder, Known, Sym, Unsupported, Value, check_dims, invalid, normal_axis
 
 INDEX_DTYPES = ("i32", "i64")
@@ -121,29 +123,90 @@ def convert_gather(b, node, ins):
     return [b.emit("gather", [x, idx], node.out, axis=axis)]
 
 
-def convert_slice(b, node, ins):
-    x = ins[0]
-    t = b.type_of(x)
+def slice_spec(b: Builder, node, ins, rank: int) -> list[tuple[int, object, object, int]]:
+    """Slice's (axis, start, end, step) per sliced axis, axes non-negative; starts and ends may be
+    symbolic dimensions."""
     if node.opset < 10:
         starts, ends = node.attr("starts"), node.attr("ends")
         axes, steps = node.attr("axes"), None
         if starts is None or ends is None:
             raise invalid("Slice needs the starts and ends attributes")
     else:
-        starts, ends = b.static_ints(ins[1], "starts"), b.static_ints(ins[2], "ends")
+        starts, ends = b.static_dims(ins[1], "starts"), b.static_dims(ins[2], "ends")
         axes = b.static_ints(ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
         steps = b.static_ints(ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
     axes = list(range(len(starts))) if axes is None else list(axes)
     steps = [1] * len(axes) if steps is None else list(steps)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise invalid(f"Slice has {len(starts)} starts, {len(ends)} ends, {len(axes)} axes and {len(steps)} steps")
-    ranges = {}
+    spec, seen = [], set()
     for a, start, end, step in zip(axes, starts, ends, steps):
-        a = normal_axis(a, t.rank, "a Slice axis")
-        if a in ranges:
+        a = normal_axis(a, rank, "a Slice axis")
+        if a in seen:
             raise invalid(f"Slice axis {a} is given twice")
-        ranges[a] = positions(t.shape[a], start, end, step)
-    return [slice_ranges(b, x, ranges, node.out)]
+        seen.add(a)
+        spec.append((a, start, end, step))
+    return spec
+
+
+def symbolic_bounds(b: Builder, dim, start, end, step: int, axis: int, label: str) -> tuple:
+    """(first position, count) of a Slice on an axis where the dimension or a bound is symbolic: each
+    clamp decided the same way for every value of the symbols (else Unsupported). A bound of one symbol
+    past a static axis narrows that symbol's range, when the caller gave none, to end within the axis
+    (a position buffer cut at `[:seq]`): past it onnxruntime clamps the cut, which one symbolic shape
+    cannot say, so those sizes are refused instead (when the model then fails there anyway, as BERT's
+    position embedding does, nothing is lost)."""
+    if step <= 0:
+        if step == 0:
+            raise invalid("a Slice step is 0")
+        raise Unsupported("shape", f"a Slice with step {step} on axis {axis} of {dim} with bounds {start}, {end}: "
+                                   "stitch takes negative steps only where everything is static")
+    if isinstance(dim, int):
+        for bound in (start, end):
+            if isinstance(bound, dims.Expr) and dims.bounds(bound, b.ranges)[0] >= 0:
+                b.at_most(bound, dim, f"so that Slice '{label}' ends within its axis of {dim}")
+    try:
+        begin, _, length = clamp_slice(dim, start, end, step, b.ranges)
+    except AttrProblem as problem:
+        raise Unsupported("shape", f"Slice of axis {axis} ({dim}) from {start} to {end}: {problem.message}") from None
+    if not dims.provably(1, length, b.ranges):
+        raise Unsupported("shape", f"Slice of axis {axis} ({dim}) from {start} to {end} may be empty for some "
+                                   "values of the symbols (stitch tensors are never empty)")
+    return begin, length
+
+
+def normal_slice(b: Builder, node, ins, shape, empty: bool = False) -> list[tuple[int, object, object, int]]:
+    """Slice as (axis, first position, count, step) per sliced axis; a count of 0 only if `empty` (a known
+    shape vector may be cut to nothing)."""
+    out = []
+    for a, start, end, step in slice_spec(b, node, ins, len(shape)):
+        if all(isinstance(v, int) for v in (shape[a], start, end)):
+            r = positions(shape[a], start, end, step)
+            if len(r) == 0 and not empty:
+                raise Unsupported("shape", f"the result is empty along axis {a} (stitch tensors are never empty)")
+            out.append((a, r.start, len(r), r.step))
+        else:
+            out.append((a, *symbolic_bounds(b, shape[a], start, end, step, a, node.out), step))
+    return out
+
+
+def convert_slice(b, node, ins):
+    x = ins[0]
+    t = b.type_of(x)
+    spec = slice_spec(b, node, ins, t.rank)
+    if all(isinstance(v, int) for a, start, end, _ in spec for v in (t.shape[a], start, end)):
+        return [slice_ranges(b, x, {a: positions(t.shape[a], start, end, step) for a, start, end, step in spec},
+                             node.out)]
+    cut = [(a, *symbolic_bounds(b, t.shape[a], start, end, step, a, node.out), step) for a, start, end, step in spec]
+    cut = [(a, first, count, step) for a, first, count, step in cut if (first, count) != (0, t.shape[a])]
+    if not cut:
+        return [x]
+    cut.sort()
+    attrs = {"axes": tuple(c[0] for c in cut), "starts": tuple(c[1] for c in cut),
+             "ends": tuple(dims.add(dims.add(c[1], dims.mul(c[3], dims.add(c[2], -1))), 1) for c in cut)}
+    if any(c[3] != 1 for c in cut):
+        attrs["steps"] = tuple(c[3] for c in cut)
+    return [b.emit("slice", [x], node.out, **attrs)]
 
 
 def convert_split(b, node, ins):

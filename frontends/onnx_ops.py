@@ -1,6 +1,7 @@
 """The ONNX ops stitch imports, one table (onnx_math.py: arithmetic to activations; onnx_nn.py: network
 layers; onnx_movement.py: data movement), and the translation of one node: evaluated at import time
-when its inputs are all known, else emitted through its converter.
+when its inputs are all known, carried as a formula when they are shapes or positions of symbolic
+dimensions (onnx_shapes.py), else emitted through its converter.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from .onnx_builder import FOLD_LIMIT, NOT_FOLDED, Builder, Known, Node, Unsuppor
 from .onnx_math import MATH_CONVERTERS
 from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
 from .onnx_nn import NN_CONVERTERS
+from .onnx_shapes import RULES, shape_rule
 
 CONVERTERS = {**MATH_CONVERTERS, **NN_CONVERTERS, **MOVEMENT_CONVERTERS}
 
@@ -28,6 +30,9 @@ def translate(b: Builder, proto, ins: list[Value | None]) -> list[Value]:
         except Exception as err:
             if convert is None:
                 raise Unsupported("op", f"{node.op_type} failed at import time ({err})") from None
+    carried = shape_rule(b, node, ins)
+    if carried is not None:
+        return carried
     if convert is None:
         raise Unsupported("op", f"stitch has no translation for {node.op_type}")
     results = convert(b, node, ins)
@@ -72,7 +77,7 @@ def check_schema(node: Node, ins: list[Value | None]) -> None:
 
 
 def is_supported(proto) -> bool:
-    return proto.domain in ("", "ai.onnx") and proto.op_type in CONVERTERS
+    return proto.domain in ("", "ai.onnx") and (proto.op_type in CONVERTERS or proto.op_type in RULES)
 
 
 def foldable(node: Node, ins: list[Value | None]) -> bool:

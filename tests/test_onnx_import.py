@@ -467,16 +467,16 @@ def test_every_unsupported_node_is_listed_at_once():
     assert "Cos 'first'" in str(err.value) and "ConvTranspose 'second'" in str(err.value)
 
 
-def test_dynamic_shapes_and_unsupported_dtypes_are_listed():
+def test_unnamed_dynamic_shapes_and_unsupported_dtypes_are_listed():
     nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Add", ["u", "u"], ["b"]),
              helper.make_node("Cast", ["a"], ["c"], to=TensorProto.UINT8, name="narrow")]
-    model = model_of(nodes, [("x", F32, ["batch", 4]), ("u", TensorProto.UINT8, [4])],
+    model = model_of(nodes, [("x", F32, [None, 4]), ("u", TensorProto.UINT8, [4])],
                      [("b", TensorProto.UINT8, None), ("c", TensorProto.UINT8, None)])
     with pytest.raises(OnnxImportError) as err:
         import_onnx(model)
     kinds = {(p.node, p.op_type, p.kind) for p in err.value.problems}
     assert kinds == {("a", "Add", "shape"), ("b", "Add", "dtype")}  # Cast is not reached: its input already failed
-    assert "input 'x' has a dynamic dimension ('batch')" in str(err.value)
+    assert "input 'x' has a dynamic dimension with no name (no dim_param)" in str(err.value)
     assert "UINT8 (stitch has float, float16, double, int32, int64, bool)" in str(err.value)
 
 
@@ -692,14 +692,15 @@ def test_axes_that_are_no_list_are_invalid():
         import_onnx(model)
 
 
-def test_a_dynamic_dimension_is_fixed_by_dim_and_the_error_says_how(tmp_path, capsys):
-    """Newcomer P5: an export with a dynamic axis names the option that imports it at a fixed size."""
+def test_a_dynamic_dimension_is_a_symbol_or_fixed_by_dim(tmp_path, capsys):
+    """A dim_param becomes a symbol of the func (its range from --dim-range); --dim imports at a fixed size."""
     node = helper.make_node("Transpose", ["src"], ["y"], perm=[1, 0], name="t")
     path = tmp_path / "m.onnx"
     onnx.save(model_of([node], [("src", F32, ["seq", 4])], [("y", F32, [4, "seq"])]), path)
-    assert main(["import", str(path)]) == 1
-    err = capsys.readouterr().err
-    assert "input 'src' has a dynamic dimension ('seq')" in err and "hint: compile at a fixed size: --dim seq=N" in err
+    assert main(["import", str(path)]) == 0
+    assert "func g[seq: 1..2147483647](src: f32[seq, 4]) -> f32[4, seq]" in capsys.readouterr().out
+    assert main(["import", str(path), "--dim-range", "seq=1..1024"]) == 0
+    assert "func g[seq: 1..1024](src: f32[seq, 4]) -> f32[4, seq]" in capsys.readouterr().out
     assert main(["import", str(path), "--dim", "seq=64"]) == 0
     assert "func g(src: f32[64, 4]) -> f32[4, 64]" in capsys.readouterr().out
     assert main(["import", str(path), "--dim", "sq=64"]) == 1

@@ -130,3 +130,24 @@ def test_the_cli_evaluates_at_the_sizes_dim_gives_and_refuses_to_compile(tmp_pat
     for argv in (["compile", str(path)], ["run", str(path), "--dim", "p=3"]):
         assert main(argv) == 1
         assert "has symbolic dimensions (p)" in capsys.readouterr().err
+
+
+def test_inference_types_one_statement_at_a_time_with_the_callers_ranges():
+    """check.Inference (the ONNX importer's typing): a symbol of a parameter may stand in attributes, its
+    range is the caller's dict, and narrowing that dict later proves what it could not before."""
+    from stitch.engine.ir.check import Inference
+    from stitch.engine.ir.program import Attr, Call, TensorType, Var
+
+    n = dims.symbol("n")
+    ranges = {"n": (1, 100)}
+    inference = Inference(ranges)
+    inference.param("x", TensorType("f32", (n, 8)))
+    last = Call("slice", (Var("x"),), (Attr("axes", (0,)), Attr("starts", (n - 1,)), Attr("ends", (n,))))
+    assert inference.assign("a", last) == TensorType("f32", (1, 8))
+    head = Call("slice", (Var("x"),), (Attr("axes", (0,)), Attr("starts", (0,)), Attr("ends", (50,))))
+    with pytest.raises(StitchError, match="past the axis's end"):
+        inference.assign("b", head)  # n may be less than 50
+    ranges["n"] = (50, 100)
+    assert inference.assign("c", head) == TensorType("f32", (50, 8))
+    with pytest.raises(StitchError, match="symbol 'm' is no whole dimension"):
+        inference.assign("d", Call("reshape", (Var("x"),), (Attr("shape", (dims.symbol("m"), 8)),)))

@@ -16,11 +16,18 @@ Each NAME-EXPORTER.npz holds the inputs (keyed by graph input name) and
 onnxruntime's outputs (`output:NAME`), computed with one thread. Files are
 written byte for byte the same on every run: node metadata (stack traces with
 this machine's paths) is dropped, and the npz is a zip with fixed timestamps.
+
+The dynamic-axis fixtures (`DYNAMIC`, in tests/fixtures/models/dynamic/) are exported once with a
+dynamic axis (`dynamic_shapes` for dynamo, `dynamic_axes` for torchscript): GPT-2 with a dynamic
+sequence, and a decoder step (one new token) whose key/value cache of `past` positions is an input.
+Their npz holds the inputs and onnxruntime's outputs at several sizes, keyed `SYMBOL=N/NAME` and
+`SYMBOL=N/output:NAME` (`seq=7/input_ids`).
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import io
 import sys
 import zipfile
@@ -295,6 +302,128 @@ MODELS = {
 }
 
 
+# -- dynamic-axis models: (module, inputs at a size, {input: {axis: symbol}}, {output: {axis: symbol}}) ----------
+
+
+def gpt2_dynamic_seq(s: Size):
+    """GPT2Model whose sequence length is dynamic."""
+    import torch
+
+    module = build("gpt2_model", s)[0]
+
+    def inputs(n: int, rng: np.random.Generator) -> dict:
+        return {"input_ids": torch.from_numpy(rng.integers(0, s.vocab, (s.batch, n)).astype(np.int64))}
+
+    return module, inputs, {"input_ids": {1: "seq"}}, {"output": {1: "seq"}}
+
+
+def gpt2_step_dynamic_past(s: Size):
+    """One decoder step of GPT2Model: a new token per row, the key/value cache of `past` positions as inputs,
+    the hidden state and the cache of past + 1 positions as outputs."""
+    import torch
+    from transformers import DynamicCache, GPT2Model
+
+    name = "gpt2_step_dynamic_past"
+    torch.manual_seed(seed_of(name))
+    model = GPT2Model(gpt2_config(s))
+    randomize(model, seed_of(name))
+
+    class Step(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids, past_key, past_value):
+            cache = DynamicCache(config=self.inner.config)
+            cache.update(past_key, past_value, 0)
+            out = self.inner(input_ids=ids, past_key_values=cache, use_cache=True)
+            layer = out.past_key_values.layers[0]
+            return out.last_hidden_state, layer.keys, layer.values
+
+    head = s.hidden // s.heads
+
+    def inputs(n: int, rng: np.random.Generator) -> dict:
+        cache = [torch.from_numpy(rng.standard_normal((s.batch, s.heads, n, head)).astype(np.float32))
+                 for _ in range(2)]
+        ids = torch.from_numpy(rng.integers(0, s.vocab, (s.batch, 1)).astype(np.int64))
+        return {"input_ids": ids, "past_key": cache[0], "past_value": cache[1]}
+
+    axes = {"past_key": {2: "past"}, "past_value": {2: "past"}}
+    return Step(model).eval(), inputs, axes, {"present_key": {2: "past_1"}, "present_value": {2: "past_1"}}
+
+
+# name -> (the builder, the example size the export traces at, the sizes the npz stores)
+DYNAMIC = {
+    "gpt2_model_dynamic_seq": (gpt2_dynamic_seq, 5, (7, 33)),
+    "gpt2_step_dynamic_past": (gpt2_step_dynamic_past, 5, (1, 7, 33)),
+}
+
+
+def export_dynamic(module, inputs: dict, axes: dict, outputs: dict, exporter: str, high: int):
+    """The ModelProto of one export with dynamic axes (each symbol from 1 to `high`)."""
+    import warnings
+
+    import onnx
+    import torch
+
+    names = list(inputs)
+    output_names = ["output"] if len(outputs) <= 1 and "output" in outputs else ["hidden", *outputs]
+    torch.backends.mha.set_fastpath_enabled(False)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        if exporter == "torchscript":
+            register_torchscript_symbolics()
+            buf = io.BytesIO()
+            torch.onnx.export(module, tuple(inputs.values()), buf, dynamo=False, opset_version=EXPORTERS[exporter],
+                              input_names=names, output_names=output_names, do_constant_folding=True,
+                              dynamic_axes={**axes, **outputs})
+            model = onnx.load_model_from_string(buf.getvalue())
+        else:
+            symbols = {sym: torch.export.Dim(sym, min=1, max=high) for a in axes.values() for sym in a.values()}
+            shapes = tuple({axis: symbols[sym] for axis, sym in axes[n].items()} if n in axes else None
+                           for n in names)
+            if any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(module.forward).parameters.values()):
+                shapes = (shapes,)  # a forward(*args) (`wrap`) takes its inputs as one tuple
+            program = torch.onnx.export(module, tuple(inputs.values()), dynamo=True,
+                                        opset_version=EXPORTERS[exporter], input_names=names,
+                                        output_names=output_names, optimize=True, external_data=False,
+                                        verbose=False, dynamic_shapes=shapes)
+            model = program.model_proto
+    strip_metadata(model)
+    return model
+
+
+def write_dynamic_fixture(out: Path, name: str, exporter: str, size: Size) -> str:
+    """NAME-EXPORTER.onnx exported once, and its npz: inputs and onnxruntime's outputs at each stored size
+    (onnxruntime checked against torch eager at each)."""
+    import torch
+
+    builder, example, lengths = DYNAMIC[name]
+    module, inputs_at, axes, outputs = builder(size)
+    (symbol,) = {sym for a in axes.values() for sym in a.values()}
+    rng = np.random.default_rng(seed_of(name))
+    high = gpt2_config(size).n_positions - (1 if "past" in symbol else 0)
+    model = export_dynamic(module, inputs_at(example, rng), axes, outputs, exporter, high)
+    data = model.SerializeToString()
+    arrays = {}
+    for n in lengths:
+        inputs = inputs_at(n, rng)
+        with torch.no_grad():
+            got = module(*inputs.values())
+        want = [t.numpy() for t in (got if isinstance(got, tuple) else (got,))]
+        feeds = {k: v.numpy() for k, v in inputs.items()}
+        results = run_onnxruntime(data, feeds)
+        for r, w in zip(results, want, strict=True):
+            np.testing.assert_allclose(r, w, rtol=1e-3, atol=1e-4, err_msg=f"{name} {exporter} {symbol}={n}")
+        arrays |= {f"{symbol}={n}/{k}": v for k, v in feeds.items()}
+        arrays |= {f"{symbol}={n}/output:{o.name}": v for o, v in zip(model.graph.output, results)}
+    stem = f"{name}-{exporter}"
+    (out / f"{stem}.onnx").write_bytes(data)
+    save_npz(out / f"{stem}.npz", arrays)
+    ops = sorted({n.op_type for n in model.graph.node})
+    return f"dynamic/{stem}: {len(data):,} bytes, {len(model.graph.node)} nodes, ops {' '.join(ops)}"
+
+
 # -- export -------------------------------------------------------------------------------------------------
 
 
@@ -442,12 +571,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exporters", default=",".join(EXPORTERS))
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    names = args.only.split(",") if args.only else list(MODELS)
+    names = args.only.split(",") if args.only else list(MODELS) + list(DYNAMIC)
+    (args.out / "dynamic").mkdir(exist_ok=True)
     failed = 0
     for name in names:
         for exporter in args.exporters.split(","):
             try:
-                print(write_fixture(args.out, name, exporter, SIZES[args.size]), flush=True)
+                if name in DYNAMIC:
+                    print(write_dynamic_fixture(args.out / "dynamic", name, exporter, SIZES[args.size]), flush=True)
+                else:
+                    print(write_fixture(args.out, name, exporter, SIZES[args.size]), flush=True)
             except Exception as err:  # report every export that fails, then exit 1
                 failed += 1
                 print(f"{name}-{exporter}: FAILED: {type(err).__name__}: {str(err)[:2000]}", flush=True)

@@ -3,7 +3,9 @@ interpreter and on every target, against onnxruntime's outputs stored beside it.
 
 Prints one markdown row per fixture (tests/fixtures/models): ONNX nodes, IR nodes, the
 interpreter's max abs error, and per target the kernel count, global bytes over
-compulsory bytes and the max abs error. Needs only onnx. Run:
+compulsory bytes and the max abs error; then one per dynamic-axis fixture (tests/fixtures/models/dynamic):
+its symbol's range and the interpreter's max abs error at each stored size, from one import.
+Needs only onnx. Run:
 python3 tools/fixture_table.py
 """
 
@@ -52,12 +54,34 @@ def row(path: Path) -> str:
             + " | ".join(cells) + " |")
 
 
+def dynamic_row(path: Path) -> str:
+    """A dynamic-axis fixture imported once and evaluated at every size its npz stores."""
+    name, exporter = path.stem.rsplit("-", 1)
+    model = onnx.load(path)
+    imported = import_onnx(path)
+    graph = next(iter(check_program(imported.program).values()))
+    errors = []
+    with np.load(path.with_suffix(".npz")) as data:
+        for size in sorted({k.split("/")[0] for k in data.files}, key=lambda s: int(s.split("=")[1])):
+            feeds = {imported.inputs[k.split("/")[1]]: data[k] for k in data.files
+                     if k.startswith(size + "/") and "/output:" not in k}
+            want = [data[f"{size}/output:{o}"] for o in imported.outputs]
+            with np.errstate(all="ignore"):
+                errors.append(f"{size}: {max_err(evaluate(graph, feeds | imported.weights), want):.1e}")
+    ranges = ", ".join(f"{s}: {lo}..{hi}" for s, (lo, hi) in graph.symbols.items())
+    return f"| {name} | {exporter} | {len(model.graph.node)} | {len(graph.nodes)} | {ranges} | {'; '.join(errors)} |"
+
+
 def main() -> int:
     print("| model | exporter | ONNX nodes | IR nodes | interpreter: max abs err | "
           + " | ".join(f"{t}: kernels, bytes / compulsory, max abs err" for t in TARGETS) + " |")
     print("|---|---|---|---|---|" + "---|" * len(TARGETS))
     for path in sorted(FIXTURES.glob("*.onnx")):
         print(row(path), flush=True)
+    print("\n| model | exporter | ONNX nodes | IR nodes | symbols | interpreter: max abs err per size |")
+    print("|---|---|---|---|---|---|")
+    for path in sorted((FIXTURES / "dynamic").glob("*.onnx")):
+        print(dynamic_row(path), flush=True)
     return 0
 
 

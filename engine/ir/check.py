@@ -218,12 +218,17 @@ class Inference:
     """Types inferred one statement at a time by the checker's own rules: the ONNX importer types each op
     it emits with this (so importer and checker cannot disagree) and turns a StitchError into a reason."""
 
-    def __init__(self):
+    def __init__(self, ranges: dict[str, tuple[int, int]] | None = None):
+        """ranges: each symbol's range, the caller's own dict (it may narrow one as it goes)."""
         self._checker = _Checker(Func("", (), (), (), ()), "")
+        if ranges is not None:
+            self._checker.ranges = ranges
 
     def param(self, name: str, typ: TensorType) -> None:
+        """A parameter; each symbol that is a whole dimension of it may then stand in attributes."""
         c = self._checker
         c.env[name] = c.add("param", (), (("name", name),), typ, NOPOS, name)
+        c.whole |= {s for d in typ.shape if (s := dims.bare_symbol(d))}
 
     def assign(self, name: str, expr: Expr) -> TensorType:
         """The type of `name = expr` (raises the checker's StitchError); `name` is then defined."""
