@@ -114,3 +114,19 @@ def test_the_cli_saturates_a_symbolic_program_and_says_scheduling_is_next(tmp_pa
     assert main(["compile", str(path)]) == 1
     err = capsys.readouterr().err
     assert "has symbolic dimensions (n)" in err and "saturates it" in err
+
+
+def test_the_dynamic_gpt2_export_saturates_once_and_its_weights_fold_where_static(tmp_path, capsys):
+    """The dynamic-sequence GPT-2 fixture, imported with its weights: the e-graph takes it as it is,
+    and binding the weights (fold_bound) folds only values of static size (a slice of the positions
+    by `seq` is made per call), then scheduling says it is not built yet: no internal error."""
+    pytest.importorskip("onnx")
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parent / "fixtures" / "models" / "dynamic" / "gpt2_model_dynamic_seq-dynamo.onnx"
+    ir, npz = tmp_path / "g.ir", tmp_path / "g.npz"
+    assert main(["import", str(model), "-o", str(ir), "--weights", str(npz)]) == 0
+    assert main(["compile", str(ir), "--emit", "egraph", "--weights", str(npz)]) == 0
+    assert "stopped: saturated" in capsys.readouterr().out
+    assert main(["compile", str(ir), "--weights", str(npz)]) == 1
+    assert "has symbolic dimensions (seq)" in capsys.readouterr().err

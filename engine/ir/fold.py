@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .dims import is_static
 from .graph import Graph, Node
 from .interp import evaluate
 
@@ -69,7 +70,8 @@ def fold_bound(graph: Graph, bound: tuple[str, ...] | list[str]) -> Folded:
         if not known[i] or not computes[i] or not weights[i] or i in seen:
             return
         seen.add(i)
-        if i not in outputs and n.type.nbytes <= MAX_GROWTH * sum(nodes[p].type.nbytes for p in weights[i]):
+        static = is_static(n.type.shape)  # a value whose size is symbolic is made per call: its inputs may fold
+        if i not in outputs and static and n.type.nbytes <= MAX_GROWTH * sum(nodes[p].type.nbytes for p in weights[i]):
             points.append(i)
             return
         for j in n.inputs:
