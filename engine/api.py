@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
             entry: str | None = None, cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
             limits: Limits | None = None, without_rules: tuple[str, ...] = (),
-            unsafe_fp: bool = False, weights: dict | None = None) -> CompiledProgram:
+            unsafe_fp: bool = False, weights: dict | None = None, trust_rules: bool = False) -> CompiledProgram:
     """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path).
 
     `weights` ({parameter name: array}) binds those parameters at compile time, as a model's
@@ -35,15 +35,18 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     flags the generated C needs are always added (`targets/cpu.py`, REQUIRED_FLAGS).
     `without_rules` drops built-in rule files (`forwarding`) or built-in rules by name pattern (`stitch-*`);
     `unsafe_fp` also uses rules tagged [unsafe-fp] (they may change results at NaN, inf, -0.0, overflow).
+    Each file of `rules` is checked for soundness as it loads (as `stitch rules check`, fewer instances,
+    verdicts cached): an unsound rule is a StitchError with its counterexample; `trust_rules=True` skips it.
     On an accel target calls run on the simulator and leave its report in `.report`.
     The stages are pipeline.py's (`compile_source`)."""
     from .pipeline import compile_source
 
     _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules)
-    if not isinstance(unsafe_fp, bool):
-        _wrong("unsafe_fp", "True or False", unsafe_fp)
+    for name, value in (("unsafe_fp", unsafe_fp), ("trust_rules", trust_rules)):
+        if not isinstance(value, bool):
+            _wrong(name, "True or False", value)
     return compile_source(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules,
-                          unsafe_fp, weights)
+                          unsafe_fp, weights, trust_rules)
 
 
 def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules) -> None:

@@ -224,6 +224,9 @@ def add_rule_arguments(p) -> None:
     p.add_argument("--without-rules", action="append", default=[], metavar="NAME",
                    help="leave out a built-in rule file (algebra, fusion, forwarding) or the built-in rules "
                         "matching a name pattern, e.g. 'stitch-*' (repeatable)")
+    p.add_argument("--trust-rules", action="store_true",
+                   help="use the --rules files without checking them for soundness as they load (by default an "
+                        "unsound rule is an error with its counterexample)")
     p.add_argument("--unsafe-fp", action="store_true",
                    help="also use rules tagged [unsafe-fp], which may change results at NaN, inf, -0.0 or "
                         "near overflow (as -ffast-math does)")
@@ -366,7 +369,7 @@ def cmd_compile(args) -> int:
             return 0
     limits = compile_limits(args)
     rule_files = load_rule_files(args.rules, builtin=not args.no_builtin_rules, without=tuple(args.without_rules),
-                                 unsafe_fp=args.unsafe_fp)
+                                 unsafe_fp=args.unsafe_fp, trust_rules=args.trust_rules)
     bound = tuple(load_weights(args.weights, graph)) if args.weights else ()
     if bound:  # what the weights alone compute is a weight of its own (engine/ir/fold.py), as `run` compiles it
         folded = fold_bound(graph, bound)
@@ -510,7 +513,7 @@ def cmd_run(args) -> int:
     inputs, weights = read_inputs(args, graph)
     program = compile_entry(graph, target=args.target, rules=args.rules, builtin_rules=not args.no_builtin_rules,
                             cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules),
-                            unsafe_fp=args.unsafe_fp, weights=weights)
+                            unsafe_fp=args.unsafe_fp, weights=weights, trust_rules=args.trust_rules)
     if program.executor != "c":
         for flag, value in (("--threads", args.threads), ("--cflags", args.cflags)):
             if value is not None:

@@ -36,6 +36,7 @@ from .ir.memory import check_memory, checkpoint, memory_budget
 from .ir.parse import parse_file, parse_program
 from .ir.program import Pos, Program
 from .ir.recursion import allows_deep_recursion
+from .rewrite.check.on_load import refuse_unsound
 from .rewrite.egraph_data import EGraphData
 from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
 from .rewrite.saturate import EGraphRun, Limits, RunReport
@@ -85,8 +86,13 @@ def check_entry(program: Program, entry: str | None = None, filename: str | None
 
 
 def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, ...] = (),
-                    unsafe_fp: bool = False) -> list[RuleFile]:
+                    unsafe_fp: bool = False, trust_rules: bool = False,
+                    cache_dir: str | Path | None = None) -> list[RuleFile]:
     """The built-in rule files (unless disabled) followed by the user's, in order.
+
+    A user's file is checked for soundness as it loads (rewrite/check/on_load.py: an unsound rule
+    is an error with its counterexample; verdicts cached under `cache_dir`, the compile cache by
+    default) unless `trust_rules`.
 
     `without` names built-in rule files (`forwarding`) or patterns of built-in rule names
     (`stitch-*`) to leave out: the seed comparisons compile a program with and without them.
@@ -96,6 +102,8 @@ def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, 
     files = without_rules(builtin_rule_files(), without) if builtin else []
     for p in paths:
         files.append(load_rules(p))
+        if not trust_rules:
+            refuse_unsound(files[-1], _rules_cache(cache_dir))
     if not unsafe_fp:
         files = [replace(rf, rules=tuple(r for r in rf.rules if not r.unsafe_fp)) for rf in files]
     names = {}
@@ -107,6 +115,16 @@ def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, 
             )
         names[rf.name] = rf.filename
     return files
+
+
+def _rules_cache(cache_dir: str | Path | None) -> Path | None:
+    """Where rule verdicts are kept: the compile cache's folder (None: not kept, when it cannot be made)."""
+    from ..targets.cc import default_cache_dir
+
+    try:
+        return Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    except (OSError, StitchError):
+        return None
 
 
 def without_rules(files: list[RuleFile], names: tuple[str, ...]) -> list[RuleFile]:
@@ -246,22 +264,22 @@ def compile_source(source: str | Path, target: str = "cpu", rules: list[str] = (
                    entry: str | None = None, cache_dir: str | Path | None = None,
                    cflags: str | list[str] | None = None, limits: Limits | None = None,
                    without_rules: tuple[str, ...] = (), unsafe_fp: bool = False,
-                   weights: dict | None = None) -> CompiledProgram:
+                   weights: dict | None = None, trust_rules: bool = False) -> CompiledProgram:
     """Every stage in order, for `.ir` text or a file: `stitch.compile` after checking its arguments."""
     return compile_entry(check_entry(read_program(source), entry), target, rules, builtin_rules, cache_dir, cflags,
-                         limits, without_rules, unsafe_fp, weights)
+                         limits, without_rules, unsafe_fp, weights, trust_rules)
 
 
 @allows_deep_recursion
 def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
                   cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
                   limits: Limits | None = None, without_rules: tuple[str, ...] = (), unsafe_fp: bool = False,
-                  weights: dict | None = None) -> CompiledProgram:
+                  weights: dict | None = None, trust_rules: bool = False) -> CompiledProgram:
     """Every stage after parsing, for a checked graph (`check_entry`'s): what `stitch run` compiles
     once it has read the file (for its inputs and weights)."""
     weights = bind_weights(graph, weights) if weights is not None else {}
     tgt = load_target(target)
-    rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp)
+    rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp, trust_rules, cache_dir)
     limits = limits or Limits()
     folded = fold_bound(graph, tuple(weights))
     compiled = compile_graph(folded.graph, rule_files, tgt, limits)

@@ -127,7 +127,7 @@ def test_a_rules_zero_does_not_match_a_negative_zero(tmp_path):
 
     rules = tmp_path / "zero.rules"
     rules.write_text("rule times-zero: mul(?x, 0.0) => add(?x, 1.0)\nrule sub-zero: sub(?x, 0.0) => add(?x, -0.0)\n")
-    files = load_rule_files([str(rules)], builtin=False)
+    files = load_rule_files([str(rules)], builtin=False, trust_rules=True)  # unsound on purpose
 
     def matches(zero: str) -> int:
         graph = check_entry(read_program(f"func f(x: f32[4]) -> f32[4] {{\n  return mul(x, {zero})\n}}\n"))
