@@ -225,9 +225,10 @@ def read_in_place(cid: str, index: tuple[Ix, ...], kernel: Kernel, tile: dict[st
     operand, 128 rows of 512 elements per chunk) the cache keeps what the tile reads again by
     itself and the copy is a pass that buys nothing. A row is the contiguous run the copy's
     innermost loop (the read's last axis) walks: unit stride in the last dimension, in no other."""
-    if not target.inplace_run_bytes or not index or not all(affine(ix) for ix in index):
-        return False
-    inner = index_axes(index)[-1]
+    axes = index_axes(index)
+    if not target.inplace_run_bytes or not axes or not all(affine(ix) for ix in index):
+        return False  # (no axes: one element, read at a constant index)
+    inner = axes[-1]
     if index[-1].coef(inner) != 1 or any(inner in index_axes((ix,)) for ix in index[:-1]):
         return False
     return tile.get(inner, kernel.extents[inner]) * dtype_bytes(types[cid].dtype) >= target.inplace_run_bytes
