@@ -1,8 +1,9 @@
 """The system C compiler, driven: flags, a disk cache of shared libraries, time limits, probes.
 
-A library is cached under `cache_dir` by a hash of the source, the compiler command and its version,
-beside a checksum of the library; an entry whose checksum does not match (corrupt, truncated) is
-rebuilt. The programs' C (targets/cpu.py) and the thread pool's (targets/runtime.py) are built here.
+The compiler is $CC when set, else cc, gcc or clang (`compiler`). A library is cached under
+`cache_dir` by a hash of the source, the compiler's path, its flags and its version, beside a
+checksum of the library; an entry whose checksum does not match (corrupt, truncated) is rebuilt.
+The programs' C (targets/cpu.py) and the thread pool's (targets/runtime.py) are built here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..engine.ir.errors import StitchError, StitchWarning
@@ -57,8 +59,21 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "stitch"
 
 
-def compiler() -> str | None:
-    return shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+def compiler(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The C compiler, as an absolute path: the program $CC names (a name looked up on PATH, or a
+    path) when CC is set and not blank, else the first of cc, gcc and clang on PATH; None when there
+    is none. A $CC that names no executable program is an error naming it, never a quiet fall back
+    to another compiler. (The one place stitch reads its environment: as `make` does.)"""
+    named = environ.get("CC", "")
+    if named.strip():
+        found = shutil.which(named)
+        if found is None:
+            hint = ("CC names one program; its flags go in --cflags (cflags=)" if any(c.isspace() for c in named)
+                    else "set CC to an installed C compiler, or unset it to use cc, gcc or clang from PATH")
+            raise StitchError(f"the C compiler in $CC, {named!r}, is not an executable program", hint=hint)
+        return os.path.abspath(found)
+    found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    return os.path.abspath(found) if found else None
 
 
 def source_key(source: str, cc: str, flags: tuple[str, ...]) -> str:
