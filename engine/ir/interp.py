@@ -20,6 +20,7 @@ from .errors import StitchError
 from .graph import Graph, Node
 from .ops import check_elementwise_table
 from .program import TensorType
+from .python_values import from_python, is_python_value, not_an_array
 
 NP_DTYPES = {
     "f16": np.float16,
@@ -240,7 +241,8 @@ def bind_call(graph: Graph, inputs: dict[str, np.ndarray],
                           "a call does not take them", hint="compile again to bind other values")
     if extra:
         raise StitchError(f"'{graph.name}' has no parameter(s) named {', '.join(extra)}")
-    arrays = {name: np.asarray(inputs[name]) for name in names}
+    types = dict(zip(graph.param_names, graph.param_types))
+    arrays = {name: _array("input", name, inputs[name], types[name]) for name in names}
     sizes = bind_symbols(graph, arrays) if graph.symbols else {}
     return {name: _checked("input", name, arrays[name], t, sizes)
             for name, t in zip(graph.param_names, graph.param_types) if name not in bound}, sizes
@@ -255,7 +257,19 @@ def bind_weights(graph: Graph, weights: dict[str, np.ndarray]) -> dict[str, np.n
     if extra:
         raise StitchError(f"weights: '{graph.name}' has no parameter(s) named {', '.join(extra)}",
                           hint=f"its parameters are {', '.join(graph.param_names)}")
-    return {name: _checked("weight", name, arr, types[name]) for name, arr in weights.items()}
+    return {name: _checked("weight", name, _array("weight", name, arr, types[name]), types[name])
+            for name, arr in weights.items()}
+
+
+def _array(kind: str, name: str, value, want: TensorType) -> np.ndarray:
+    """An input or weight as an array: a Python scalar or nested list converted to the parameter's
+    dtype (python_values.py), anything else as numpy takes it."""
+    if is_python_value(value):
+        return from_python(kind, name, value, want)
+    arr = np.asarray(value)
+    if arr.dtype.kind in "OUSV":  # None, a str, a dict, ...: nothing numpy holds as numbers
+        raise not_an_array(kind, name, value, want)
+    return arr
 
 
 def _checked(kind: str, name: str, value, want, sizes: dict[str, int] | None = None) -> np.ndarray:
