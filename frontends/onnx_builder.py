@@ -14,7 +14,7 @@ from ..engine.ir.check import Inference, broadcast_shapes, check_program, normal
 from ..engine.ir.errors import StitchError
 from ..engine.ir.interp import DTYPE_OF_NP
 from ..engine.ir.ops import OPS, value_positions
-from ..engine.ir.parse import parse_program
+from ..engine.ir.parse import RESERVED, parse_program
 from ..engine.ir.printer import print_program
 from ..engine.ir.program import (
     Assign,
@@ -40,10 +40,6 @@ ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 6: "i32", 7: "i64", 9: "bool"}
 # Initializers of at most this many elements become literals or compile-time
 # values with `fold_constants`; bigger ones always stay parameters.
 FOLD_LIMIT = 64
-
-
-# The IR's reserved words: never a parameter's, a value's or the func's name.
-RESERVED = ("func", "return", "true", "false")
 
 
 # Nodes never evaluated at import time even when their inputs are known: their outputs are random.

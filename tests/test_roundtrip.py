@@ -99,11 +99,14 @@ def test_every_construct_roundtrips():
     assert_roundtrips(Program((func, Func("other", (), (TensorType("i32", ()),), (), (Const(3),)))))
 
 
-def test_nonfinite_literals_have_no_text():
+def test_nonfinite_literals_print_and_parse_back_P11():
+    """P11: inf, -inf and nan are literals; each prints as written and parses back to itself."""
     t = TensorType("f32", ())
-    func = Func("f", (Param("x", t),), (t,), (), (Call("add", (Var("x"), Const(float("inf")))),))
-    with pytest.raises(ValueError):
-        print_program(Program((func,)))
+    for value, text in ((float("inf"), "inf"), (float("-inf"), "-inf"), (float("nan"), "nan")):
+        func = Func("f", (Param("x", t),), (t,), (), (Call("add", (Var("x"), Const(value))),))
+        printed = print_program(Program((func,)))
+        assert f"add(x, {text})" in printed
+        assert_roundtrips(Program((func,)))
 
 
 # -- comments: `stitch fmt` keeps them with their statements ------------------------------------------

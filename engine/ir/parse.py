@@ -17,11 +17,24 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.parsers.lalr_interactive_parser import InteractiveParser
 
+from . import dims
 from .comments import FuncLines, attach_comments, find_comments
 from .errors import StitchError
-from . import dims
-from .program import (DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Pos, Program, SymbolDecl, TensorType,
-                      Var)
+from .program import (
+    DTYPES,
+    Assign,
+    Attr,
+    Call,
+    Const,
+    DTypeName,
+    Func,
+    Param,
+    Pos,
+    Program,
+    SymbolDecl,
+    TensorType,
+    Var,
+)
 
 GRAMMAR_DIR = Path(__file__).resolve().parents[2] / "grammar"
 
@@ -31,7 +44,7 @@ MAX_NESTING = 100  # calls nested inside one another in one expression
 MAX_DIM = 2**31 - 1  # one dimension of a tensor type
 MAX_INT_DIGITS = 300  # an integer literal; more would not even fit in an f64
 MAX_FILE_BYTES = 16 * 2**20
-RESERVED = ("func", "return", "true", "false")
+RESERVED = ("func", "return", "true", "false", "inf", "nan")
 
 
 @cache
@@ -151,7 +164,8 @@ class LiteralTransformer(Transformer):
         value = float(text)
         if value in (float("inf"), float("-inf")):
             shown = text if len(text) <= 20 else text[:12] + "..."
-            raise self._error(f"number {shown} is too large for any float type", tok)
+            raise self._error(f"number {shown} is too large for any float type", tok,
+                              f"write {'-inf' if value < 0 else 'inf'} for an infinity")
         return value
 
     def attr_number(self, items):
@@ -305,6 +319,16 @@ class _ToIR(LiteralTransformer):
     def number(self, items):
         (tok,) = items
         return Const(self._number(tok), self._pos(tok))
+
+    def inf(self, items):
+        return Const(float("inf"), self._pos(items[0]))
+
+    @v_args(meta=True)
+    def neg_inf(self, meta, items):
+        return Const(float("-inf"), Pos(self.filename, meta.line, meta.column))
+
+    def nan(self, items):
+        return Const(float("nan"), self._pos(items[0]))
 
     def true(self, items):
         return Const(True, self._pos(items[0]))
@@ -471,10 +495,12 @@ _TERMINAL_NAMES = {
     "RETURN": "'return'",
     "TRUE": "'true'",
     "FALSE": "'false'",
+    "INF": "'inf'",
+    "NAN": "'nan'",
     "$END": "end of file",
 }
 
-_EXPRESSION = {"NAME", "SIGNED_NUMBER", "TRUE", "FALSE"}
+_EXPRESSION = {"NAME", "SIGNED_NUMBER", "TRUE", "FALSE", "INF", "NAN", "MINUS"}  # MINUS: -inf
 
 
 class _Stop(NamedTuple):

@@ -68,8 +68,5 @@ def print_scalar(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):
-        text = repr(v)
-        if text in ("inf", "-inf", "nan"):
-            raise ValueError(f"{text} has no literal form in .ir text")
-        return text
+        return repr(v)  # 1e-05, -0.0, inf, -inf and nan are all literals of .ir text
     return str(v)

@@ -306,10 +306,12 @@ def ivec(values) -> str:
 
 
 def f64(value) -> str:
+    """An f64 as egglog text: inf, -inf and NaN are egglog's own literals (its f64 orders NaN above
+    every number and equal to itself, so a NaN literal is one e-class)."""
     text = repr(float(value))
-    if text in ("inf", "-inf", "nan", "-0.0"):  # egglog's f64 equates -0.0 with 0.0: see const_term
+    if text == "-0.0":  # egglog's f64 equates -0.0 with 0.0: see const_term
         raise ValueError(f"constant {text} cannot enter the e-graph as an f64")
-    return text
+    return "NaN" if text == "nan" else text
 
 
 def const_term(value, dtype: str) -> str:

@@ -334,12 +334,14 @@ class _Ctx:
         return self._lookup("shape", var)
 
     def _value(self, term_var: str) -> str:
-        """A query variable bound to the value of the literal in `term_var`'s e-class (the match
-        fails where the class holds none)."""
+        """A query variable bound to the value of the finite literal in `term_var`'s e-class (the
+        match fails where the class holds none, or only inf, -inf or NaN: `rules check` draws a
+        literal's value finite, so a rule is checked only where it can match)."""
         key = f"value:{term_var}"
         if key not in self.bound:
             v = self.new("va")
             self.query.append(f"(= {term_var} (Const {v} {self.new('vd')}))")
+            self.query.append(f"(< (abs {v}) inf)")
             self.bound[key] = v
         return self.bound[key]
 

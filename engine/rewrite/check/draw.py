@@ -353,7 +353,8 @@ def draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[st
 def _literal_values(dt: str, tests: list[tuple[str, float]], positive: bool, edge: bool):
     """Values of a literal that meet its value() tests: ordinary ones in the inputs' range where the
     tests allow, else in the tests' own range; with `edge`, the finite edge values that meet them
-    too. Never -0.0, nan or inf, which no literal of the e-graph holds (egraph.const_term)."""
+    too. Never -0.0 (no literal of the e-graph holds it: egraph.const_term), nan or inf (a literal's
+    value() never matches them: rulecompile._value)."""
     def ok(v) -> bool:
         return bool(np.isfinite(v)) and not (v == 0 and np.signbit(v)) and all(CMP[op](v, n) for op, n in tests)
 
