@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 
-from . import dims
+from . import calls, dims
 from .errors import StitchError
 from .graph import Graph, Node
 from .ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS, OpGroup, OpSpec, value_positions
@@ -36,12 +36,15 @@ MAX_TENSOR_BYTES = 2**63 - 1
 
 
 def check_program(program: Program) -> dict[str, Graph]:
-    """Check every func; return their graphs by name, in file order."""
-    return {f.name: check_func(f, program.source) for f in program.funcs}
+    """Check every func; return their graphs by name, in file order. A call to another func of the
+    file is inlined (calls.py)."""
+    funcs = calls.funcs_of(program)
+    return {f.name: check_func(f, program.source, funcs) for f in program.funcs}
 
 
-def check_func(func: Func, source: str = "") -> Graph:
-    return _Checker(func, source).run()
+def check_func(func: Func, source: str = "", funcs: dict[str, Func] | None = None) -> Graph:
+    """The graph of `func`; `funcs` are the funcs it may call (by name)."""
+    return _Checker(func, source, funcs).run()
 
 
 def broadcast_shapes(a: tuple[dims.Dim, ...], b: tuple[dims.Dim, ...]) -> tuple[dims.Dim, ...] | None:
@@ -239,9 +242,12 @@ class Inference:
 
 
 class _Checker:
-    def __init__(self, func: Func, source: str):
-        self.func = func
+    def __init__(self, func: Func, source: str, funcs: dict[str, Func] | None = None):
+        self.func = func  # the func whose statements are being checked (a callee while inlining)
+        self.root = func.name
         self.source = source
+        self.funcs = funcs or {}
+        self.calls: list[calls.CallSite] = []  # the calls being inlined, outermost first
         self.nodes: list[Node] = []
         self.env: dict[str, int] = {}
         self.defined_at: dict[str, Pos] = {}
@@ -358,8 +364,10 @@ class _Checker:
 
     def call(self, e: Call) -> int:
         spec = OPS.get(e.op)
+        if spec is None and e.op in self.funcs:
+            return calls.inline(self, e, self.funcs[e.op])
         if spec is None:
-            close = difflib.get_close_matches(e.op, list(OPS), n=1)
+            close = difflib.get_close_matches(e.op, list(OPS) + list(self.funcs), n=1)
             hint = f"did you mean '{close[0]}'?" if close else ""
             raise self.error(f"unknown op '{e.op}'", e.pos, hint)
         if not spec.takes(len(e.args)):
