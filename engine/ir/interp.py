@@ -265,10 +265,10 @@ def _array(kind: str, name: str, value, want: TensorType) -> np.ndarray:
     """An input or weight as an array: a Python scalar or nested list converted to the parameter's
     dtype (python_values.py), anything else as numpy takes it."""
     if is_python_value(value):
-        return from_python(kind, name, value, want)
+        return from_python(kind, name, value, want, np_dtype(want.dtype))
     arr = np.asarray(value)
     if arr.dtype.kind in "OUSV":  # None, a str, a dict, ...: nothing numpy holds as numbers
-        raise not_an_array(kind, name, value, want)
+        raise not_an_array(kind, name, value, want, np_dtype(want.dtype))
     return arr
 
 

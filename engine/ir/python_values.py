@@ -27,13 +27,10 @@ def is_python_value(value) -> bool:
     return type(value) in PYTHON_TYPES
 
 
-def from_python(kind: str, name: str, value, want: TensorType) -> np.ndarray:
-    """`value` (is_python_value) as an array of `want`'s dtype, or a StitchError saying why it is not one.
-    Its shape is left to the caller to check against `want`'s."""
-    from .interp import np_dtype
-
-    dtype = np_dtype(want.dtype)
-    expected = _expected(want)
+def from_python(kind: str, name: str, value, want: TensorType, dtype: np.dtype) -> np.ndarray:
+    """`value` (is_python_value) as an array of `want`'s dtype (numpy's `dtype`), or a StitchError
+    saying why it is not one. Its shape is left to the caller to check against `want`'s."""
+    expected = _expected(want, dtype)
     leaves = _leaves(value)
     bad = next((x for x in leaves if not isinstance(x, (bool, np.bool_, numbers.Real))), None)
     if bad is not None:
@@ -51,10 +48,10 @@ def from_python(kind: str, name: str, value, want: TensorType) -> np.ndarray:
                           f"parameter is {want}", hint=expected) from None
 
 
-def not_an_array(kind: str, name: str, value, want: TensorType) -> StitchError:
+def not_an_array(kind: str, name: str, value, want: TensorType, dtype: np.dtype) -> StitchError:
     """The error for a value numpy holds only as objects, strings or bytes (None, a str, a dict)."""
     return StitchError(f"{kind} '{name}' is a {type(value).__name__} ({_shown(value)}), not an array or a number; "
-                       f"the parameter is {want}", hint=_expected(want))
+                       f"the parameter is {want}", hint=_expected(want, dtype))
 
 
 def _shown(x) -> str:
@@ -93,11 +90,9 @@ def _problem(x, dtype: str, np_type: np.dtype) -> str:
     return "" if info.min <= v <= info.max else f"which does not fit in {dtype}"
 
 
-def _expected(want: TensorType) -> str:
+def _expected(want: TensorType, dtype: np.dtype) -> str:
     """What the parameter takes, for a hint."""
-    from .interp import np_dtype
-
     word = "bool" if want.dtype == "bool" else "float" if want.dtype in FLOAT_DTYPES else "int"
     plain = f"{'an' if word == 'int' else 'a'} {word}" if not want.shape else \
         f"a nested list of {word}s of shape {list(want.shape)}"
-    return f"pass {plain}, or a numpy array of dtype {np_dtype(want.dtype)}"
+    return f"pass {plain}, or a numpy array of dtype {dtype}"
