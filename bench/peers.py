@@ -117,6 +117,10 @@ def torch_function(graph: Graph):
             idx = torch.where(idx < 0, idx + x.shape[axis], idx).long()
             return torch.index_select(x, axis, idx.reshape(-1)).reshape(
                 x.shape[:axis] + idx.shape + x.shape[axis + 1:])
+        if n.op == "iota":
+            shape, axis = n.attr("shape"), n.attr("axis")
+            line = torch.arange(shape[axis], dtype=dtypes[n.type.dtype])
+            return line.reshape([-1 if a == axis else 1 for a in range(len(shape))]).expand(list(shape))
         raise NotImplementedError(f"no torch for op {n.op}")
 
     def run(*tensors):

@@ -27,6 +27,7 @@ from .loops import (
     Checked,
     FloorDiv,
     For,
+    IndexValue,
     Indirect,
     Ix,
     Lit,
@@ -247,6 +248,8 @@ class TileRun:
         if isinstance(e, Checked):
             self.index(e.check, grid, touched)
             return self.expr(e.value, grid, touched)
+        if isinstance(e, IndexValue):  # an iota's element
+            return self.index(e.ix, grid, touched).astype(np_dtype(e.dtype))
         assert isinstance(e, Op)
         args = [self.expr(a, grid, touched) for a in e.args]
         return _scalar_op(e, args)

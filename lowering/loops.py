@@ -12,7 +12,7 @@
 Indices are `Ix` expressions of loop variables (engine/schedule/index.py): affine,
 with div/mod where a reshape could not be simplified away and Indirect where a
 gather reads an index from a tensor. Expressions are loads, literals, scalar
-ops and a concat's `Select`. Everything prints as text (`print_loops`), the form
+ops, a concat's `Select` and an iota's `IndexValue`. Everything prints as text (`print_loops`), the form
 `stitch compile --emit loops` shows and the pass tests compare.
 """
 
@@ -81,7 +81,15 @@ class Checked:
     value: "Expr"
 
 
-Expr = Union[Load, Lit, Op, Select, Checked]
+@dataclass(frozen=True)
+class IndexValue:
+    """An index's value as an element of `dtype` (an iota: its position along its axis)."""
+
+    ix: Ix
+    dtype: str
+
+
+Expr = Union[Load, Lit, Op, Select, Checked, IndexValue]
 
 
 @dataclass
@@ -185,6 +193,8 @@ def loads(expr: Expr) -> Iterator[Load]:
     elif isinstance(expr, Checked):
         yield from index_loads(expr.check)
         yield from loads(expr.value)
+    elif isinstance(expr, IndexValue):
+        yield from index_loads(expr.ix)
 
 
 def map_loads(e: Expr, fn) -> Expr:
@@ -198,6 +208,8 @@ def map_loads(e: Expr, fn) -> Expr:
         return Select(map_index_loads(e.ix, fn), e.split, map_loads(e.low, fn), map_loads(e.high, fn), e.dtype)
     if isinstance(e, Checked):
         return Checked(map_index_loads(e.check, fn), map_loads(e.value, fn))
+    if isinstance(e, IndexValue):
+        return IndexValue(map_index_loads(e.ix, fn), e.dtype)
     return e
 
 
@@ -215,6 +227,8 @@ def map_indices(e, fn):
         return Select(fn(e.ix), e.split, map_indices(e.low, fn), map_indices(e.high, fn), e.dtype)
     if isinstance(e, Checked):
         return Checked(fn(e.check), map_indices(e.value, fn))
+    if isinstance(e, IndexValue):
+        return IndexValue(fn(e.ix), e.dtype)
     assert isinstance(e, Lit)
     return e
 
@@ -275,6 +289,8 @@ def expr_vars(e: Expr) -> set[str]:
         return index_vars(e.ix) | expr_vars(e.low) | expr_vars(e.high)
     if isinstance(e, Checked):
         return index_vars(e.check) | expr_vars(e.value)
+    if isinstance(e, IndexValue):
+        return index_vars(e.ix)
     return set()
 
 
@@ -392,6 +408,8 @@ def print_expr(e: Expr) -> str:
         return f"({print_ix(e.ix)} < {e.split} ? {print_expr(e.low)} : {print_expr(e.high)})"
     if isinstance(e, Checked):
         return f"checked({print_ix(e.check)}, {print_expr(e.value)})"
+    if isinstance(e, IndexValue):
+        return f"index({print_ix(e.ix)}):{e.dtype}"
     return f"{e.op}({', '.join(print_expr(a) for a in e.args)})"
 
 

@@ -15,13 +15,12 @@ the kernel axes it varies along: a tiled axis `a` runs 0..t within the tile
 (its position `ao*t + a`), any other axis over its whole extent. A held value
 is first written to a global temporary of this kernel (the round trip the
 accelerator seed complains of) that `forward_buffers` then moves on chip.
-Inline values, transposes, reshapes, slices, concats and gathers become
-expressions inside their readers' nests: a load at the index map's position,
-a `Select` per concat, an `Indirect` index per gather. Reductions and matmuls
+Inline values and the injective ops become expressions inside their readers'
+nests: a load at the index map's position, a `Select` per concat, an `Indirect`
+index per gather, an iota's position (`IndexValue`). Reductions and matmuls
 initialize their accumulator, then accumulate over their reduced axes; `mean`
-divides at the end. A value the kernel stores is written to its global
-buffer from the nest that computes it (or copied from its on-chip buffer).
-"""
+divides at the end. A value the kernel stores is written to its global buffer
+from the nest that computes it (or copied from its on-chip buffer)."""
 
 from __future__ import annotations
 
@@ -46,6 +45,7 @@ from .loops import (
     Checked,
     Expr,
     For,
+    IndexValue,
     Lit,
     Load,
     LoopKernel,
@@ -532,6 +532,8 @@ class _KernelLowering:
         dtype = self.types[inst.cid].dtype
         if op in ("transpose", "reshape", "broadcast_to", "slice"):
             return self.operand(inst, 0)  # the operand's read already follows the index map
+        if op == "iota":  # its position along its axis, where it is read
+            return IndexValue(self.at(inst.index[inst.node.attr("axis")]), dtype)
         if op == "gather":
             value = self.operand(inst, 0)  # a load at the gathered index (checked when read)
             extent = self.types[inst.node.children[0]].shape[inst.node.attr("axis")]

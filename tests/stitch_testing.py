@@ -4,8 +4,10 @@ Programs are drawn goal-first. To build an expression of type T, pick an op
 that can produce T, choose operand types that make it produce exactly T, and
 recurse until a leaf: a name already bound to T (so values are shared and the
 func is a DAG, not a tree) or a new parameter. Scalar literals appear where
-another operand fixes their dtype. Every op of `ops.OPS` can be drawn, and the
-result type-checks by construction; `tests/test_check.py` holds us to that.
+another operand fixes their dtype (now and then inf, -inf or nan in a float
+context). Every op of `ops.OPS` can be drawn (iota where an i32 or i64 tensor
+is wanted), and the result type-checks by construction; `tests/test_check.py`
+holds us to that.
 
 The movement ops (slice, concat, gather) are drawn only with `movement=True`
 (off by default until every later stage handles them). gather's indices are
@@ -32,7 +34,7 @@ from stitch.engine.ir.check import broadcast_shapes, check_func, clamp_slice
 from stitch.engine.ir.floats import edge_values
 from stitch.engine.ir.graph import Graph
 from stitch.engine.ir.interp import index_bounds, np_dtype
-from stitch.engine.ir.ops import ANY, FLOAT, NUMERIC, OPS
+from stitch.engine.ir.ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS
 from stitch.engine.ir.program import (
     DTYPES,
     FLOAT_DTYPES,
@@ -60,7 +62,7 @@ DEFAULT_DTYPES = ("f32", "i32", "bool")
 # How often each op group is drawn, relative to the others: mostly elementwise
 # work between the structural ops, as in real programs.
 _GROUP_WEIGHTS = {"unary": 2, "binary": 3, "compare": 1, "select": 1, "reduce": 2, "matmul": 1, "layout": 2,
-                  "movement": 2}
+                  "movement": 2, "index": 2}
 _LAYOUT_OPS = ("transpose", "reshape", "broadcast_to", "cast")
 _MOVEMENT_OPS = ("slice", "concat", "gather")
 # A new op group, or a new layout or movement op, needs a maker below before it can be drawn.
@@ -70,6 +72,7 @@ assert {name for name, spec in OPS.items() if spec.group == "movement"} == set(_
 
 # Literals: the usual suspects, long reprs, exponents, and a spread of values.
 _NICE_FLOATS = (1.0, 2.0, 0.5, -1.0, 0.0, 0.125, 1e-5, 1e-6, 1e16, 0.044715, 0.7978845608028654, -3.25)
+_NON_FINITE = (float("inf"), float("-inf"), float("nan"))
 
 
 # -- settings profiles ---------------------------------------------------------
@@ -196,6 +199,7 @@ class _FuncBuilder:
             "matmul": self.matmul,
             "layout": self.layout,
             "movement": self.movement,
+            "index": self.iota,
         }
 
     def build(self, name: str) -> Func:
@@ -254,6 +258,8 @@ class _FuncBuilder:
         if dtype in FLOAT_DTYPES:
             if self.chance(15):  # an integer literal in a float context
                 return Const(self.int(-4, 4))
+            if self.chance(10):
+                return Const(_NON_FINITE[self.int(0, 2)])
             return Const(self.draw(st.sampled_from(_NICE_FLOATS) | st.floats(-100, 100, allow_subnormal=False)))
         if self.chance(10):  # an integral float literal in an integer context
             return Const(float(self.int(-4, 4)))
@@ -304,6 +310,8 @@ class _FuncBuilder:
             return self.limits.movement
         if group in ("select", "layout"):
             return True
+        if group == "index":
+            return t.dtype in INDEX_DTYPES and t.rank >= 1
         if group == "compare":
             return t.dtype == "bool"
         if group == "matmul" and not (t.rank + 1 <= self.limits.max_rank or t.rank >= 2):
@@ -420,6 +428,13 @@ class _FuncBuilder:
             return Call(op, (self.moved(TensorType(t.dtype, source)),), (Attr("shape", t.shape),))
         source_dtype = self.pick(self.limits.dtypes)
         return Call(op, (self.expr(TensorType(source_dtype, t.shape)),), (Attr("dtype", DTypeName(t.dtype)),))
+
+    def iota(self, t: TensorType) -> Call:
+        """iota of t's shape along one of its axes (i32 unless t is i64, which it must then say)."""
+        attrs = [Attr("shape", t.shape), Attr("axis", self.axis_text(self.int(0, t.rank - 1), t.rank))]
+        if t.dtype != "i32" or self.chance(30):
+            attrs.append(Attr("dtype", DTypeName(t.dtype)))
+        return Call("iota", (), tuple(attrs))
 
     def movement(self, t: TensorType) -> Call:
         op = self.pick(["slice", "gather"] + (["concat"] if t.rank else []))

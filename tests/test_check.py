@@ -113,6 +113,8 @@ def natural(node: Node, args: list[np.ndarray], inputs: dict):
     }  # fmt: skip
     if op in ufuncs:
         return ufuncs[op](*args)
+    if op == "iota":
+        return np.indices(node.attr("shape"), dtype=np_dtype(node.attr("dtype")))[node.attr("axis")]
     x = args[0]
     if op == "rsqrt":
         return 1 / np.sqrt(x)

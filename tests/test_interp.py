@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from stitch.engine.ir.check import check_func
+from stitch.engine.ir.check import check_func, check_program
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import evaluate, index_bounds, random_inputs
 from stitch.engine.ir.parse import parse_file, parse_program
@@ -39,6 +39,13 @@ def softmax(x):
 def attention(q, k, v):
     scores = np.einsum("hqd,hkd->hqk", q, k) / f32(8.0)
     return [softmax_lastaxis(scores) @ v]
+
+
+def causal_attention(q, k, v):
+    scores = np.einsum("hqd,hkd->hqk", q, k) * f32(0.125)
+    n = scores.shape[-1]
+    future = np.arange(n)[None, :] > np.arange(n)[:, None]
+    return [softmax_lastaxis(np.where(future, -np.inf, scores)) @ v]
 
 
 def softmax_lastaxis(x):
@@ -129,6 +136,8 @@ REFERENCES = {
     "mlp_large": mlp,
     "rmsnorm": rmsnorm,
     "softmax": softmax,
+    "causal_attention": causal_attention,
+    "row_softmax": lambda x: [softmax_lastaxis(x)],
     "two_outputs": two_outputs,
 }
 
@@ -141,8 +150,9 @@ def test_every_example_has_a_reference():
 # The big examples (up to 4096 x 4096) run once each, on one seed.
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_matches_handwritten_numpy(path):
-    for func in parse_file(path).funcs:
-        graph = check_func(func)
+    program = parse_file(path)
+    for func in program.funcs:
+        graph = check_program(program)[func.name]
         inputs = random_inputs(graph, seed=7)
         got = evaluate(graph, inputs)
         want = [np.asarray(w) for w in REFERENCES[func.name](*(inputs[n] for n in graph.param_names))]

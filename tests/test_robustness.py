@@ -37,7 +37,6 @@ from stitch.targets import cc, cpu
 from stitch.targets.c.source import c_source
 from stitch_testing import EXAMPLES, needs_cc
 
-
 # -- generated C is linear in the program ----------------------------------------------
 
 # One step of a chain per op: `{v}` is the previous value (f32[8, 8]), read once; y and m are parameters.
@@ -56,6 +55,7 @@ CHAIN_STEPS = {
     "slice": "concat(slice({v}, axes=[1], starts=[0], ends=[4]), slice(y, axes=[1], starts=[4], ends=[8]), axis=1)",
     "concat": "slice(concat({v}, y, axis=0), axes=[0], starts=[4], ends=[12])",
     "gather": "gather({v}, i, axis=0)",
+    "iota": "add({v}, cast(iota(shape=[8, 8], axis=1), dtype=f32))",
 }
 
 

@@ -413,6 +413,8 @@ class _Checker:
                 raise self.error(
                     f"{e.op}: operand dtypes differ ({shown})", e.pos, "insert a cast(..., dtype=...) on one operand"
                 )
+        if not values:  # iota: no operands
+            return
         dt = values[0].dtype
         if spec.dtypes == FLOAT and dt not in FLOAT_DTYPES:
             raise self.error(f"{e.op} needs a float tensor, got {values[0]}", e.pos, "cast it to f32 first")
@@ -443,6 +445,8 @@ class _Checker:
             return self.reduce(e, types[0])
         if group == OpGroup.MOVEMENT:
             return self.movement(e, types)
+        if group == OpGroup.INDEX:
+            return self.iota(e)
         return self.layout(e, types[0])
 
     def attr_value(self, e: Call, name: str, kind: str):
@@ -499,6 +503,24 @@ class _Checker:
             shown = ", ".join(str(u) for u in types)
             raise self.error(f"{e.op}: {problem.message} (the operand{'s are' if len(types) > 1 else ' is'} {shown})",
                              self.attr_pos(e, problem.where)) from None
+
+    def iota(self, e: Call):
+        """iota's type: its shape (each dimension at least 1), its axis in range (non-negative after
+        checking) and its dtype, i32 unless given."""
+        shape = tuple(self.attr_value(e, "shape", "shape"))
+        if any(d == -1 or not dims.provably(1, d, self.ranges) for d in shape):
+            raise self.error(f"iota: dimensions must be positive, got [{', '.join(map(str, shape))}]",
+                             e.attr("shape").pos)
+        try:
+            axis = normalize_axis(self.attr_value(e, "axis", "int"), len(shape))
+        except AttrProblem as problem:
+            raise self.error(f"iota: {problem.message}", e.attr("axis").pos) from None
+        given = self.attr_value(e, "dtype", "dtype")
+        dtype = given.name if given is not None else "i32"
+        if dtype not in INDEX_DTYPES:
+            raise self.error(f"iota: dtype must be {' or '.join(INDEX_DTYPES)}, got {dtype}", e.attr("dtype").pos,
+                             "cast(iota(...), dtype=...) for another")
+        return (("shape", shape), ("axis", axis), ("dtype", dtype)), TensorType(dtype, shape)
 
     def reduce(self, e: Call, t: TensorType):
         axes = self.attr_value(e, "axes", "axes")

@@ -154,7 +154,15 @@ def apply_op(node: Node, args: list[np.ndarray], sizes: dict[str, int] | None = 
         return np.concatenate(args, axis=node.attr("axis"))
     if op == "gather":
         return gather(node, args[0], args[1])
+    if op == "iota":
+        return iota(node.attr("shape"), node.attr("axis"), out_dt)
     return elementwise(op, node.type.dtype, args)
+
+
+def iota(shape: tuple[int, ...], axis: int, dtype: np.dtype) -> np.ndarray:
+    """Each element's index along `axis` (np.indices(shape)[axis]), a broadcast view of one arange."""
+    line = np.arange(shape[axis], dtype=dtype).reshape([-1 if a == axis else 1 for a in range(len(shape))])
+    return np.broadcast_to(line, shape)
 
 
 def concrete(node: Node, sizes: dict[str, int]) -> Node:

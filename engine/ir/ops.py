@@ -27,6 +27,7 @@ class OpGroup(StrEnum):
     MATMUL = "matmul"
     LAYOUT = "layout"  # transpose reshape broadcast_to cast: the whole operand, rearranged or converted
     MOVEMENT = "movement"  # slice concat gather: parts of operands, moved
+    INDEX = "index"  # iota: a value computed from its own position, reading nothing
 
 
 # Attribute kinds: what value an attribute holds in a program.
@@ -36,7 +37,7 @@ class OpGroup(StrEnum):
 #   ints   a list of integers, any sign (slice's starts, ends, steps)
 #   int    one integer, any sign (an axis)
 #   bool   true or false
-#   dtype  a dtype name
+#   dtype  a dtype name (iota's: one of INDEX_DTYPES)
 ATTR_KINDS = ("axes", "perm", "shape", "ints", "int", "bool", "dtype")
 LIST_KINDS = ("axes", "perm", "shape", "ints")
 
@@ -90,11 +91,12 @@ ACCUMULATING = REDUCE + ("matmul",)
 SUMMING = ("sum", "mean", "matmul")
 LAYOUT = ("transpose", "reshape", "broadcast_to", "cast")
 MOVEMENT = ("slice", "concat", "gather")
+INDEX = ("iota",)
 ELEMENTWISE_GROUPS = (OpGroup.UNARY, OpGroup.BINARY, OpGroup.COMPARE, OpGroup.SELECT)
 # Every output element reads at most one element of each operand: such an op
 # fuses into its consumer as an index map (docs/reference/ir.md).
-INJECTIVE_GROUPS = ELEMENTWISE_GROUPS + (OpGroup.LAYOUT, OpGroup.MOVEMENT)
-# Dtypes gather's indices may have.
+INJECTIVE_GROUPS = ELEMENTWISE_GROUPS + (OpGroup.LAYOUT, OpGroup.MOVEMENT, OpGroup.INDEX)
+# Dtypes gather's indices and iota's values may have.
 INDEX_DTYPES = ("i32", "i64")
 
 _REDUCE_ATTRS = {"axes": AttrSpec("axes"), "keepdims": AttrSpec("bool")}
@@ -129,6 +131,11 @@ def _table() -> dict[str, OpSpec]:
     ops["concat"] = OpSpec("concat", G.MOVEMENT, 1, ANY, _AXIS, variadic=True)
     # gather(x, indices): `dtypes` is x's; indices are INDEX_DTYPES.
     ops["gather"] = OpSpec("gather", G.MOVEMENT, 2, ANY, _AXIS)
+    # iota(shape=[...], axis=K, dtype=i32): each element's index along axis K (np.indices(shape)[K]);
+    # no operands, so `dtypes` speaks of none. dtype defaults to i32.
+    ops["iota"] = OpSpec("iota", G.INDEX, 0, ANY, {"shape": AttrSpec("shape", required=True),
+                                                    "axis": AttrSpec("int", required=True),
+                                                    "dtype": AttrSpec("dtype")})
     return ops
 
 

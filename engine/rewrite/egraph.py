@@ -8,6 +8,7 @@ One sort `T` holds both values and placed edges:
     (Transpose a perm) (Reshape a shape) (Bcast a shape) (Cast a dtype)
     (Slice a axes starts ends steps)             normalized as in the Graph
     (Concat a b axis) (Gather x indices axis)    axis non-negative
+    (Iota shape axis dtype)                      a leaf: each element's index along axis
     (Global a) (Shared a) (Local a) (Inline a)   the placement of an edge
 
 concat is variadic in programs but binary here: concat(a, b, c) enters
@@ -52,6 +53,7 @@ FAMILIES = {
     "Slice": (("slice",), ("axes", "starts", "ends", "steps")),
     "Concat": (("concat",), ("axis",)),
     "Gather": (("gather",), ("axis",)),
+    "Iota": (("iota",), ("shape", "axis", "dtype")),
 }
 # Families whose first field is the op name (a String); the others are one op each.
 NAMED_FAMILIES = ("Un", "Bin", "Red")
@@ -86,6 +88,7 @@ PRELUDE = r"""
   (Slice T IVec IVec IVec IVec)
   (Concat T T i64)
   (Gather T T i64)
+  (Iota IVec i64 String)
   (Global T)
   (Shared T)
   (Local T)
@@ -112,6 +115,7 @@ PRELUDE = r"""
 ) + r"""
 ; ---- dtype -----------------------------------------------------------------
 (rule ((= t (Const v d))) ((set (dtype t) d) (set (shape t) (vec-empty))) :ruleset analysis)
+(rule ((= t (Iota s k d))) ((set (dtype t) d) (set (shape t) s)) :ruleset analysis)
 (rule ((= t (Un op a)) (= d (dtype a))) ((set (dtype t) d)) :ruleset analysis)
 (rule ((= t (Bin op a b)) (compare-op op) (= d (dtype a))) ((set (dtype t) "bool")) :ruleset analysis)
 (rule ((= t (Bin op a b)) (= d (dtype b)) (!= op "less") (!= op "greater") (!= op "equal"))
@@ -259,6 +263,7 @@ PRELUDE = r"""
 (rule ((= t (Gather a i k)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Input n)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Const v d)) (= s (shape t))) ((has-space t s)) :ruleset analysis)
+(rule ((= t (Iota s k d))) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Global a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Shared a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
 (rule ((= t (Local a)) (has-space a s)) ((has-space t s)) :ruleset analysis)
@@ -278,6 +283,7 @@ PRELUDE = r"""
 (rule ((= t (Slice a ax st en sp))) ((is-movement t) (is-injective t)) :ruleset analysis)
 (rule ((= t (Concat a b k))) ((is-movement t) (is-injective t)) :ruleset analysis)
 (rule ((= t (Gather a i k))) ((is-movement t) (is-injective t)) :ruleset analysis)
+(rule ((= t (Iota s k d))) ((is-injective t)) :ruleset analysis)
 
 ; literals folded: add, sub, mul or div of two float literals is a literal (a rule's right side
 ; may write mul(?b, -2.0) for a scalar ?b; a program never does). Computed in f64 and kept only
@@ -365,6 +371,8 @@ def node_term(node: Node, operand: dict[int, str]) -> str:
         return f"(Gather {args[0]} {args[1]} {node.attr('axis')})"
     if fam == "Concat":
         return concat_term(args, node.attr("axis"))
+    if fam == "Iota":
+        return f"(Iota {ivec(node.attr('shape'))} {node.attr('axis')} {quote(node.attr('dtype'))})"
     return f"(Cast {args[0]} {quote(node.attr('dtype'))})"
 
 

@@ -35,7 +35,8 @@ FAMILY_CLASSES = {
     "matmul": ("MatMul",),
     "layout": ("Transpose", "Reshape", "Bcast", "Cast"),
     "movement": ("Slice", "Concat", "Gather"),
-    "injective": ("Un", "Bin", "Where", "Cast", "Transpose", "Reshape", "Bcast", "Slice", "Concat", "Gather"),
+    "injective": ("Un", "Bin", "Where", "Cast", "Transpose", "Reshape", "Bcast", "Slice", "Concat", "Gather",
+                  "Iota"),
 }
 TENSOR_CLASS_RELATIONS = {
     "elementwise": "is-elementwise",

@@ -27,7 +27,7 @@ from .rules import RuleFile
 
 T_CONSTRUCTORS = (
     "Input", "Const", "Un", "Bin", "Where", "Red", "MatMul", "Transpose", "Reshape", "Bcast", "Cast", "Slice", "Concat",
-    "Gather",
+    "Gather", "Iota",
     "Global", "Shared", "Local", "Inline",
 )
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...engine.schedule.index import FloorDiv, Mod, affine
-from ...lowering.loops import Buffer, Checked, For, Ix, Lit, Load, LoopKernel, Op, Select, Store, flat_index
+from ...lowering.loops import Buffer, Checked, For, IndexValue, Ix, Lit, Load, LoopKernel, Op, Select, Store, flat_index
 from ...lowering.matmul import expr_dtype, flat_coef
 from .ops import literal, scalar_op, vector_op
 from .prelude import C_TYPES
@@ -193,6 +193,8 @@ class KernelWriter:
             return f"(({self.ix(e.ix)}) < {e.split} ? {self.expr(e.low)} : {self.expr(e.high)})"
         if isinstance(e, Checked):  # a gather whose load no longer reads its index: check it anyway
             return f"((void)({self.ix(e.check)}), {self.expr(e.value)})"
+        if isinstance(e, IndexValue):  # an iota's element: its position
+            return f"(({C_TYPES[e.dtype]})({self.ix(e.ix)}))"
         return literal(e.value, e.dtype)
 
     def vector_expr(self, e, var: str) -> str | None:

@@ -165,7 +165,10 @@ class Drawer:
             return self.build_left(p.args[0])
         args = tuple(self.build_left(a) for a in p.args)
         unbound_attrs = [a for a in p.attrs if isinstance(a.value, PVar) and a.value.name not in self.inst.attrs]
-        if unbound_attrs:
+        if unbound_attrs and p.op == "iota":  # no operand: its attributes are its whole type
+            for a in sorted(unbound_attrs, key=lambda a: a.name != "shape"):  # the shape before its axis
+                self.inst.attrs[a.value.name] = self.iota_attr(p, a.name, a.value.name)
+        elif unbound_attrs:
             operand = self.operand_type(args[0])
             drawn = self.slice_attrs(p, operand) if p.op == "slice" else {}
             for a in unbound_attrs:
@@ -178,6 +181,20 @@ class Drawer:
             return infer_type(self.inst.params(), e)
         except StitchError:
             self.reject("the left side does not type-check")
+
+    def iota_attr(self, p: PCall, name: str, var: str):
+        """An attribute of an iota: its shape, an axis of the shape (drawn or fixed), or an index dtype."""
+        if var in self.facts.attr_fixed:
+            return self.facts.attr_fixed[var]
+        if name == "dtype":
+            return DTypeName(self.pick(INDEX_DTYPES))
+        shape = p.attr("shape").value
+        shape = self.inst.attrs.get(shape.name, shape) if isinstance(shape, PVar) else shape
+        if name == "shape":
+            return self.fresh_shape(self.draw(st.integers(1, MAX_RANK)))
+        if not isinstance(shape, tuple) or not shape:
+            self.reject("the left side does not type-check")
+        return self.draw(st.integers(0, len(shape) - 1))
 
     def slice_attrs(self, p: PCall, t: TensorType) -> dict[str, tuple[int, ...]]:
         """All four attributes of a slice of `t` in normal form, keeping the ones the pattern fixes."""
