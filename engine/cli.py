@@ -342,8 +342,7 @@ def cmd_eval(args) -> int:
             raise StitchError(err.message, err.pos, read_source(args.file), err.hint) from None
         raise
     if args.output:
-        save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
-        print(f"wrote {args.output} ({', '.join(f'out{k}' for k in range(len(outputs)))})", file=sys.stderr)
+        save_outputs(args.output, outputs)
     else:
         print(summarize(outputs))
     return 0
@@ -527,8 +526,7 @@ def cmd_run(args) -> int:
     if args.profile:
         timings = program.profile(args.runs, **inputs)
     if args.output:
-        save_npz(args.output, {f"out{k}": v for k, v in enumerate(outputs)})
-        print(f"wrote {args.output} ({', '.join(f'out{k}' for k in range(len(outputs)))})", file=sys.stderr)
+        save_outputs(args.output, outputs)
     if args.json:
         out = program.compiled.to_json()
         out.update({"run_seconds": run_seconds, "executor": program.executor})
@@ -557,6 +555,13 @@ def cmd_run(args) -> int:
     if args.check and not args.json:
         print("check: outputs equal the reference within tolerance")
     return 0
+
+
+def save_outputs(path: str, outputs: list[np.ndarray]) -> None:
+    """`eval -o` and `run -o`: the outputs as out0, out1, ... in exactly `path`, and say so."""
+    names = [f"out{k}" for k in range(len(outputs))]
+    save_npz(path, dict(zip(names, outputs)))
+    print(f"wrote {path} ({', '.join(names)})", file=sys.stderr)
 
 
 def check_output(path: str | None) -> None:

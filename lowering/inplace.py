@@ -32,7 +32,6 @@ class _Kernel:
     def __init__(self, kernel: LoopKernel, globals_: dict):
         self.k = kernel
         self.globals = globals_
-        self.allocs = {b.name: b for b in kernel.allocs}
         self.single = written_once(kernel.body)
         self.moved: dict[str, tuple[tuple[str, ...], Load]] = {}  # copy -> (its loop variables, what it copied)
 

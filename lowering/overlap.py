@@ -34,7 +34,6 @@ from .liveness import buffers_read, buffers_touched
 from .loops import Accumulate, For, LoopKernel, LoopProgram, Stmt, leaves
 from .verify import capacity_problem
 
-
 # Rows a head and a tail loop take turns in at least: with fewer, a tile's reads and the previous
 # tile's writes hardly interleave, and a loop of one row is the two stages one after the other.
 MIN_ROWS = 8
@@ -85,7 +84,7 @@ def pipeline_tiles(program: LoopProgram, capacity: int) -> LoopProgram:
         on_chip = {b.name for b in k.allocs}
         loops = tile_loops(k)
         pipelined = (k.pipelined and bool(loops) and all(stages(loop, on_chip) is not None for loop in loops)
-                     and capacity_problem(replace(k, pipelined=True), capacity) is None)
+                     and capacity_problem(k, capacity) is None)
         kernels.append(k if pipelined == k.pipelined else replace(k, pipelined=pipelined))
     return replace(program, kernels=kernels)
 

@@ -84,9 +84,6 @@ class KernelPlan:
         return {a: t for a, t in self.tile.items() if a != self.chunked}
 
 
-INF = float("inf")
-
-
 def align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
@@ -120,8 +117,8 @@ def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target
     epilogue = frozenset().union(*(f.tails[key] for key in partial)) if partial else frozenset()
     staged = tuple(replace(s, in_place=True) if read_in_place(s.cid, s.index, kernel, tile, types, target) else s
                    for s in ins.staged)
-    whole = frozenset(cid for cid in ins.resident if types[cid].shape
-                      and types[cid].shape[-1] * dtype_bytes(types[cid].dtype) >= (target.inplace_run_bytes or INF))
+    whole = frozenset(cid for cid in ins.resident
+                      if types[cid].shape and _long_run(types[cid].shape[-1], types[cid].dtype, target))
     plan = KernelPlan(tuple(parallel), tile, frozenset(ins.resident), whole, staged,
                       tuple((key, tuple(rs)) for key, rs in ins.streamed.items()), partial, epilogue,
                       chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset(), f.plain)
@@ -231,7 +228,12 @@ def read_in_place(cid: str, index: tuple[Ix, ...], kernel: Kernel, tile: dict[st
     inner = axes[-1]
     if index[-1].coef(inner) != 1 or any(inner in index_axes((ix,)) for ix in index[:-1]):
         return False
-    return tile.get(inner, kernel.extents[inner]) * dtype_bytes(types[cid].dtype) >= target.inplace_run_bytes
+    return _long_run(tile.get(inner, kernel.extents[inner]), types[cid].dtype, target)
+
+
+def _long_run(elements: int, dtype: str, target: Target) -> bool:
+    """Whether a contiguous run of `elements` is long enough to read in place (`inplace_run_bytes`; 0: never)."""
+    return bool(target.inplace_run_bytes) and elements * dtype_bytes(dtype) >= target.inplace_run_bytes
 
 
 # ---------------------------------------------------------------------------

@@ -46,13 +46,12 @@ class KernelPrice:
     def feasible(self) -> bool:
         return not self.problem
 
-    def cycles_on(self, plan, target: Target, threads: int) -> float:
+    def cycles_on(self, plan: KernelPlan, target: Target, threads: int) -> float:
         """The cycles were the kernel's tiles run by `threads` threads, not the target's cores: its
         compute spread over min(threads, tiles) (one, where the plan keeps it on the caller)."""
         if not self.feasible:
             return self.cycles
-        priced = max(1, min(target.cores, self.tiles)) if plan.threaded else 1
-        running = max(1, min(threads, self.tiles)) if plan.threaded else 1
+        priced, running = cores_used(plan, self.tiles, target.cores), cores_used(plan, self.tiles, threads)
         compute = self.vector_cycles + self.matrix_cycles
         scaled = compute * priced / running
 
@@ -60,6 +59,12 @@ class KernelPrice:
             return max(self.transfer_cycles, c) if target.overlap_dma else self.transfer_cycles + c
 
         return self.cycles - body(compute) + body(scaled)
+
+
+def cores_used(plan: KernelPlan, tiles: int, cores: int) -> int:
+    """The cores a kernel's tiles keep busy: as many as there are tiles, one where the plan keeps
+    them on the calling thread."""
+    return max(1, min(cores, tiles)) if plan.threaded else 1
 
 
 def capacity_problem(needed: int, target: Target) -> str:
@@ -128,7 +133,7 @@ def price_plan(kernel: Kernel, plan: KernelPlan, types, target: Target, f: Kerne
         vec += 2 * slice_elems(inst.axes, kernel, tile) * (kernel.extents[chunk[0]] // chunk[1])
     vec *= tiles
     mat *= tiles
-    cores = max(1, min(target.cores, tiles)) if plan.threaded else 1
+    cores = cores_used(plan, tiles, target.cores)
     vector_cycles = vec / (target.vector_lanes * cores)
     matrix_cycles = mat / cores
     transfer = (moved + written) / target.global_bandwidth

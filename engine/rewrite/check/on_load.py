@@ -10,6 +10,7 @@ unchanged file checks nothing. `trust_rules` (`--trust-rules`) skips the check, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -47,13 +48,18 @@ def _key(rf: RuleFile) -> str:
     digest = hashlib.sha256(f"{LOAD_EXAMPLES}\n".encode())
     for rule in rf.rules:
         digest.update(f"{print_rule(rule)} {rule.tags}\n".encode())
-    for source in _CHECKER_SOURCES:
-        digest.update(source.read_bytes())
+    digest.update(_checker_digest())
     return digest.hexdigest()[:24]
 
 
-_HERE = Path(__file__).resolve().parent
-_CHECKER_SOURCES = sorted(_HERE.glob("*.py")) + [_HERE.parent.parent / "ir" / "interp.py"]
+@functools.cache
+def _checker_digest() -> bytes:
+    """The checker's and the reference interpreter's source, hashed once per process."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for source in sorted(here.glob("*.py")) + [here.parent.parent / "ir" / "interp.py"]:
+        digest.update(source.read_bytes())
+    return digest.digest()
 
 
 def _read(path: Path | None):
