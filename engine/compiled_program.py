@@ -13,7 +13,8 @@ import numpy as np
 
 from .ir.errors import StitchError
 from .ir.graph import Graph
-from .ir.interp import bind_inputs, np_dtype
+from .ir.extent import instantiate, planning_values
+from .ir.interp import bind_call, bind_inputs, np_dtype
 from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
@@ -79,6 +80,7 @@ class CompiledProgram:
     # what the kernels read besides a call's inputs: the blocks made from the weights, and the
     # program's own copies of the weights a kernel reads as they are
     bound: dict[str, np.ndarray] = field(default_factory=dict)
+    _instances: dict = field(default_factory=dict, repr=False)  # sizes -> the loops at them (`instance`)
 
     def inputs(self, inputs: dict) -> dict[str, np.ndarray]:
         """A call's arrays checked against the parameters not bound at compile time, with what the
@@ -86,25 +88,50 @@ class CompiledProgram:
         return bind_inputs(self.graph, inputs, self.weights) | self.bound
 
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
-        given = bind_inputs(self.graph, inputs, self.weights)
+        given, sizes = bind_call(self.graph, inputs, self.weights)
+        if sizes:
+            self._check_sizes(sizes)
         if out is not None:  # (the bound arrays are the program's own: no out= array shares them)
             check_outputs(self.graph, out, given)
         args = given | self.bound if self.bound else given
         if self.executor == "c":  # (it walks nothing recursively: no raised recursion limit, 3 us a call)
-            return self.native.run(args, out)
-        return self._execute(args, out)
+            return self.native.run(args, out, sizes)
+        return self._execute(args, out, sizes)
+
+    def _check_sizes(self, sizes: dict[str, int]) -> None:
+        """A symbol's value above the one the program was scheduled at (engine/ir/extent.py: the top of
+        its range, or PLANNING_LIMIT) is refused: buffers on chip are laid out for that size."""
+        top = planning_values(self.compiled.graph.symbols)
+        over = [f"'{name}' is {v}" for name, v in sizes.items() if name in top and v > top[name]]
+        if over:
+            raise StitchError(f"'{self.graph.name}' was compiled for sizes up to "
+                              + ", ".join(f"{name} = {top[name]}" for name in top) + f": {', '.join(over)}",
+                              hint="declare the symbol's range to compile for larger sizes ([n: 1..N] after the "
+                                   "func name; stitch import --dim-range NAME=LO..HI)")
+
+    def instance(self, sizes: dict[str, int]) -> LoopProgram:
+        """The loops at these symbol values (each Extent evaluated), for the walking executors."""
+        key = tuple(sorted(sizes.items()))
+        if key not in self._instances:
+            if len(self._instances) > 8:
+                self._instances.clear()
+            self._instances[key] = instantiate(self.loops, sizes)
+        return self._instances[key]
 
     @allows_deep_recursion
-    def _execute(self, args: dict[str, np.ndarray], out: list[np.ndarray] | None) -> list[np.ndarray]:
-        """A call on the simulator or the numpy executor, which walk the loops recursively."""
+    def _execute(self, args: dict[str, np.ndarray], out: list[np.ndarray] | None,
+                 sizes: dict[str, int] | None = None) -> list[np.ndarray]:
+        """A call on the simulator or the numpy executor, which walk the loops recursively (a
+        symbolic program's at the call's sizes)."""
+        loops = self.instance(sizes) if sizes else self.loops
         if self.executor == "simulator":
             from ..targets.simulator import simulate
 
-            outputs, self.report = simulate(self.loops, self.compiled.target, args)
+            outputs, self.report = simulate(loops, self.compiled.target, args)
         else:
             from ..lowering.execute import execute
 
-            outputs, _ = execute(self.loops, args, count=False)  # (its traffic is not asked for)
+            outputs, _ = execute(loops, args, count=False)  # (its traffic is not asked for)
         if out is not None:
             for dst, src in zip(out, outputs):
                 dst[...] = src

@@ -188,10 +188,6 @@ def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResul
     """The cheapest schedule for `target`, and why the most-fused alternative was refused (when it was).
 
     No feasible schedule (every one exceeds the target's capacity) is an error."""
-    if graph.symbols:  # the cost model and lowering take static shapes only, so far
-        raise StitchError(f"'{graph.name}' has symbolic dimensions ({', '.join(graph.symbols)}): this version of stitch "
-                          "saturates it (stitch compile --emit egraph) but schedules and compiles only static "
-                          "shapes", hint="write the dimensions as numbers (stitch import --dim NAME=N) to compile it")
     extracted = extract_schedule(data, target)
     fused = build_schedule(data, extract_tree(data, MOST_FUSED))
     blocked = []

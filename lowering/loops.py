@@ -144,6 +144,9 @@ class LoopKernel:
     pipelined: bool = False
     # its tiles spread over the cores (`KernelPlan.threaded`); False: run on the calling thread
     threaded: bool = True
+    # tile loops along symbolic axes, (axis, tile, extent): each is followed by its remainder tile,
+    # written by the last pass (lowering/remainder.py)
+    remainders: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass
@@ -161,6 +164,9 @@ class LoopProgram:
     # the kernels read (params too, so the kernels take them as they take any input)
     bound: tuple[str, ...] = ()
     prologue: LoopProgram | None = None
+    # the symbols its extents are expressions of (engine/ir/extent.py), in the order `stitch_main`
+    # takes their values
+    symbols: tuple[str, ...] = ()
 
     def buffer(self, name: str) -> Buffer:
         for b in self.params + self.intermediates + self.output_buffers:

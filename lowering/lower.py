@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..engine.ir.extent import is_symbolic
 from ..engine.ir.graph import Graph
 from ..engine.ir.ops import REDUCE as REDUCTIONS
 from ..engine.ir.program import TensorType
@@ -144,8 +145,14 @@ def _delinearize(program: LoopProgram, target: Target) -> LoopProgram:
     return split_merged_loops(program)
 
 
+def _remainders(program: LoopProgram, target: Target) -> LoopProgram:
+    from .remainder import remainder_tiles
+
+    return remainder_tiles(program)
+
+
 # The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _remainders]
 
 
 @allows_deep_recursion
@@ -192,7 +199,7 @@ def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target: Ta
     out_buffers = [Buffer(names[c], "global", types[c].dtype, types[c].shape)
                    for c in dict.fromkeys(schedule.outputs) if c not in schedule.params]
     return LoopProgram(name, params, [names[c] for c in schedule.outputs], intermediates, kernels, out_buffers,
-                       checks)
+                       checks, symbols=tuple(graph.symbols) if graph is not None else ())
 
 
 def fill_kernel(name: str, buffer: str, t: TensorType, value) -> LoopKernel:
@@ -318,9 +325,13 @@ class _KernelLowering:
             tile_part, after = self.compute(inst)
             epilogue.extend(tile_part + after)
         body = body_at[len(self.parallel)]
+        remainders = []
         for level in reversed(range(len(self.parallel))):
             axis = self.parallel[level]
-            tiles = self.k.extents[axis] // self.tile[axis]
+            extent, t = self.k.extents[axis], self.tile[axis]
+            tiles = extent // t
+            if is_symbolic(extent) and t < extent:  # whole tiles; the remainder follows (the last pass)
+                remainders.append((axis, t, extent))
             if axis == self.plan.chunked:  # the chunks of one tile's reduction, in order, on its thread
                 body = body_at[level] + self.before_chunk + [For(axis + "o", tiles, "serial", body)] + self.after_chunk
                 continue
@@ -331,7 +342,7 @@ class _KernelLowering:
         in_place = frozenset(name for name, s in self.staged.values() if s.in_place) | frozenset(
             name for cid, name in self.resident.items() if cid in self.plan.resident_in_place)
         return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable, in_place=in_place,
-                          pipelined=self.plan.pipelined, threaded=self.plan.threaded)
+                          pipelined=self.plan.pipelined, threaded=self.plan.threaded, remainders=tuple(remainders))
 
     def staging_level(self, axes) -> int:
         """The depth of tile loops a copy sits in: just inside the innermost tiled axis it varies along."""

@@ -8,6 +8,7 @@ executor (lowering/execute.py) instead.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.ir.errors import StitchError
+from ..engine.ir.extent import at
 from ..engine.ir.interp import aligned_empty, np_dtype
 from ..engine.schedule.target import Target
 from ..lowering.loops import Buffer, LoopProgram
@@ -45,9 +47,11 @@ class Native:
         if self.library is not None:  # one lock per loaded library: its error slot is the library's
             self.lock = library_lock(self.library)
 
-    def run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None = None) -> list[np.ndarray]:
+    def run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None = None,
+            sizes: dict[str, int] | None = None) -> list[np.ndarray]:
+        """One call; `sizes` gives the symbols' values (a program with symbolic dimensions)."""
         with self.lock:
-            return self._run(inputs, out)
+            return self._run(inputs, out, sizes or {})
 
     @cached_property
     def layout(self) -> tuple[list[Buffer], set[str], set[str]]:
@@ -62,14 +66,17 @@ class Native:
         order, temporaries, _ = self.layout
         return [(b, np_dtype(b.dtype), b.name in temporaries) for b in order]
 
-    def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None) -> list[np.ndarray]:
+    def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None,
+             sizes: dict[str, int]) -> list[np.ndarray]:
         params = self.layout[2]
+        symbols = self.program.symbols
         pointers = []
         arrays: dict[str, np.ndarray] = {}
         provided: dict[str, np.ndarray] = {}  # the out= array the kernels write each output into
         for name, arr in zip(self.program.outputs, out or ()):
             provided.setdefault(name, arr)  # (an output returned twice is copied into its second array)
         for b, dtype, temporary in self.plan:
+            shape = tuple(at(d, sizes) for d in b.shape) if symbols else b.shape
             if b.name in inputs:
                 arr = inputs[b.name]
                 flags = arr.flags
@@ -78,18 +85,27 @@ class Native:
             elif b.name in provided:
                 arr = provided[b.name]
                 flags = arr.flags
-                if arr.shape != b.shape or arr.dtype != dtype or not (flags.c_contiguous and flags.aligned):
-                    raise StitchError(f"out= array for {b.name} must be a C-contiguous, aligned {b.dtype}{list(b.shape)}")
+                if arr.shape != shape or arr.dtype != dtype or not (flags.c_contiguous and flags.aligned):
+                    raise StitchError(f"out= array for {b.name} must be a C-contiguous, aligned {b.dtype}{list(shape)}")
+            elif temporary and symbols:  # the largest size called yet, its front viewed at this one
+                count = math.prod(shape)
+                arr = self.scratch.get(b.name)
+                if arr is None or arr.size < count:
+                    arr = self.scratch[b.name] = aligned_empty((max(count, 1),), dtype)
+                arr = arr[:count].reshape(shape)
             elif temporary:
                 arr = self.scratch.get(b.name)
                 if arr is None:
                     arr = self.scratch[b.name] = aligned_empty(b.shape, dtype)
             else:
-                arr = aligned_empty(b.shape, dtype)
+                arr = aligned_empty(shape, dtype)
             arrays[b.name] = arr  # (kept alive through the call)
             pointers.append(arr.ctypes.data)
         argv = (ctypes.c_void_p * len(pointers))(*pointers)
-        rc = self.library.stitch_main(argv)
+        if symbols:
+            rc = self.library.stitch_main(argv, (ctypes.c_longlong * len(symbols))(*(sizes[n] for n in symbols)))
+        else:
+            rc = self.library.stitch_main(argv)
         if rc == 2:  # a gather's index out of range (the first one found)
             site = self.library.stitch_error_site()
             value = self.library.stitch_error_value()
@@ -169,10 +185,10 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
         cache_dir.mkdir(parents=True, exist_ok=True)
         lib_path = cached_library(source, parts, cc, flags, cache_dir)
         try:
-            library = _load(lib_path, cc, cache_dir)
+            library = _load(lib_path, cc, cache_dir, len(program.symbols))
         except OSError:  # checked but does not load: build it again
             lib_path.unlink(missing_ok=True)
-            library = _load(cached_library(source, parts, cc, flags, cache_dir), cc, cache_dir)
+            library = _load(cached_library(source, parts, cc, flags, cache_dir), cc, cache_dir, len(program.symbols))
         return Native(program, library, lib_path.with_suffix(".c"), flags=requested, cache_dir=cache_dir)
     except OSError as err:
         print(f"stitch: cannot write to the cache directory {cache_dir} ({err.strerror or err}); building in a "
@@ -180,7 +196,7 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
     try:
         with tempfile.TemporaryDirectory(prefix="stitch-") as tmp:  # a loaded library may be deleted
             lib_path = cached_library(source, parts, cc, flags, Path(tmp))
-            library = _load(lib_path, cc, cache_dir)
+            library = _load(lib_path, cc, cache_dir, len(program.symbols))
     except OSError as err:
         raise StitchError(f"cannot build the C library: {err.strerror or err} (in the cache directory {cache_dir} "
                           f"and in {tempfile.gettempdir()})", hint="free some disk space, or pass --cache-dir "
@@ -188,9 +204,9 @@ def build(program: LoopProgram, cache_dir: Path | None = None, flags: tuple[str,
     return Native(program, library, lib_path.with_suffix(".c"), flags=requested, cache_dir=cache_dir)
 
 
-def _load(path: Path, cc: str, cache_dir: Path) -> ctypes.CDLL:
+def _load(path: Path, cc: str, cache_dir: Path, symbols: int = 0) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
-    lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+    lib.stitch_main.argtypes = [ctypes.POINTER(ctypes.c_void_p)] + [ctypes.POINTER(ctypes.c_longlong)] * bool(symbols)
     lib.stitch_main.restype = ctypes.c_int
     runtime.bind(lib, cc, cache_dir)
     lib.stitch_error_site.restype = ctypes.c_int

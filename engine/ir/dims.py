@@ -157,6 +157,8 @@ def floordiv(a: Dim, c: int) -> Dim:
         return add(_make({m: coef // c for m, coef in terms.items()}), const // c)
     if c == 1:
         return a
+    if all(coef < 0 for m, coef in terms.items()):  # floor(-b / c) = -floor((b + c - 1) / c): a ceiling
+        return mul(floordiv(add(mul(a, -1), c - 1), c), -1)
     return _make({(Quot(a, c),): 1})
 
 

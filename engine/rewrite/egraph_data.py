@@ -51,10 +51,12 @@ class EGraphData:
 
     @classmethod
     def from_json(cls, text: str, roots: list[str] | None = None,
-                  exact_ints: dict[tuple[float, str], int] | None = None, symbol: str | None = None) -> "EGraphData":
+                  exact_ints: dict[tuple[float, str], int] | None = None, symbol: str | None = None,
+                  planning: int | None = None) -> "EGraphData":
         """`exact_ints`: integer literals beyond 2**53 (saturate.exact_int_constants), back from their f64.
-        `symbol`: the program's symbol, its dimensions read back from their encoding (symbols.py)."""
-        decode = decoder(symbol)
+        `symbol`: the program's symbol, its dimensions read back from their encoding (symbols.py),
+        as Extents at its `planning` value when one is given (engine/ir/extent.py)."""
+        decode = decoder(symbol, planning)
         js = json.loads(text)
         nodes = js["nodes"]
         value_cache: dict[str, object] = {}

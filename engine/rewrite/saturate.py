@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from egglog import bindings as eb
 
 from ..ir.errors import StitchError
+from ..ir.extent import planning_values
 from ..ir.graph import Graph
 from ..ir.memory import default_budget, over_budget
 from .egraph import PRELUDE, graph_to_egglog
@@ -162,6 +163,7 @@ class EGraphRun:
         self._exec(text, "the program")
         self.exact_ints = exact_int_constants(graph)
         self.symbol = next(iter(graph.symbols), None)  # (symbols.py: one at most)
+        self.planning = planning_values(graph.symbols).get(self.symbol)  # what scheduling sizes it at
 
     def release(self) -> None:
         """Done with the e-graph (what `data` read stays): pop back to the loaded rules and keep them for
@@ -283,4 +285,5 @@ class EGraphRun:
 
     def data(self) -> EGraphData:
         """The e-graph read back into Python (`egraph_data.py`): what extraction and the pictures read."""
-        return EGraphData.from_json(self.serialize().to_json(), exact_ints=self.exact_ints, symbol=self.symbol)
+        return EGraphData.from_json(self.serialize().to_json(), exact_ints=self.exact_ints, symbol=self.symbol,
+                                    planning=self.planning)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from ..ir.dims import Dim, Expr, Sym, evaluate, mul, symbol
 from ..ir.errors import StitchError
+from ..ir.extent import extent
 
 HINT = 2**24 + 43  # a prime: no small number divides it
 STATIC_LIMIT = 2**22  # a static value (or a symbolic one's constant term) read back is below this
@@ -63,11 +64,16 @@ def encode(d: Dim) -> int:
     return evaluate(d, {name: HINT})
 
 
-def decoder(name: str | None):
-    """Read a value back as a dimension in the symbol `name` (None: a static program, as it is)."""
+def decoder(name: str | None, planning: int | None = None):
+    """Read a value back as a dimension in the symbol `name` (None: a static program, as it is); with
+    a `planning` value, a symbolic dimension comes back as its Extent there (engine/ir/extent.py),
+    what scheduling computes with."""
     if name is None:
         return lambda v: v
     n = symbol(name)
+    if planning is not None:
+        plain = decoder(name)
+        return lambda v: extent(plain(v), {name: planning})
 
     def decode(v: int) -> Dim:
         a = (v + HINT // 2) // HINT

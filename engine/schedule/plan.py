@@ -35,6 +35,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ..ir.extent import is_symbolic
 from ..ir.ops import ACCUMULATING
 from ..ir.program import dtype_bytes
 from .facts import FREE_OPS, KernelFacts, nest_axes, parallel_axes, reduced_axes
@@ -122,7 +123,8 @@ def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target
     plan = KernelPlan(tuple(parallel), tile, frozenset(ins.resident), whole, staged,
                       tuple((key, tuple(rs)) for key, rs in ins.streamed.items()), partial, epilogue,
                       chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset(), f.plain)
-    if target.pipeline_tiles and count_tiles(kernel, plan.spread) > 1 and not chunk:
+    remainder = any(is_symbolic(kernel.extents[a]) and t < kernel.extents[a] for a, t in tile.items())
+    if target.pipeline_tiles and count_tiles(kernel, plan.spread) > 1 and not chunk and not remainder:
         plan = replace(plan, pipelined=True)
     if target.parallel_work and element_updates(kernel, plan, types) < target.parallel_work:
         plan = replace(plan, threaded=False)
@@ -258,7 +260,11 @@ def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, ins: 
 
 
 def divisors(n: int) -> list[int]:
-    """Tile sizes along an axis of extent n: its divisors, so every tile is whole."""
+    """Tile sizes along an axis of extent n: its divisors, so every tile is whole. Along a symbolic
+    axis (an Extent), powers of two up to its planning value: its last tile is a remainder, which
+    lowering runs after the whole ones (lowering/remainder.py)."""
+    if is_symbolic(n):  # (and the whole axis, which a tile of its planning value would not be)
+        return [1 << k for k in range(n.value.bit_length()) if 1 << k < n.value] + [n]
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return small + [n // d for d in reversed(small) if d * d != n]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..ir.extent import planned
 from ..ir.program import dtype_bytes
 from .facts import KernelFacts, alias_problem, matrix_dims
 from .kernel import Hold, Kernel, Read
@@ -140,7 +141,8 @@ def price_plan(kernel: Kernel, plan: KernelPlan, types, target: Target, f: Kerne
     compute = vector_cycles + matrix_cycles
     body = max(transfer, compute) if target.overlap_dma else transfer + compute
     cycles = INFEASIBLE if problem else target.launch_cycles + body + sync
-    return KernelPrice(tiles, fp, int(reads), int(written), vector_cycles, matrix_cycles, transfer, cycles, problem,
+    # a symbolic program's figures are at its planning values (engine/ir/extent.py)
+    return KernelPrice(planned(tiles), planned(fp), planned(reads), planned(written), vector_cycles, matrix_cycles, transfer, cycles, problem,
                        exact)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.ir.program import dtype_bytes
+from ...engine.ir.extent import is_symbolic
 from ...engine.schedule.machine import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES, reads_left_in_place
 from ...lowering.loops import For, Ix, Load, loads, map_indices
 from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
@@ -124,7 +125,11 @@ def _row_blocks(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: i
         lines.append(f"{pad}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
         lines += _row_block(nest, kernel, pad + "  ", mr, nv, vec, dtype, ahead)
         lines.append(f"{pad}}}" + ("}" if start else ""))
-    if n_i % mr:
+    if is_symbolic(n_i % mr):  # rows left over a symbolic count: one at a time
+        lines.append(f"{pad}for (int64_t {i} = {full_rows}; {i} < {n_i}; ++{i}) {{")
+        lines += _row_block(nest, kernel, pad + "  ", 1, nv, vec, dtype)
+        lines.append(f"{pad}}}")
+    elif n_i % mr:
         lines.append(f"{pad}{{ const int64_t {i} = {full_rows};")
         lines += _row_block(nest, kernel, pad + "  ", n_i % mr, nv, vec, dtype)
         lines.append(f"{pad}}}")
@@ -154,7 +159,11 @@ def _panels(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, 
             out.append(f"{p}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
             out += _tile(nest, kernel, p + "  ", mr, vectors, vec, dtype, None, span, prefetch)
             out.append(f"{p}}}")
-        if n_i % mr:
+        if is_symbolic(n_i % mr):  # rows left over a symbolic count: one at a time
+            out.append(f"{p}for (int64_t {i} = {full_rows}; {i} < {n_i}; ++{i}) {{")
+            out += _tile(nest, kernel, p + "  ", 1, vectors, vec, dtype, None, span)
+            out.append(f"{p}}}")
+        elif n_i % mr:
             out.append(f"{p}{{ const int64_t {i} = {full_rows};")
             out += _tile(nest, kernel, p + "  ", n_i % mr, vectors, vec, dtype, None, span)
             out.append(f"{p}}}")

@@ -38,6 +38,8 @@ static inline int64_t st_index(int64_t v, int64_t n, int site) {
 #define ST_MADD(a, b, c) ((a) * (b) + (c))
 #endif
 #define ST_CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
+/* floor(a / b) for b > 0, whatever a's sign: a symbolic extent's quotient (engine/ir/extent.py) */
+static inline long long ST_FDIV(long long a, long long b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 /* n elements from src (a row on the stack) to dst with non-temporal stores where the machine has
    them: element by element up to dst's first line boundary, then whole vectors (lines written
    without being read first), the rest one by one. ST_SFENCE, at the end of each tile, orders them

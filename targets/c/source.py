@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...engine.ir.extent import c_spelling, c_symbol
 from ...lowering.loops import Buffer, LoopProgram
 from . import recognizers, tuning
 from .emit import PROTO, KernelWriter, Recognizer, ident, kernel_name, signature
@@ -29,6 +30,13 @@ def buffer_order(program: LoopProgram) -> list[Buffer]:
 
 def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1,
              table: tuple[Recognizer, ...] | None = None) -> tuple[str, int]:
+    """`_c_source`, symbolic extents printed as C (engine/ir/extent.py)."""
+    with c_spelling():
+        return _c_source(program, vector_bytes, max_parts, table)
+
+
+def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
+              table: tuple[Recognizer, ...] | None) -> tuple[str, int]:
     """The C translation unit and the number of parts it is dealt into; `vector_bytes` is the
     machine's vector width (it shapes the matmul blocks); `table` the recognizers the printer
     tries (recognizers.RECOGNIZERS, read when called, by default).
@@ -50,6 +58,9 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1,
         kernels.append((k.name, render_kernel(writer, signature(uses[k.name]))))
     parts = min(max_parts, sum(len(text) for _, text in kernels) // tuning.PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes), VECTOR_EXP if vector_bytes == 64 else "", RUNNER]
+    # a symbol's value: one global of the library, set by stitch_main (calls into one library hold
+    # its lock, targets/cpu.py), read by every kernel's extents
+    out += [f"{PROTO} extern long long {c_symbol(name)};" for name in program.symbols]
     out += [f"{PROTO} int {kernel_name(name)}({signature(uses[name])});" for name, _ in kernels]
     for part, group in enumerate(_deal(kernels, parts)):
         out.append(_part_guard(part, parts))
@@ -59,7 +70,10 @@ def c_source(program: LoopProgram, vector_bytes: int = 32, max_parts: int = 1,
     out.append(RUNNER_DEFINITION)
     out.append(PROFILE.replace("KERNELS", str(max(1, len(program.kernels)))))
     out.append(ERROR_SLOT)
-    out.append("int stitch_main(void **b) {")
+    out += [f"{PROTO} long long {c_symbol(name)};" for name in program.symbols]
+    out.append("int stitch_main(void **b, const long long *st_dims) {" if program.symbols else
+               "int stitch_main(void **b) {")
+    out += [f"  {c_symbol(name)} = st_dims[{i}];" for i, name in enumerate(program.symbols)]
     out.append("  st_error_site = -1;")
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ...engine.ir.extent import planned
 from ...engine.ir.program import dtype_bytes
 from ...lowering.loops import For, leaves
 from ...lowering.alloc import scratch_layout
@@ -61,7 +62,8 @@ def _tile_loop(w: KernelWriter, fn: str, loop: For | None, params: str, names: l
     w.lines.append(f"  {fn}(lo, hi, scratch, {', '.join('a->' + n for n in names)});")
     w.lines.append("}")
     tiles, work = (loop.extent, _work(loop)) if loop is not None else (1, 0)
-    grain = max(1, -(-tuning.GRAIN_WORK * tiles // max(work, 1)))
+    # (at the planning values where the tiles are symbolic: a grain is a tuning choice, right at any size)
+    grain = max(1, -(-tuning.GRAIN_WORK * planned(tiles) // max(planned(work), 1)))
     if st is not None:  # a claim's first reads and last writes run alone
         inner = math.prod(x.extent for x in st.nest[1:])
         grain = max(grain, min(-(-tuning.PIPELINE_CLAIM // inner), max(1, tiles // tuning.PIPELINE_CLAIMS)))
