@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .ir.errors import StitchError
-from .ir.graph import Graph
 from .ir.extent import instantiate, planning_values
+from .ir.graph import Graph
 from .ir.interp import bind_call, bind_inputs, np_dtype
 from .ir.recursion import allows_deep_recursion
 

@@ -131,6 +131,8 @@ class TileRun:
         axis), the kernel's buffers one per tile, as the C's threads have them. Tiles share nothing
         but the global buffers they write apart, so this is the loop's meaning; after it each buffer
         holds the last tile's values, as running the tiles one after another leaves them."""
+        if loop.extent == 0:  # (no whole tile: a symbolic axis shorter than its tile)
+            return
         axis = len(self.par)
         for name in self.tiles_at_once:
             self.memory[name] = np.repeat(np.expand_dims(self.memory[name], axis), loop.extent, axis=axis)

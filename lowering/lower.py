@@ -59,6 +59,7 @@ from .loops import (
     loads,
     map_indices,
 )
+from .passes import PASSES
 
 
 class Scheduled(Protocol):
@@ -89,70 +90,6 @@ def identity(op: str, dtype: str):
         return op == "min"
     info = np.iinfo(np.int32 if dtype == "i32" else np.int64)
     return int(info.min) if op == "max" else int(info.max)
-
-
-def _widen(program: LoopProgram, target: Target) -> LoopProgram:
-    from .widen import widen_f16_accumulators
-
-    return widen_f16_accumulators(program)
-
-
-def _forward(program: LoopProgram, target: Target) -> LoopProgram:
-    from .forward import forward_buffers
-
-    return forward_buffers(program)
-
-
-def _hoist(program: LoopProgram, target: Target) -> LoopProgram:
-    from .bind import hoist_bound
-
-    return hoist_bound(program, in_place=target.weights_in_place)
-
-
-def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
-    from .inplace import read_in_place
-
-    return read_in_place(program)
-
-
-def _fuse(program: LoopProgram, target: Target) -> LoopProgram:
-    from .fuse import fuse_rows
-
-    return fuse_rows(program) if target.fuse_rows else program
-
-
-def _reuse(program: LoopProgram, target: Target) -> LoopProgram:
-    from .reuse import update_in_place
-
-    return update_in_place(program)
-
-
-def _merge(program: LoopProgram, target: Target) -> LoopProgram:
-    from .alloc import merge_allocations
-
-    return merge_allocations(program, alignment=target.alignment)
-
-
-def _pipeline(program: LoopProgram, target: Target) -> LoopProgram:
-    from .overlap import pipeline_tiles
-
-    return pipeline_tiles(program, target.onchip_bytes)
-
-
-def _delinearize(program: LoopProgram, target: Target) -> LoopProgram:
-    from .delinearize import split_merged_loops
-
-    return split_merged_loops(program)
-
-
-def _remainders(program: LoopProgram, target: Target) -> LoopProgram:
-    from .remainder import remainder_tiles
-
-    return remainder_tiles(program)
-
-
-# The passes after loop-nest formation, in order. Tests run the verifier between them.
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _remainders]
 
 
 @allows_deep_recursion
@@ -424,8 +361,8 @@ class _KernelLowering:
             stmts_partial, after = self.split_across_tiles(inst, name)
             return stmts + stmts_partial, after
         if op == "mean":
-            stmts.append(self.nest(inst.axes, Store(name, index, Op("div", (Load(name, index), Lit(
-                float(_count(inst, self.types)), dtype)), dtype))))
+            stmts.append(self.nest(inst.axes, Store(name, index, Op("div", (Load(name, index), _count(inst, self.types,
+                                                                                               dtype)), dtype))))
         if stored:
             store = self.nest(inst.axes, Store(out, self.value_index(inst), Load(name, index)))
             (self.after_chunk if chunked else stmts).append(store)
@@ -485,8 +422,8 @@ class _KernelLowering:
             _loop_nest([(v, n) for v, n in zip(t_vars, counts)] + loops, Accumulate(
                 total, at, "sum" if op == "mean" else op, Load(part, tuple(Ix.var(v) for v in t_vars) + self.own(inst))))]
         if op == "mean":
-            after.append(_loop_nest(loops, Store(total, at, Op("div", (Load(total, at), Lit(
-                float(_count(inst, self.types)), dtype)), dtype))))
+            after.append(_loop_nest(loops, Store(total, at, Op("div", (Load(total, at), _count(inst, self.types, dtype)),
+                                                               dtype))))
         if stored and total != self.names[inst.cid]:
             after.append(_loop_nest(loops, Store(self.names[inst.cid], self.value_index(inst), Load(total, at))))
         self.held[inst.key] = total
@@ -688,11 +625,12 @@ def _checks(e: Expr, site: int) -> bool:
     return False
 
 
-def _count(inst: Instance, types) -> int:
+def _count(inst: Instance, types, dtype: str) -> Expr:
+    """The element count a mean divides by, as a `dtype` value (a symbolic count read at run time)."""
     n = 1
     for a in inst.node.attr("axes"):
         n *= types[inst.node.children[0]].shape[a]
-    return n
+    return IndexValue(Ix.constant(n), dtype) if is_symbolic(n) else Lit(float(n), dtype)
 
 
 def _loop_nest(loops: list[tuple[str, int]], leaf: Stmt) -> Stmt:

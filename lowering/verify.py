@@ -28,7 +28,6 @@ from dataclasses import replace
 from ..engine.ir.program import dtype_bytes
 from .alloc import local_bytes, scratch_layout, shared_bytes
 from .liveness import live_ranges, ranges_overlap
-from .remainder import whole_tiles
 from .loops import (
     Accumulate,
     Buffer,
@@ -43,6 +42,7 @@ from .loops import (
     print_kernel,
     print_loops,
 )
+from .remainder import whole_tiles
 
 
 class VerifyError(Exception):

@@ -1,6 +1,6 @@
 """Programs with symbolic dimensions (issue 44, items 1 and 2): parsed, printed, checked with shape
 rules that hold for every value of the symbols, and evaluated by the reference interpreter at the
-sizes the inputs give. Scheduling them is refused with a clear error until the later stages take them."""
+sizes the inputs give; the CLI compiles and runs them (the later stages: tests/test_symbolic_compile.py)."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_inputs_that_disagree_or_leave_the_range_are_errors_naming_them():
         evaluate(graph, {"x": np.ones(11, np.float32), "y": np.ones(11, np.float32)})
 
 
-def test_the_cli_evaluates_at_the_sizes_dim_gives_and_refuses_to_compile(tmp_path, capsys):
+def test_the_cli_evaluates_compiles_and_runs_at_the_sizes_dim_gives(tmp_path, capsys):
     path = tmp_path / "step.ir"
     path.write_text(EXAMPLES.split("\n\n")[1])
     assert main(["eval", str(path), "--dim", "p=5"]) == 0
@@ -127,9 +127,12 @@ def test_the_cli_evaluates_at_the_sizes_dim_gives_and_refuses_to_compile(tmp_pat
     assert main(["eval", str(path), "--dim", "p"]) == 2  # bad usage
     assert "--dim expects SYMBOL=N" in capsys.readouterr().err
     assert main(["compile", str(path), "--emit", "egraph"]) == 0  # saturation takes symbols (test_symbolic_egraph)
-    for argv in (["compile", str(path)], ["run", str(path), "--dim", "p=3"]):
-        assert main(argv) == 1
-        assert "has symbolic dimensions (p)" in capsys.readouterr().err
+    assert main(["compile", str(path)]) == 0
+    assert "kernel k0 -> out0: f32[12, p + 1, 64]" in capsys.readouterr().out
+    for size in (3, 2047):  # one compile (cached) serves both (tests/test_symbolic_compile.py)
+        assert main(["run", str(path), "--dim", f"p={size}", "--check"]) == 0
+        out = capsys.readouterr().out
+        assert f"out0: f32[12, {size + 1}, 64]" in out and "check: outputs equal the reference" in out
 
 
 def test_inference_types_one_statement_at_a_time_with_the_callers_ranges():

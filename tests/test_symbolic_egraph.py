@@ -10,6 +10,7 @@ from stitch.engine.cli import main
 from stitch.engine.ir import dims
 from stitch.engine.ir.check import check_program
 from stitch.engine.ir.errors import StitchError
+from stitch.engine.ir.extent import dim_of
 from stitch.engine.ir.parse import parse_program
 from stitch.engine.pipeline import load_rule_files, saturate_program
 from stitch.engine.rewrite.symbols import HINT, STATIC_LIMIT, decoder, encode
@@ -74,17 +75,21 @@ def test_every_class_reads_back_symbolic_and_matches_a_static_program_of_a_gener
     """The symbolic e-graph and the static one at size 37 (which no rule condition singles out):
     the same classes, shapes equal once the symbol is 37, the roots' and parameters' types the program's."""
     graph = graph_of(text)
-    data = saturated(graph)
-    shapes = [t.shape for t in data.types.values()]
+    data = saturated(graph)  # (its dimensions are Extents at the planning value: dim_of reads the dimension)
+    shapes = [plain(t.shape) for t in data.types.values()]
     assert any(dims.symbols_of(s) == {symbol} for s in shapes)
     static = saturated(graph_of(_static(text, symbol, 37)))
     assert sorted(at(s, {symbol: 37}) for s in shapes) == sorted(t.shape for t in static.types.values())
     assert len(data.classes) == len(static.classes)
-    roots = [data.types[r].shape for r in data.roots]
+    roots = [plain(data.types[r].shape) for r in data.roots]
     assert roots == [t.shape for t in graph.output_types]
-    params = {n.attr("name"): data.types[cid].shape for cid, ns in data.classes.items() for n in ns
+    params = {n.attr("name"): plain(data.types[cid].shape) for cid, ns in data.classes.items() for n in ns
               if n.op == "param"}
     assert params == {n.attr("name"): n.type.shape for n in graph.nodes if n.op == "param"}
+
+
+def plain(shape):
+    return tuple(dim_of(d) for d in shape)
 
 
 def _static(text: str, symbol: str, size: int) -> str:
@@ -106,20 +111,19 @@ def test_what_the_encoding_cannot_carry_is_refused_with_the_reason(text, why):
         saturate_program(graph_of(text), load_rule_files([]))
 
 
-def test_the_cli_saturates_a_symbolic_program_and_says_scheduling_is_next(tmp_path, capsys):
+def test_the_cli_saturates_a_symbolic_program_and_schedules_it(tmp_path, capsys):
     path = tmp_path / "attn.ir"
     path.write_text(ATTENTION)
     assert main(["compile", str(path), "--emit", "egraph"]) == 0
     assert "stopped: saturated" in capsys.readouterr().out
-    assert main(["compile", str(path)]) == 1
-    err = capsys.readouterr().err
-    assert "has symbolic dimensions (n)" in err and "saturates it" in err
+    assert main(["compile", str(path)]) == 0
+    assert "-> out0: f32[n, 64]" in capsys.readouterr().out
 
 
 def test_the_dynamic_gpt2_export_saturates_once_and_its_weights_fold_where_static(tmp_path, capsys):
     """The dynamic-sequence GPT-2 fixture, imported with its weights: the e-graph takes it as it is,
     and binding the weights (fold_bound) folds only values of static size (a slice of the positions
-    by `seq` is made per call), then scheduling says it is not built yet: no internal error."""
+    by `seq` is made per call); it compiles once and runs at two lengths from the CLI."""
     pytest.importorskip("onnx")
     from pathlib import Path
 
@@ -128,5 +132,6 @@ def test_the_dynamic_gpt2_export_saturates_once_and_its_weights_fold_where_stati
     assert main(["import", str(model), "-o", str(ir), "--weights", str(npz)]) == 0
     assert main(["compile", str(ir), "--emit", "egraph", "--weights", str(npz)]) == 0
     assert "stopped: saturated" in capsys.readouterr().out
-    assert main(["compile", str(ir), "--weights", str(npz)]) == 1
-    assert "has symbolic dimensions (seq)" in capsys.readouterr().err
+    for seq in (5, 64):
+        assert main(["run", str(ir), "--weights", str(npz), "--dim", f"seq={seq}", "--check"]) == 0
+        assert "check: outputs equal the reference" in capsys.readouterr().out

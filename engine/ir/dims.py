@@ -241,7 +241,7 @@ def exact_div(a: Dim, b: Dim) -> Dim | None:
         q = floordiv(a, b) if b > 0 else floordiv(mul(a, -1), -b)
         return q if mul(q, b) == a else None
     if len(b.terms) != 1:
-        return a if a == b else None
+        return 1 if a == b else None
     (bmono, bcoef), = b.terms
     out: dict[Monomial, int] = {}
     for mono, coef in _terms(a).items():

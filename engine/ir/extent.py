@@ -9,12 +9,18 @@ value, and its arithmetic carries the dimension along (`Extent(n) * 768 + 1` is 
 `768*n + 1`), so the extents, strides and sizes lowering writes into loop nests and C are the
 expressions, valid at every size, not the numbers of one size.
 
-Where the static code would turn an extent into a plain number (`range(e)`, a numpy shape, a bit
-operation, `int(e)`), an Extent raises TypeError: a size-specific result never leaks silently into
-what runs at other sizes; that code path declines symbolic extents instead. Comparisons are the one
-place a decision is taken at the planning value, and every decision so taken must keep the code
-correct at every size (tiles along a symbolic axis have remainders; an `==` between a symbolic
-extent and a number is False, so "this axis has extent 1" is never assumed).
+Where the static code turns an extent into a plain number with `int(e)` or a bit operation, an
+Extent raises TypeError, and that code path declines symbolic extents instead. CPython reads an int
+subclass's value directly in `range(e)`, an index and a numpy shape, so there an Extent is its
+planning value without a word: the code that unrolls or allocates by an extent checks
+`is_symbolic` first, and the tests run every symbolic program at several sizes from one compile
+(tests/test_symbolic_compile.py), which a number of one size leaking into the loops or the C fails.
+
+Comparisons are where decisions are taken at the planning value, and every decision so taken must
+keep the code correct at every size: tiles along a symbolic axis have remainders; an `==` between a
+symbolic extent and a number is False, so "this axis has extent 1" is never assumed; a symbolic
+extent is truthy ("may be nonzero": a loop over it is written, and may run zero times); a
+remainder's planning value is the most it can be (lowering/remainder.py).
 """
 
 from __future__ import annotations
@@ -103,14 +109,14 @@ class Extent(int):
     def __pos__(self):
         return self
 
-    def __abs__(self):
-        if self.value < 0:
-            raise TypeError(f"abs of the symbolic extent {self.dim}, negative at its planning value")
-        return self
+    def __abs__(self):  # (by its sign at the planning value: an order, a size, never an index)
+        return -self if self.value < 0 else self
 
     def __floordiv__(self, other):
         if isinstance(other, Extent):  # exactly, or not at all (`n // n`, `(12 * n) // n`)
             q = exact_div(self.dim, other.dim)
+            if q is None and exact_div(mul(self.dim, -1), other.dim) is not None:  # (`-n // n`)
+                q = mul(exact_div(mul(self.dim, -1), other.dim), -1)
             if q is None:
                 raise TypeError(f"the symbolic extent {self.dim} divided by another ({other.dim})")
             return q if isinstance(q, int) else Extent(q, self.value // other.value)
@@ -147,9 +153,6 @@ class Extent(int):
     def __rtruediv__(self, other):
         return other / self.value
 
-    def __float__(self) -> float:  # prices, as truediv
-        return float(self.value)
-
     def __round__(self, ndigits=None):
         return self
 
@@ -157,7 +160,7 @@ class Extent(int):
         return self
 
     # where the static code would take the number itself, a symbolic extent refuses (TypeError)
-    __index__ = __int__ = _refuse
+    __index__ = __int__ = __float__ = _refuse
     __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
     __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __invert__ = _refuse
 

@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from . import dims
 from .graph import Graph
 from .interp import apply_op, bind_call, gather
 from .ops import OPS, SUMMING, OpGroup
@@ -46,7 +47,8 @@ def differences(outputs: list[np.ndarray], wants: list[np.ndarray], graph: Graph
 
     With the program's graph the tolerance of each output grows with the terms summed into it; with
     its inputs too, with the magnitude of what was summed (a sum that cancels)."""
-    terms = summed_terms(graph) if graph is not None else [1] * len(wants)
+    sizes = bind_call(graph, inputs)[1] if graph is not None and graph.symbols and inputs is not None else None
+    terms = summed_terms(graph, sizes) if graph is not None else [1] * len(wants)
     scales = magnitudes(graph, inputs) if graph is not None and inputs is not None else [None] * len(wants)
     return [f"out{k}: {problem}" for k, (got, want, n, scale) in enumerate(zip(outputs, wants, terms, scales))
             if (problem := compare(got, want, n, scale))]
@@ -82,13 +84,16 @@ def compare(got: np.ndarray, want: np.ndarray, terms: int = 1, scale: np.ndarray
     return f"max relative error {worst:.3g} > {tol:.3g}{scaled}"
 
 
-def summed_terms(graph: Graph) -> list[int]:
-    """n of the tolerance for each output: the terms of every sum, mean and matmul it depends on."""
+def summed_terms(graph: Graph, sizes: dict[str, int] | None = None) -> list[int]:
+    """n of the tolerance for each output: the terms of every sum, mean and matmul it depends on (a
+    symbolic program's at the symbols' `sizes`, else at the top of their ranges)."""
+    values = sizes or {name: hi for name, (_, hi) in graph.symbols.items()}
     own = {}
     for node in graph.nodes:
         if node.op in SUMMING:
             operand = graph.nodes[node.inputs[0]].type.shape
-            own[node.id] = operand[-1] if node.op == "matmul" else math.prod(operand[a] for a in node.attr("axes"))
+            n = operand[-1] if node.op == "matmul" else math.prod(operand[a] for a in node.attr("axes"))
+            own[node.id] = dims.evaluate(n, values) if graph.symbols else n
     terms = []
     for out in graph.outputs:
         n, stack, seen = 0, [out], {out}

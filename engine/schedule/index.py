@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Union
 
+from ..ir.dims import exact_div
+from ..ir.extent import Extent, dim_of, is_symbolic
 from ..ir.frozen import cached_hash
 
 Term = Union[str, "FloorDiv", "Mod", "Indirect"]
@@ -233,9 +235,13 @@ def _term_interval(t: Term, span) -> tuple[int, int]:
         return span(t)
     if isinstance(t, FloorDiv):
         lo, hi = interval(t.x, span)
+        if is_symbolic(t.d):  # (bounds that hold for every divisor d >= 1)
+            return (0, hi) if lo >= 0 else (lo, max(hi, 0))
         return lo // t.d, hi // t.d
     if isinstance(t, Mod):
         lo, hi = interval(t.x, span)
+        if is_symbolic(t.d):
+            return 0, t.d - 1
         if lo // t.d == hi // t.d:
             return lo % t.d, hi % t.d
         return 0, t.d - 1
@@ -270,6 +276,9 @@ def floordiv(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
 
 
 def _floordiv(x: Ix, d: int, span) -> Ix:
+    if is_symbolic(d):
+        whole, rest = _by_symbolic(x, d, span)
+        return Ix.of(whole) if rest is None else Ix.of(whole) + Ix.var(FloorDiv(rest, d))
     if d == 1:
         return x
     whole = {t: c // d for t, c in x.terms if c % d == 0}
@@ -292,6 +301,11 @@ def mod(x: Ix, d: int, extent: Callable[[str], int]) -> Ix:
 
 
 def _mod(x: Ix, d: int, span) -> Ix:
+    if is_symbolic(d):
+        whole, rest = _by_symbolic(x, d, span)
+        if rest is None:  # the terms d divides are the quotient; what is left lies in [0, d)
+            return x - Ix.of(whole) * d
+        return Ix.var(Mod(rest, d))
     if d == 1:
         return Ix.constant(0)
     rest = Ix.of({t: c % d for t, c in x.terms if c % d}, x.const % d)
@@ -305,10 +319,30 @@ def _mod(x: Ix, d: int, span) -> Ix:
     return Ix.var(Mod(rest, d))
 
 
+def _by_symbolic(x: Ix, d: int, span) -> tuple[dict, Ix | None]:
+    """x = d*q + r for a symbolic divisor d: (q's terms: those whose coefficient d divides exactly
+    as polynomials; r, or None where r provably lies in [0, d) at every size, so that x // d is q)."""
+    whole, rest = {}, {}
+    for t, c in x.terms:
+        q = exact_div(dim_of(c), dim_of(d))
+        if q is None:
+            rest[t] = c
+        else:
+            whole[t] = q if isinstance(q, int) else Extent(q, c // d)
+    r = Ix.of(rest, x.const)
+    lo, hi = interval(r, span)
+    below = d - hi  # provably >= 1 only where it is a number (`n - (n - 1)`)
+    if not is_symbolic(lo) and lo >= 0 and not is_symbolic(below) and below >= 1:
+        return whole, None
+    return whole, r
+
+
 def _factor(x: Ix, d: int, span) -> tuple[int, Ix, Ix] | None:
     """(m, outer, inner) with x = m*outer + inner, m a proper factor of d above 1 and inner's range
     within [0, m): then x // d = outer // (d/m) and x % d = m*(outer % (d/m)) + inner. The factor
     tried is each coefficient's common factor with d, largest first."""
+    if is_symbolic(d) or any(is_symbolic(c) for _, c in x.terms):
+        return None
     for m in sorted({math.gcd(c, d) for _, c in x.terms} - {1, d}, reverse=True):
         big = {t: c // m for t, c in x.terms if c % m == 0}
         small = Ix.of({t: c for t, c in x.terms if c % m}, x.const % m)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from ..ir.extent import planned
 from ..ir.program import dtype_bytes
 from .index import Indirect, Ix, interval
 from .kernel import Kernel, Read
@@ -245,4 +246,4 @@ def line_factor(index: tuple[Ix, ...], dtype: str, line: int = 64) -> float:
     strides = [abs(c) for _, c in last.terms]
     if not strides or 1 in strides:
         return 1.0
-    return min(float(min(strides)), worst)
+    return min(float(planned(min(strides))), worst)

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...engine.ir.extent import is_symbolic, planned
 from ...engine.ir.program import dtype_bytes
-from ...engine.ir.extent import is_symbolic
 from ...engine.schedule.machine import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES, reads_left_in_place
 from ...lowering.loops import For, Ix, Load, loads, map_indices
 from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
@@ -100,7 +100,7 @@ def render_matmul(nest: MatmulNest, kernel: KernelWriter, pad: str, dtype: str, 
     lanes = vec.lanes
     registers = 32 if vector_bytes >= 64 else 16
     nv = block_vectors(nest.j.extent // lanes, registers)
-    mr = max(1, min(MAX_ROWS, nest.i.extent, (registers - nv - 2) // nv))
+    mr = max(1, min(MAX_ROWS, planned(nest.i.extent), (registers - nv - 2) // nv))  # (a number: rows unrolled)
     n_i = nest.i.extent
     lines = [f"{pad}{{ const int64_t {', '.join(f'{u} = 0' for u in nest.units)};"] if nest.units else []
     full_rows = n_i - n_i % mr
@@ -175,12 +175,16 @@ def _panels(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, 
         lines.append(f"{pad}for (int64_t {j} = 0; {j} < {full_cols}; {j} += {width}) {{")
         lines += rows_of(pad + "  ", nv, ahead)
         lines.append(f"{pad}}}" + ("}" if start else ""))
-    if left_vectors:
+    if is_symbolic(left_vectors):  # vectors left over a symbolic count: one at a time
+        lines.append(f"{pad}for (int64_t {j} = {full_cols}; {j} + {lanes} <= {n_j}; {j} += {lanes}) {{")
+        lines += rows_of(pad + "  ", 1, _Ahead())
+        lines.append(f"{pad}}}")
+    elif left_vectors:
         lines.append(f"{pad}{{ const int64_t {j} = {full_cols};")
         lines += rows_of(pad + "  ", left_vectors, _Ahead())
         lines.append(f"{pad}}}")
     start = full_cols + left_vectors * lanes
-    if start < n_j:
+    if is_symbolic(start) or start < n_j:  # (symbolic: columns may be left over at some size)
         k = nest.k
         lines.append(f"{pad}for (int64_t {i} = 0; {i} < {n_i}; ++{i}) {{")
         lines.append(f"{pad}  for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
@@ -254,6 +258,8 @@ def _ahead(nest: MatmulNest, kernel: KernelWriter, row_blocks: int, across: int)
     k, j = nest.k, nest.j
     if buffer.scope != "global" or not row_blocks or not across:
         return _Ahead()
+    if any(is_symbolic(x) for x in (row_blocks, across, k.extent, j.extent)):  # (a static stream's tuning)
+        return _Ahead()
     flat = kernel.flat_index(nest.b.buffer, nest.b.index)
     if flat.coef(j.var) != 1 or flat.coef(k.var) != j.extent:  # (the units' loops are 0 throughout)
         return _Ahead()
@@ -293,13 +299,17 @@ def _row_block(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: 
         lines.append(f"{inner}for (int64_t {j} = 0; {j} < {full}; {j} += {width}) {{")
         lines += _tile(nest, kernel, inner + "  ", rows, nv, vec, dtype, a, span, ahead)
         lines.append(f"{inner}}}")
-    if left_vectors:
+    if is_symbolic(left_vectors):  # vectors left over a symbolic count: one at a time
+        lines.append(f"{inner}for (int64_t {j} = {full}; {j} + {lanes} <= {n_j}; {j} += {lanes}) {{")
+        lines += _tile(nest, kernel, inner + "  ", rows, 1, vec, dtype, a, span)
+        lines.append(f"{inner}}}")
+    elif left_vectors:
         lines.append(f"{inner}{{ const int64_t {j} = {full};")
         lines += _tile(nest, kernel, inner + "  ", rows, left_vectors, vec, dtype, a, span)
         lines.append(f"{inner}}}")
     lines += [f"{pad}}}"] if span.chunked else []
     start = full + left_vectors * lanes
-    if start < n_j:
+    if is_symbolic(start) or start < n_j:  # (symbolic: columns may be left over at some size)
         k = nest.k
         lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {k.extent}; ++{k.var}) {{")
         lines.append(f"{pad}  for (int64_t {j} = {start}; {j} < {n_j}; ++{j}) {{")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...engine.ir.extent import planned
 from ...engine.ir.program import dtype_bytes
 from ...engine.schedule.index import affine
 from ...lowering.loops import Accumulate, For, Store, loads
@@ -41,7 +42,8 @@ def match(w: KernelWriter, inner: For, loops: tuple[For, ...], skip: str | None 
         outer = next((u for u in reversed(loops) if u.extent > 1 and flat_coef(index, u.var, b.shape)), None)
         if outer is None or run > tuning.PREFETCH_RUN or flat_coef(index, outer.var, b.shape) <= inner.extent:
             continue
-        ahead = min(outer.extent // 2, max(tuning.PREFETCH_MIN_ROWS, tuning.PREFETCH_AHEAD // run))
+        # (a tuning choice: at the planning size where extents are symbolic; the guard below stays exact)
+        ahead = min(planned(outer.extent) // 2, max(tuning.PREFETCH_MIN_ROWS, tuning.PREFETCH_AHEAD // planned(run)))
         if ahead < 1:
             continue
         line = max(1, 64 // dtype_bytes(b.dtype))

@@ -15,8 +15,8 @@ import math
 
 from ...engine.ir.extent import planned
 from ...engine.ir.program import dtype_bytes
-from ...lowering.loops import For, leaves
 from ...lowering.alloc import scratch_layout
+from ...lowering.loops import For, leaves
 from ...lowering.overlap import Stages, stages
 from . import tuning
 from .emit import PROTO, KernelWriter, ident, kernel_name

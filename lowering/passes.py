@@ -1,0 +1,71 @@
+"""The passes after loop-nest formation (lowering/lower.py), in order: each takes the LoopProgram and
+the target and returns the program it made. Each imports its module when it runs (lowering imports
+none of them at start-up). Tests run the verifier between them (tests/test_lowering.py)."""
+
+from __future__ import annotations
+
+from ..engine.schedule.target import Target
+from .loops import LoopProgram
+
+
+def _widen(program: LoopProgram, target: Target) -> LoopProgram:
+    from .widen import widen_f16_accumulators
+
+    return widen_f16_accumulators(program)
+
+
+def _forward(program: LoopProgram, target: Target) -> LoopProgram:
+    from .forward import forward_buffers
+
+    return forward_buffers(program)
+
+
+def _hoist(program: LoopProgram, target: Target) -> LoopProgram:
+    from .bind import hoist_bound
+
+    return hoist_bound(program, in_place=target.weights_in_place)
+
+
+def _in_place(program: LoopProgram, target: Target) -> LoopProgram:
+    from .inplace import read_in_place
+
+    return read_in_place(program)
+
+
+def _fuse(program: LoopProgram, target: Target) -> LoopProgram:
+    from .fuse import fuse_rows
+
+    return fuse_rows(program) if target.fuse_rows else program
+
+
+def _reuse(program: LoopProgram, target: Target) -> LoopProgram:
+    from .reuse import update_in_place
+
+    return update_in_place(program)
+
+
+def _merge(program: LoopProgram, target: Target) -> LoopProgram:
+    from .alloc import merge_allocations
+
+    return merge_allocations(program, alignment=target.alignment)
+
+
+def _pipeline(program: LoopProgram, target: Target) -> LoopProgram:
+    from .overlap import pipeline_tiles
+
+    return pipeline_tiles(program, target.onchip_bytes)
+
+
+def _delinearize(program: LoopProgram, target: Target) -> LoopProgram:
+    from .delinearize import split_merged_loops
+
+    return split_merged_loops(program)
+
+
+def _remainders(program: LoopProgram, target: Target) -> LoopProgram:
+    from .remainder import remainder_tiles
+
+    return remainder_tiles(program)
+
+
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _remainders]
