@@ -550,6 +550,11 @@ def cmd_run(args) -> int:
             from ..targets.profile import profile_table
 
             print(profile_table(timings, args.runs))
+            if graph.symbols:
+                from .ir.extent import planning_values
+
+                at = ", ".join(f"{k} = {v}" for k, v in planning_values(program.compiled.graph.symbols).items())
+                print(f"(the cost model's bytes and estimates are at the size it scheduled for, {at})")
     if problems:
         raise StitchError("the outputs differ from the reference interpreter:\n  " + "\n  ".join(problems))
     if args.check and not args.json:

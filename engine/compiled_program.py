@@ -144,7 +144,8 @@ class CompiledProgram:
         (targets/profile.py's KernelTime rows; compiled C only)."""
         from ..targets.profile import profile
 
-        return profile(self, self.inputs(inputs), runs)
+        given, sizes = bind_call(self.graph, inputs, self.weights)
+        return profile(self, given | self.bound, runs, sizes)
 
 
 def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:

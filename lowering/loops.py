@@ -147,6 +147,7 @@ class LoopKernel:
     # tile loops along symbolic axes, (axis, tile, extent): each is followed by its remainder tile,
     # written by the last pass (lowering/remainder.py)
     remainders: tuple[tuple[str, int, int], ...] = ()
+    tails: list = field(default_factory=list)  # the loops that pass added (copies of whole tiles), by identity
 
 
 @dataclass

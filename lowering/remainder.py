@@ -24,19 +24,25 @@ def remainder_tiles(program: LoopProgram) -> LoopProgram:
     """Each kernel's tile loops along symbolic axes (`LoopKernel.remainders`) followed by their tails."""
     for k in program.kernels:
         for axis, tile, extent in k.remainders:
-            k.body = _after(k.body, axis, tile, extent)
+            k.body = _after(k.body, axis, tile, extent, k.tails)
     return program
 
 
-def _after(stmts: list[Stmt], axis: str, t: int, extent: int) -> list[Stmt]:
+def _after(stmts: list[Stmt], axis: str, t: int, extent: int, tails: list) -> list[Stmt]:
     out: list[Stmt] = []
     for s in stmts:
         if isinstance(s, For) and s.var == axis + "o":
             # a loop of one tile, of the tile loop's kind: a parallel one is a tile of its own, with
-            # its own on-chip buffers (targets/c/tiles.py), not statements beside the tiles
-            out += [s, For(s.var, 1, s.kind, tail(s.body, axis, t, extent))]
+            # its own on-chip buffers (targets/c/tiles.py), not statements beside the tiles; where
+            # that tile is only the tile loops of the axes inside, those loops are the remainder's
+            # (its column tiles spread over the cores as the whole tiles' do)
+            rest = tail(s.body, axis, t, extent)
+            inner = len(rest) == 1 and isinstance(rest[0], For) and rest[0].kind == "parallel" == s.kind
+            added = rest if inner else [For(s.var, 1, s.kind, rest)]
+            tails.extend(added)
+            out += [s] + added
         elif isinstance(s, For):
-            out.append(For(s.var, s.extent, s.kind, _after(s.body, axis, t, extent)))
+            out.append(For(s.var, s.extent, s.kind, _after(s.body, axis, t, extent, tails)))
         else:
             out.append(s)
     return out
@@ -68,14 +74,10 @@ def tail(stmts: list[Stmt], axis: str, tile: int, extent: int) -> list[Stmt]:
 
 def whole_tiles(k: LoopKernel) -> list[Stmt]:
     """`k`'s body without its remainder tiles (the loops `remainder_tiles` added)."""
-    tails = {axis + "o" for axis, _, _ in k.remainders}
+    tails = {id(s) for s in k.tails}
 
     def keep(stmts: list[Stmt]) -> list[Stmt]:
-        out: list[Stmt] = []
-        for i, s in enumerate(stmts):
-            if isinstance(s, For) and s.var in tails and s.extent == 1 and i and getattr(stmts[i - 1], "var", "") == s.var:
-                continue
-            out.append(For(s.var, s.extent, s.kind, keep(s.body)) if isinstance(s, For) else s)
-        return out
+        return [For(s.var, s.extent, s.kind, keep(s.body)) if isinstance(s, For) else s
+                for s in stmts if id(s) not in tails]
 
     return keep(k.body)

@@ -50,8 +50,10 @@ class KernelTime:
         return {**asdict(self), "gb_per_s": self.gb_per_s, "gflop_per_s": self.gflop_per_s}
 
 
-def profile(program, inputs: dict[str, np.ndarray], runs: int = 10) -> list[KernelTime]:
-    """Time each kernel of a CompiledProgram running compiled C, `runs` calls after a warm-up."""
+def profile(program, inputs: dict[str, np.ndarray], runs: int = 10,
+            sizes: dict[str, int] | None = None) -> list[KernelTime]:
+    """Time each kernel of a CompiledProgram running compiled C, `runs` calls after a warm-up (a
+    symbolic program's at the symbols' `sizes`; the cost model's figures are at its planning size)."""
     if program.executor != "c":
         raise StitchError(f"--profile times compiled C; this program runs on the {program.executor}")
     if runs < 1:
@@ -64,7 +66,7 @@ def profile(program, inputs: dict[str, np.ndarray], runs: int = 10) -> list[Kern
     outputs = None
     for run in range(runs + 1):
         ctypes.memset(counters, 0, ctypes.sizeof(counters))
-        outputs = timed.run(inputs, outputs)
+        outputs = timed.run(inputs, outputs, sizes)
         if run:  # the first call pays for page faults on fresh temporaries
             for i in range(len(kernels)):
                 samples[i].append(counters[i] * 1e-9)

@@ -93,10 +93,10 @@ class Extent(int):
     __radd__ = __add__
 
     def __sub__(self, other):
-        return _apply(lambda a, b: add(a, mul(b, -1)), self, other, int.__sub__)
+        return _apply(_sub, self, other, int.__sub__)
 
     def __rsub__(self, other):
-        return _apply(lambda a, b: add(b, mul(a, -1)), self, other, lambda a, b: int.__sub__(b, a))
+        return _apply(_rsub, self, other, _int_rsub)
 
     def __mul__(self, other):
         return _apply(mul, self, other, int.__mul__)
@@ -168,13 +168,36 @@ class Extent(int):
         return (Extent, (self.dim, self.value))
 
 
+def _sub(a: Dim, b: Dim) -> Dim:
+    return add(a, mul(b, -1))
+
+
+def _rsub(a: Dim, b: Dim) -> Dim:
+    return add(b, mul(a, -1))
+
+
+def _int_rsub(a: int, b: int) -> int:
+    return b - a
+
+
+# (fn, dimension, operand) -> the dimension fn gives: scheduling repeats the same few operations on
+# the same dimensions (tile counts, footprints) hundreds of thousands of times, and a polynomial's
+# arithmetic costs microseconds where an int's costs nanoseconds
+_RESULTS: dict[tuple, Dim] = {}
+
+
 def _apply(fn, a: Extent, b, planned):
     if isinstance(b, Extent):
-        dim, value = fn(a.dim, b.dim), planned(a.value, b.value)
-    elif isinstance(b, int) and not isinstance(b, bool) or isinstance(b, bool):
-        dim, value = fn(a.dim, int(b)), planned(a.value, int(b))
+        key, value = (fn, a.dim, b.dim), planned(a.value, b.value)
+    elif isinstance(b, int):
+        key, value = (fn, a.dim, int.__int__(b)), planned(a.value, int.__int__(b))
     else:
         return NotImplemented
+    dim = _RESULTS.get(key)
+    if dim is None:
+        if len(_RESULTS) > 1 << 18:
+            _RESULTS.clear()
+        dim = _RESULTS[key] = fn(key[1], key[2])
     return dim if isinstance(dim, int) else Extent(dim, value)
 
 

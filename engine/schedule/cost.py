@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.extent import planned
 from ..ir.program import TensorType
 from .facts import facts
 from .kernel import Kernel, Schedule
@@ -128,4 +129,5 @@ def compulsory_bytes(schedule: Schedule) -> int:
         if o in schedule.params:
             read.add(o)
     written = {o for o in schedule.outputs if o not in schedule.params}
-    return sum(types[c].nbytes for c in read) + sum(types[c].nbytes for c in written)
+    # (a symbolic program's at its planning values, as every figure of the cost model)
+    return planned(sum(types[c].nbytes for c in read) + sum(types[c].nbytes for c in written))

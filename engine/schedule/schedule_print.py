@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..ir.dims import bare_symbol
+from ..ir.extent import dim_of, is_symbolic
 from ..ir.printer import print_attr_value, print_scalar
 from .cost import KernelCost, ScheduleCost
 from .index import FloorDiv, Indirect, Ix, Mod
@@ -27,6 +29,17 @@ def global_names(schedule: Schedule) -> dict[str, str]:
     return names
 
 
+def planning_sizes(schedule: Schedule) -> dict[str, int]:
+    """The symbols of a symbolic schedule at the values it was planned at ({} for a static one)."""
+    out = {}
+    for t in schedule.types.values():
+        for d in t.shape:
+            name = bare_symbol(dim_of(d)) if is_symbolic(d) else None
+            if name is not None:
+                out[name] = d.value
+    return dict(sorted(out.items()))
+
+
 def print_schedule(name: str, target_name: str, schedule: Schedule, cost: ScheduleCost, clock_ghz: float,
                    prices: bool = True) -> str:
     """The schedule as `--emit schedule` prints it; without its prices, its structural form."""
@@ -36,6 +49,9 @@ def print_schedule(name: str, target_name: str, schedule: Schedule, cost: Schedu
         us = cost.cycles / (clock_ghz * 1e3)
         head += (f", global bytes {cost.global_bytes} (compulsory {cost.compulsory_bytes}), "
                  f"estimated {cost.cycles:.4g} cycles ({us:.4g} us)")
+        sizes = planning_sizes(schedule)
+        if sizes:  # (symbolic: the figures are the planning size's, engine/ir/extent.py)
+            head += " at " + ", ".join(f"{k} = {v}" for k, v in sizes.items())
     lines = [head]
     for i, (k, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
         lines.append("")

@@ -125,15 +125,27 @@ def _row_blocks(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: i
         lines.append(f"{pad}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
         lines += _row_block(nest, kernel, pad + "  ", mr, nv, vec, dtype, ahead)
         lines.append(f"{pad}}}" + ("}" if start else ""))
-    if is_symbolic(n_i % mr):  # rows left over a symbolic count: one at a time
-        lines.append(f"{pad}for (int64_t {i} = {full_rows}; {i} < {n_i}; ++{i}) {{")
-        lines += _row_block(nest, kernel, pad + "  ", 1, nv, vec, dtype)
-        lines.append(f"{pad}}}")
+    if is_symbolic(n_i % mr):
+        lines += _left_rows(i, full_rows, n_i, mr, pad, lambda p, rows: _row_block(nest, kernel, p, rows, nv, vec, dtype))
     elif n_i % mr:
         lines.append(f"{pad}{{ const int64_t {i} = {full_rows};")
         lines += _row_block(nest, kernel, pad + "  ", n_i % mr, nv, vec, dtype)
         lines.append(f"{pad}}}")
     return lines
+
+
+def _left_rows(i: str, full_rows, n_i, mr: int, pad: str, block) -> list[str]:
+    """The rows left over the full blocks when their count (0 .. mr-1) is symbolic: a block of each
+    power of two the count has (4, 2, 1 for mr = 8), so B is read at most three times for them, not
+    once per row."""
+    lines = [f"{pad}{{ int64_t st_i = {full_rows}; const int64_t st_left = {n_i} - st_i;"]
+    p = 1 << ((mr - 1).bit_length() - 1) if mr > 1 else 0
+    while p:
+        lines.append(f"{pad}  if (st_left & {p}) {{ const int64_t {i} = st_i;")
+        lines += block(pad + "    ", p)
+        lines.append(f"{pad}    st_i += {p}; }}")
+        p //= 2
+    return lines + [f"{pad}}}"]
 
 
 def _panels(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, vec: _Vec, dtype: str,
@@ -159,10 +171,9 @@ def _panels(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, 
             out.append(f"{p}for (int64_t {i} = 0; {i} < {full_rows}; {i} += {mr}) {{")
             out += _tile(nest, kernel, p + "  ", mr, vectors, vec, dtype, None, span, prefetch)
             out.append(f"{p}}}")
-        if is_symbolic(n_i % mr):  # rows left over a symbolic count: one at a time
-            out.append(f"{p}for (int64_t {i} = {full_rows}; {i} < {n_i}; ++{i}) {{")
-            out += _tile(nest, kernel, p + "  ", 1, vectors, vec, dtype, None, span)
-            out.append(f"{p}}}")
+        if is_symbolic(n_i % mr):
+            out += _left_rows(i, full_rows, n_i, mr, p,
+                              lambda q, rows: _tile(nest, kernel, q, rows, vectors, vec, dtype, None, span))
         elif n_i % mr:
             out.append(f"{p}{{ const int64_t {i} = {full_rows};")
             out += _tile(nest, kernel, p + "  ", n_i % mr, vectors, vec, dtype, None, span)
