@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..engine.ir.extent import is_symbolic
-from ..engine.schedule.index import affine, interval
+from ..engine.schedule.index import affine, interval, symbolic
 from .loops import (
     Buffer,
     For,
@@ -123,8 +123,9 @@ class _Hoist:
             return None
         used = set().union(*(index_vars(ix) for ld in loads(value) for ix in ld.index)) - set(own)
         outer = [lp for lp in around if lp.var in used]
-        if len(outer) != len(used) or any(is_symbolic(lp.extent) for lp in outer + loops):
-            return None  # (a block the size of a call's symbolic extent is not made once)
+        if (len(outer) != len(used) or any(is_symbolic(lp.extent) for lp in outer + loops)
+                or any(symbolic(ix) for ld in loads(value) for ix in ld.index)):
+            return None  # (a block the size, or at a place, of a call's symbolic extent is not made once)
         whole = self.whole(value, leaf.index, buffer)
         if whole:  # a copy of a weight in its own layout: on a cache, the weight is that block already
             if not self.in_place:
@@ -154,7 +155,7 @@ class _Hoist:
             return ld
         used = set().union(*(index_vars(ix) for ix in ld.index))
         loops = [lp for lp in around if lp.var in used]
-        if len(loops) != len(used) or any(is_symbolic(lp.extent) for lp in loops):
+        if len(loops) != len(used) or any(is_symbolic(lp.extent) for lp in loops) or any(map(symbolic, ld.index)):
             return ld
         source = self.bound[ld.buffer]
         extents = {lp.var: (0, lp.extent - 1) for lp in loops}

@@ -616,3 +616,22 @@ def executes_like_the_reference(program, graph: Graph, seed: int):
         return None
     assert differences(outs, evaluate(graph, inputs), graph) == []
     return traffic
+
+
+# The size a symbolic example (examples/dynamic_rows.ir) runs at in the tests that run every example.
+EXAMPLE_SIZE = 37
+
+
+def example_sizes(graph: Graph) -> dict[str, int]:
+    """Each symbol of an example at EXAMPLE_SIZE (within its range); {} for a static example."""
+    return {name: min(max(lo, EXAMPLE_SIZE), hi) for name, (lo, hi) in graph.symbols.items()}
+
+
+def dim_args(path) -> list[str]:
+    """The `--dim NAME=N` options `stitch run` needs for an example: its symbols at `example_sizes`."""
+    from stitch.engine.ir.check import check_program
+    from stitch.engine.ir.parse import parse_file
+
+    graph = next(iter(check_program(parse_file(path)).values()))
+    return [a for name, n in example_sizes(graph).items() for a in ("--dim", f"{name}={n}")]
+

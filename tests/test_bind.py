@@ -21,7 +21,7 @@ from stitch.engine.schedule.target import parse_target
 from stitch.lowering.bind import bind
 from stitch.lowering.loops import leaves, loads, print_loops
 from stitch.lowering.lower import lower
-from stitch_testing import compile_text, EXAMPLES, needs_cc, programs, target_text
+from stitch_testing import compile_text, EXAMPLES, example_sizes, needs_cc, programs, target_text
 
 
 PROJ = """
@@ -182,7 +182,7 @@ def test_bound_programs_compute_what_the_reference_computes(program, data, tmp_p
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.ir")), ids=lambda p: p.stem)
 def test_every_example_with_its_weights_bound(path, target, tmp_path):
     graph = next(iter(check_program(parse_file(path)).values()))
-    inputs = random_inputs(graph, 3)
+    inputs = random_inputs(graph, 3, example_sizes(graph))
     first, *rest = graph.param_names
     weights = {k: inputs.pop(k) for k in rest}
     compiled = stitch.compile(path, target=target, cache_dir=tmp_path, weights=weights)

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stitch.engine.ir import dims
 from stitch.engine.ir.check import check_func, check_program
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import evaluate, index_bounds, random_inputs
 from stitch.engine.ir.parse import parse_file, parse_program
+from stitch_testing import example_sizes
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
 f32 = np.float32
@@ -118,6 +120,11 @@ def softmax_xent(logits, onehot):
     return [-((z - lse) * onehot).sum(axis=1).mean(dtype=np.float32)]
 
 
+def dynamic_rows(x, g, b, w):
+    d = x - x.mean(axis=-1, keepdims=True)
+    return [(d / np.sqrt((d * d).mean(axis=-1, keepdims=True) + f32(1e-5)) * g + b) @ w]
+
+
 REFERENCES = {
     "attention": attention,
     "attention_block": attention_block,
@@ -139,6 +146,7 @@ REFERENCES = {
     "causal_attention": causal_attention,
     "row_softmax": lambda x: [softmax_lastaxis(x)],
     "two_outputs": two_outputs,
+    "rows": dynamic_rows,
 }
 
 
@@ -153,13 +161,13 @@ def test_example_matches_handwritten_numpy(path):
     program = parse_file(path)
     for func in program.funcs:
         graph = check_program(program)[func.name]
-        inputs = random_inputs(graph, seed=7)
+        inputs = random_inputs(graph, seed=7, sizes=example_sizes(graph))
         got = evaluate(graph, inputs)
         want = [np.asarray(w) for w in REFERENCES[func.name](*(inputs[n] for n in graph.param_names))]
         assert len(got) == len(want) == len(func.results)
         for g, w, t in zip(got, want, graph.output_types):
             assert g.dtype == np.float32 and w.dtype == np.float32
-            assert g.shape == t.shape
+            assert g.shape == tuple(dims.evaluate(d, example_sizes(graph)) for d in t.shape)
             assert_close(g, w, rtol=1e-5, atol=1e-6)
 
 

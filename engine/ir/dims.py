@@ -234,26 +234,39 @@ def size(shape) -> Dim:
 
 
 def exact_div(a: Dim, b: Dim) -> Dim | None:
-    """a / b when b divides a exactly as polynomials (b a constant or a single term), else None."""
+    """a / b when b divides a exactly as polynomials with a quotient of one term (`(64*n + 64) / (n + 1)`
+    is 64) or b is a single term, else None."""
     if isinstance(b, int):
         if b == 0:
             return None
         q = floordiv(a, b) if b > 0 else floordiv(mul(a, -1), -b)
         return q if mul(q, b) == a else None
-    if len(b.terms) != 1:
-        return 1 if a == b else None
+    if len(b.terms) != 1:  # the quotient of a term of a by b's first term, if it divides all of a
+        (bmono, bcoef) = b.terms[0]
+        for mono, coef in _terms(a).items():
+            rest = _monomial_quotient(mono, bmono)
+            if rest is not None and coef % bcoef == 0:
+                q = _make({rest: coef // bcoef})
+                if mul(q, b) == a:
+                    return q
+        return None
     (bmono, bcoef), = b.terms
     out: dict[Monomial, int] = {}
     for mono, coef in _terms(a).items():
-        rest = list(mono)
-        for atom in bmono:
-            if atom not in rest:
-                return None
-            rest.remove(atom)
-        if coef % bcoef:
+        rest = _monomial_quotient(mono, bmono)
+        if rest is None or coef % bcoef:
             return None
-        out[tuple(rest)] = coef // bcoef
+        out[rest] = coef // bcoef
     return _make(out)
+
+
+def _monomial_quotient(mono: Monomial, by: Monomial) -> Monomial | None:
+    rest = list(mono)
+    for atom in by:
+        if atom not in rest:
+            return None
+        rest.remove(atom)
+    return tuple(rest)
 
 
 def provably(lo_at_least: int, d: Dim, ranges: dict[str, tuple[int, int]]) -> bool:

@@ -35,7 +35,7 @@ from ..ir.graph import Graph, Node
 from ..ir.ops import BINARY, COMPARE, OPS, REDUCE, UNARY
 from ..ir.program import DTypeName
 from .placement import Placement
-from .symbols import encode
+from .symbols import STATIC_LIMIT, encode
 
 PLACEMENT_CTORS = {p.value: p.ctor for p in Placement}
 
@@ -216,7 +216,15 @@ PRELUDE = r"""
 ; (every primitive that could fail is in the query, where failing means no match;
 ; in an action it would abort the run)
 (rule ((= r (sl s ax st en sp i)) (< i (vec-length ax)) (= a (vec-get ax i)) (< a (vec-length s))
+       (< (vec-get en i) STATIC_LIMIT)
        (= e (min (vec-get en i) (vec-get s a))) (= b (vec-get st i)) (< b e) (= k (vec-get sp i)) (>= k 1))
+      ((set (sl s ax st en sp (+ i 1)) (vec-set r a (/ (+ (- e b) (- k 1)) k))))
+      :ruleset analysis)
+; a symbolic end (rewrite/symbols.py: at least STATIC_LIMIT as encoded) is within its axis: the
+; checker proved it for every value of the symbol
+(rule ((= r (sl s ax st en sp i)) (< i (vec-length ax)) (= a (vec-get ax i)) (< a (vec-length s))
+       (>= (vec-get en i) STATIC_LIMIT)
+       (= e (vec-get en i)) (= b (vec-get st i)) (< b e) (= k (vec-get sp i)) (>= k 1))
       ((set (sl s ax st en sp (+ i 1)) (vec-set r a (/ (+ (- e b) (- k 1)) k))))
       :ruleset analysis)
 (rule ((= t (Slice x ax st en sp)) (= s (shape x)) (= r (sl s ax st en sp (vec-length ax))))
@@ -301,6 +309,7 @@ PRELUDE = r"""
     f"      ((union t (Const r d))) :ruleset analysis)\n"
     for op, fn in (("add", "+"), ("sub", "-"), ("mul", "*"), ("div", "/"))
 )
+PRELUDE = PRELUDE.replace("STATIC_LIMIT", str(STATIC_LIMIT))
 
 
 def ivec(values) -> str:

@@ -365,6 +365,19 @@ def _recombine(ix: Ix) -> Ix:
     return ix
 
 
+def symbolic(ix: Ix) -> bool:
+    """Whether a coefficient, the constant or a divisor anywhere in `ix` is a symbolic extent: an
+    index that moves with a call's sizes (engine/ir/extent.py)."""
+    if is_symbolic(ix.const):
+        return True
+    for t, c in ix.terms:
+        if is_symbolic(c) or isinstance(t, (FloorDiv, Mod)) and (is_symbolic(t.d) or symbolic(t.x)):
+            return True
+        if isinstance(t, Indirect) and is_symbolic(t.extent):
+            return True
+    return False
+
+
 def affine(ix: Ix) -> bool:
     """No atoms: a plain linear combination of axes."""
     return all(isinstance(t, str) for t, _ in ix.terms)
