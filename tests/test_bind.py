@@ -4,7 +4,6 @@ computing what the reference computes with the weights passed as ordinary inputs
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import stitch
@@ -21,8 +20,7 @@ from stitch.engine.schedule.target import parse_target
 from stitch.lowering.bind import bind
 from stitch.lowering.loops import leaves, loads, print_loops
 from stitch.lowering.lower import lower
-from stitch_testing import compile_text, EXAMPLES, example_sizes, needs_cc, programs, target_text
-
+from stitch_testing import EXAMPLES, compile_text, example_sizes, needs_cc, programs, target_text
 
 PROJ = """
 func proj(x: f32[16, 64], w: f32[64, 96], b: f32[96]) -> f32[16, 96] {

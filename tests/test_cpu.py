@@ -22,9 +22,6 @@ from stitch.targets.c import tuning
 from stitch_testing import EXAMPLES, compile_text, dim_args, needs_cc, programs, target_text
 
 
-
-
-
 def libraries(cache: Path) -> list[Path]:
     """The cached program libraries (each with its checksum; not the libmvec probe a first build leaves)."""
     return [p for p in cache.glob("*.so") if p.with_suffix(".sha256").exists()]

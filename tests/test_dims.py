@@ -82,3 +82,12 @@ def test_exact_division_solves_what_a_reshape_needs():
     assert dims.exact_div(dims.mul(n, 768), 64) == dims.mul(n, 12)
     assert dims.exact_div(dims.mul(dims.mul(n, m), 12), dims.mul(n, 4)) == dims.mul(m, 3)
     assert dims.exact_div(dims.add(n, 1), 2) is None and dims.exact_div(dims.mul(n, 6), dims.mul(m, 2)) is None
+
+
+def test_exact_division_by_a_dimension_of_several_terms():
+    n = dims.symbol("n")
+    assert dims.exact_div(64 * n + 64, n + 1) == 64
+    assert dims.exact_div(n + 1, n + 1) == 1  # (it once gave n + 1 back)
+    assert dims.exact_div(n * n + n, n + 1) == n
+    assert dims.exact_div(3 * n + 3, -n - 1) == -3
+    assert dims.exact_div(n + 2, n + 1) is None

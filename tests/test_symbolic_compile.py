@@ -190,3 +190,23 @@ def test_random_programs_with_a_symbol_run_at_every_size_from_one_compile(case, 
         assume("fits target" not in str(err))
         raise
     check_at_sizes(program, text, (1, 3, value, 17, 40) if target == "cpu" else (1, value, 17))
+
+
+# -- the dynamic exports (tests/fixtures/models/dynamic): one compile, onnxruntime's outputs at every size --
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+@pytest.mark.parametrize("name", ["gpt2_model_dynamic_seq-dynamo", "gpt2_model_dynamic_seq-torchscript",
+                                  "gpt2_step_dynamic_past-dynamo", "gpt2_step_dynamic_past-torchscript"])
+def test_a_dynamic_export_compiles_once_and_matches_onnxruntime_at_every_stored_size(name, target):
+    pytest.importorskip("onnx")
+    from stitch.frontends.onnx_import import import_onnx
+    from test_onnx_symbolic import DYNAMIC, stored
+
+    imported = import_onnx(DYNAMIC / f"{name}.onnx")
+    program = stitch.compile(imported.text, target=target, weights=imported.weights)
+    assert program.graph.symbols  # (one compile, symbolic)
+    for size, (feeds, want) in stored(name).items():
+        got = program(**{imported.inputs[k]: v for k, v in feeds.items()})
+        for g, o in zip(got, imported.outputs, strict=True):
+            np.testing.assert_allclose(g, want[o], rtol=1e-3, atol=1e-4, err_msg=f"{name} {size} {o} on {target}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .dims import is_static
+from .dims import Expr, is_static
 from .graph import Graph, Node
 from .interp import evaluate
 
@@ -57,7 +57,9 @@ def fold_bound(graph: Graph, bound: tuple[str, ...] | list[str]) -> Folded:
             weights[n.id] = frozenset({n.id}) if known[n.id] else frozenset()
             computes[n.id] = False
             continue
-        known[n.id] = all(known[i] for i in n.inputs)
+        # (an attribute holding a symbol, `slice(..., starts=[seq - 1])`, is the call's: not known here)
+        known[n.id] = all(known[i] for i in n.inputs) and not any(
+            isinstance(d, Expr) for _, v in n.attrs if isinstance(v, tuple) for d in v)
         if known[n.id]:
             weights[n.id] = frozenset().union(*(weights[i] for i in n.inputs))
             computes[n.id] = n.op not in MOVEMENT or any(computes[i] for i in n.inputs)
@@ -122,7 +124,7 @@ def _with_params(graph: Graph, points: list[int]) -> Graph:
             nodes.append(replace(n, id=new_id[old], inputs=tuple(new_id[i] for i in n.inputs)))
     params = [new_id[i] for i in graph.params + points]
     return Graph(graph.name, nodes, params, [new_id[o] for o in graph.outputs],
-                 graph.param_names + [names[i] for i in points])
+                 graph.param_names + [names[i] for i in points], graph.symbols)
 
 
 def _reached(graph: Graph, roots: list[int], cut: set[int] = frozenset()) -> set[int]:

@@ -365,6 +365,11 @@ def _recombine(ix: Ix) -> Ix:
     return ix
 
 
+def indirect(ix: Ix) -> bool:
+    """Whether `ix` reads an index from a tensor anywhere (an Indirect, inside a div or mod too)."""
+    return any(isinstance(t, Indirect) or isinstance(t, (FloorDiv, Mod)) and indirect(t.x) for t, _ in ix.terms)
+
+
 def symbolic(ix: Ix) -> bool:
     """Whether a coefficient, the constant or a divisor anywhere in `ix` is a symbolic extent: an
     index that moves with a call's sizes (engine/ir/extent.py)."""

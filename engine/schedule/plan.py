@@ -39,7 +39,7 @@ from ..ir.extent import is_symbolic
 from ..ir.ops import ACCUMULATING
 from ..ir.program import dtype_bytes
 from .facts import FREE_OPS, KernelFacts, nest_axes, parallel_axes, reduced_axes
-from .index import Indirect, Ix, Mod, affine
+from .index import Ix, Mod, affine, indirect
 from .kernel import AxisKind, Hold, Instance, Kernel, Read, Ref, RefKind, index_axes
 from .reads import region
 from .target import Target
@@ -188,7 +188,7 @@ def classify(kernel: Kernel, types, parallel: list[str], target: Target, f: Kern
         nests = {_nest(r, packing) for r in reads}
         for r in reads:
             must_stage = len(nests) >= 2 or any(a not in r.axes for a in parallel)
-            if must_stage and not r.guards and not any(isinstance(t, Indirect) for ix in r.index for t, _ in ix.terms):
+            if must_stage and not r.guards and not any(map(indirect, r.index)):
                 key = region(r, kernel, tiled, shape)
                 staged.setdefault((cid, key), Staged(cid, r.index, key))
             else:
