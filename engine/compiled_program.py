@@ -38,6 +38,9 @@ class Compiled:
     extracted: SearchResult
     fusion_blocked: list[str]
     seconds: float
+    # a symbolic program's schedules for its smaller size buckets (engine/ir/extent.py BUCKETS), each a
+    # Compiled of the graph with its symbol's range cut at the bucket's top
+    variants: list["Compiled"] = field(default_factory=list)
 
     @property
     def schedule(self) -> Schedule:
@@ -81,6 +84,9 @@ class CompiledProgram:
     # program's own copies of the weights a kernel reads as they are
     bound: dict[str, np.ndarray] = field(default_factory=dict)
     _instances: dict = field(default_factory=dict, repr=False)  # sizes -> the loops at them (`instance`)
+    # the size buckets below the top (a symbolic program): ({symbol: bucket top}, the program built for
+    # it), ascending; a call runs the first whose tops its sizes fit, else this program
+    variants: list = field(default_factory=list)
 
     def inputs(self, inputs: dict) -> dict[str, np.ndarray]:
         """A call's arrays checked against the parameters not bound at compile time, with what the
@@ -89,14 +95,25 @@ class CompiledProgram:
 
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
         given, sizes = bind_call(self.graph, inputs, self.weights)
+        program = self
         if sizes:
             self._check_sizes(sizes)
+            program = self.bucket(sizes)
         if out is not None:  # (the bound arrays are the program's own: no out= array shares them)
             check_outputs(self.graph, out, given)
-        args = given | self.bound if self.bound else given
-        if self.executor == "c":  # (it walks nothing recursively: no raised recursion limit, 3 us a call)
-            return self.native.run(args, out, sizes)
-        return self._execute(args, out, sizes)
+        args = given | program.bound if program.bound else given
+        if program.executor == "c":  # (it walks nothing recursively: no raised recursion limit, 3 us a call)
+            return program.native.run(args, out, sizes)
+        outputs = program._execute(args, out, sizes)
+        self.report = program.report
+        return outputs
+
+    def bucket(self, sizes: dict[str, int]) -> "CompiledProgram":
+        """The program a call at `sizes` runs: the smallest size bucket they fit, else this one."""
+        for tops, program in self.variants:
+            if all(sizes[k] <= v for k, v in tops.items()):
+                return program
+        return self
 
     def _check_sizes(self, sizes: dict[str, int]) -> None:
         """A symbol's value above the one the program was scheduled at (engine/ir/extent.py: the top of
@@ -145,7 +162,8 @@ class CompiledProgram:
         from ..targets.profile import profile
 
         given, sizes = bind_call(self.graph, inputs, self.weights)
-        return profile(self, given | self.bound, runs, sizes)
+        program = self.bucket(sizes) if sizes else self
+        return profile(program, given | program.bound, runs, sizes)
 
 
 def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:

@@ -29,6 +29,7 @@ from ..lowering.lower import lower
 from .compiled_program import Compiled, CompiledProgram
 from .ir.check import check_program
 from .ir.errors import StitchError, StitchWarning
+from .ir.extent import bucket_tops, planning_values
 from .ir.fold import fold_bound, fold_values
 from .ir.graph import Graph
 from .ir.interp import bind_weights
@@ -202,17 +203,25 @@ def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResul
 
 
 @allows_deep_recursion
-def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Limits = Limits()) -> Compiled:
-    """Saturate, then extract the cheapest schedule for `target`."""
+def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Limits = Limits(),
+                  buckets: bool = False) -> Compiled:
+    """Saturate, then extract the cheapest schedule for `target`; with `buckets`, a symbolic program's
+    schedules for the smaller size buckets too (`Compiled.variants`)."""
     start = time.perf_counter()
     with memory_budget(limits.memory):
         run, report = saturate_program(graph, rule_files, limits)
         checkpoint("saturation")
         data = run.data()
+        smaller = [(top, run.data(top)) for top in (bucket_tops(graph.symbols) if buckets else [])]
         run.release()  # (not on an error: an e-graph a failed run leaves is not loaded again)
         checkpoint("reading the saturated e-graph")
         extracted, blocked = extract(graph, data, target)
-    return Compiled(graph, target, report, data, extracted, blocked, time.perf_counter() - start)
+        variants = []
+        for top, at_top in smaller:  # one schedule per size bucket (extent.py BUCKETS), the same e-graph
+            bucket = replace(graph, symbols={name: (lo, top) for name, (lo, _) in graph.symbols.items()})
+            found, why = extract(bucket, at_top, target)
+            variants.append(Compiled(bucket, target, report, at_top, found, why, 0.0))
+    return Compiled(graph, target, report, data, extracted, blocked, time.perf_counter() - start, variants)
 
 
 # -- lower and build ----------------------------------------------------------------------------
@@ -278,9 +287,17 @@ def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), buil
     rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp, trust_rules, cache_dir)
     limits = limits or Limits()
     folded = fold_bound(graph, tuple(weights))
-    compiled = compile_graph(folded.graph, rule_files, tgt, limits)
+    compiled = compile_graph(folded.graph, rule_files, tgt, limits, buckets=True)
     start = time.perf_counter()
     weights = weights | fold_values(folded, weights)  # (binding: what the weights alone compute, once)
     compiled.seconds += time.perf_counter() - start
     loops = lower_program(compiled, limits, tuple(weights))
-    return build(compiled, loops, cache_dir, cflags, weights, graph)
+    program = build(compiled, loops, cache_dir, cflags, weights, graph)
+    for variant in compiled.variants:  # a symbolic program's size buckets, each built as the top is
+        start = time.perf_counter()
+        smaller = build(variant, lower_program(variant, limits, tuple(weights)), cache_dir, cflags, weights, graph)
+        # (a copy of a weight both read is the top's: one copy of each weight whatever the buckets)
+        smaller.bound = {k: program.bound.get(k, v) if k in weights else v for k, v in smaller.bound.items()}
+        program.variants.append((planning_values(variant.graph.symbols), smaller))
+        compiled.seconds += time.perf_counter() - start + variant.seconds
+    return program

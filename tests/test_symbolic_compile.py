@@ -108,7 +108,8 @@ def test_the_loops_take_the_symbol_and_a_remainder_tile_follows_the_whole_ones()
     from stitch.targets.cpu import c_for_target
 
     c = c_for_target(program.loops, program.compiled.target)
-    assert "st_dim_n = st_dims[0];" in c and "int stitch_main(void **b, const long long *st_dims)" in c
+    assert "st_sym_n = st_dims[0];" in c and "int stitch_main(void **b, const long long *st_dims)" in c
+    assert "const long long st_dim_n = st_sym_n;" in c  # (each function's own copy)
 
 
 def test_the_loops_instantiated_at_any_size_verify():
@@ -116,11 +117,26 @@ def test_the_loops_instantiated_at_any_size_verify():
     buffers overlapping, every buffer inside the merged one) at every size, not only at the planning one."""
     for text in PROGRAMS.values():
         for target in ("cpu", "accel"):
-            program = stitch.compile(text, target=target)
-            (name,) = program.graph.symbols
-            low, high = program.graph.symbols[name]
-            for size in sorted({low, low + 1, (low + high) // 2, high - 1, high}):
-                verify(instantiate(program.loops, {name: size}), capacity=program.compiled.target.onchip_bytes)
+            top = stitch.compile(text, target=target)
+            for program in [top] + [p for _, p in top.variants]:  # (the size buckets' programs too)
+                (name,) = program.compiled.graph.symbols
+                low, high = program.compiled.graph.symbols[name]
+                for size in sorted({low, low + 1, (low + high) // 2, high - 1, high}):
+                    verify(instantiate(program.loops, {name: size}), capacity=program.compiled.target.onchip_bytes)
+
+
+def test_a_call_runs_the_schedule_of_the_smallest_size_bucket_it_fits():
+    """ROWS (n in 1..300) is scheduled at 300 and at the bucket 128 (engine/ir/extent.py BUCKETS): a
+    call at n <= 128 runs the bucket's program, one above runs the top's; both from one compile."""
+    from stitch.engine.schedule.schedule_print import planning_sizes
+
+    program = stitch.compile(ROWS)
+    ((tops, small),) = program.variants
+    assert tops == {"n": 128} and planning_sizes(small.compiled.schedule) == {"n": 128}
+    assert planning_sizes(program.compiled.schedule) == {"n": 300}
+    assert program.bucket({"n": 128}) is small and program.bucket({"n": 129}) is program
+    assert small.loops.symbols == ("n",)  # (a symbolic program too: every size up to its top)
+    check_at_sizes(program, ROWS, (128, 129))
 
 
 def test_a_size_above_the_planning_value_is_refused_and_inputs_must_agree():

@@ -45,6 +45,25 @@ def planning_values(symbols: dict[str, tuple[int, int]]) -> dict[str, int]:
     return {name: min(hi, PLANNING_LIMIT) for name, (_, hi) in symbols.items()}
 
 
+# The tops of the size buckets below a range's top: a program of one symbol is also scheduled at each
+# of these its range holds, and a call runs the schedule of the smallest bucket its size fits (a
+# schedule planned for 1024 rows keeps less on chip and makes fewer tiles than one for 128 would).
+# Measured on the dynamic GPT-2 of bench/symbolic.py (2 layers, hidden 768, 1..1024): the bucket 128
+# runs 7 rows 25% faster than the top's schedule and 64 rows as fast (15% faster at 2 threads); buckets
+# at 16 and 512 gained nothing (a size near its bucket's top runs whole-axis tiles of symbolic extent,
+# whose loops the C cannot specialize).
+BUCKETS = (128,)
+
+
+def bucket_tops(symbols: dict[str, tuple[int, int]]) -> list[int]:
+    """The planning values of the smaller buckets of a program's one symbol, ascending ([] otherwise)."""
+    if len(symbols) != 1:
+        return []
+    ((lo, _),) = symbols.values()
+    (top,) = planning_values(symbols).values()
+    return [t for t in BUCKETS if lo <= t < top]
+
+
 def _refuse(self, *_):
     raise TypeError(f"the symbolic extent {self.dim} was used where a number is needed")
 
@@ -274,8 +293,20 @@ def c_spelling() -> Iterator[None]:
 
 
 def c_symbol(name: str) -> str:
-    """The C variable holding symbol `name`'s value (a global of the library, targets/c/source.py)."""
+    """The C variable the extents read symbol `name` from: a constant local of every function the
+    kernels are written in, a copy of the library's global (`c_symbol_value`) made on entry, so the
+    compiler knows no store changes it (a vector store may alias anything)."""
     return "st_dim_" + name
+
+
+def c_symbol_value(name: str) -> str:
+    """The library's global holding symbol `name`'s value, set by stitch_main (targets/c/source.py)."""
+    return "st_sym_" + name
+
+
+def c_locals(symbols) -> str:
+    """The declarations of `c_symbol` for each of `symbols`, for the start of a function body."""
+    return " ".join(f"const long long {c_symbol(n)} = {c_symbol_value(n)}; (void){c_symbol(n)};" for n in symbols)
 
 
 def c_text(d: Dim) -> str:
@@ -295,5 +326,5 @@ def _c_quot(q: Quot) -> str:
     return f"ST_FDIV({c_text(q.num)}, {q.den}LL)"
 
 
-__all__ = ["DEFAULT_RANGE", "Extent", "PLANNING_LIMIT", "at", "c_spelling", "c_symbol", "c_text", "dim_of",
+__all__ = ["BUCKETS", "DEFAULT_RANGE", "Extent", "bucket_tops", "PLANNING_LIMIT", "at", "c_locals", "c_spelling", "c_symbol", "c_symbol_value", "c_text", "dim_of",
            "extent", "instantiate", "is_symbolic", "planned", "planning_values"]

@@ -164,6 +164,7 @@ class EGraphRun:
         self.exact_ints = exact_int_constants(graph)
         self.symbol = next(iter(graph.symbols), None)  # (symbols.py: one at most)
         self.planning = planning_values(graph.symbols).get(self.symbol)  # what scheduling sizes it at
+        self._json: str | None = None
 
     def release(self) -> None:
         """Done with the e-graph (what `data` read stays): pop back to the loaded rules and keep them for
@@ -283,7 +284,10 @@ class EGraphRun:
         roots = [eb.Var(eb.PanicSpan(), r) for r in self.roots]
         return self.egraph.serialize(roots)
 
-    def data(self) -> EGraphData:
-        """The e-graph read back into Python (`egraph_data.py`): what extraction and the pictures read."""
-        return EGraphData.from_json(self.serialize().to_json(), exact_ints=self.exact_ints, symbol=self.symbol,
-                                    planning=self.planning)
+    def data(self, planning: int | None = None) -> EGraphData:
+        """The e-graph read back into Python (`egraph_data.py`): what extraction and the pictures read;
+        a symbolic program's dimensions as Extents at `planning` (default: the top of its range)."""
+        if self._json is None:  # (read back once per planning value of a size bucket: serialized once)
+            self._json = self.serialize().to_json()
+        return EGraphData.from_json(self._json, exact_ints=self.exact_ints, symbol=self.symbol,
+                                    planning=self.planning if planning is None else planning)

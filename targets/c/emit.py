@@ -71,6 +71,7 @@ class KernelWriter:
     def __init__(self, kernel: LoopKernel, globals_: dict[str, Buffer], vector_bytes: int,
                  streamed: set[str] = frozenset(), recognizers: tuple[Recognizer, ...] = ()):
         self.k = kernel
+        self.symbols: tuple[str, ...] = ()  # the program's symbols (LoopProgram.symbols), read by its extents
         self.vector_bytes = vector_bytes
         self.streamed = streamed  # outputs written with non-temporal stores (`stream`, `vector_loop`)
         self.globals = globals_

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...engine.ir.extent import c_spelling, c_symbol
+from ...engine.ir.extent import c_spelling, c_symbol_value
 from ...lowering.loops import Buffer, LoopProgram
 from . import recognizers, tuning
 from .emit import PROTO, KernelWriter, Recognizer, ident, kernel_name, signature
@@ -55,12 +55,13 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
         used = {b.name: b for b in uses[k.name]}
         streamed = {name for name in program.outputs if name in used and used[name].nbytes >= tuning.STREAM_BYTES}
         writer = KernelWriter(k, used, vector_bytes, streamed, table)
+        writer.symbols = program.symbols
         kernels.append((k.name, render_kernel(writer, signature(uses[k.name]))))
     parts = min(max_parts, sum(len(text) for _, text in kernels) // tuning.PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes), VECTOR_EXP if vector_bytes == 64 else "", RUNNER]
     # a symbol's value: one global of the library, set by stitch_main (calls into one library hold
     # its lock, targets/cpu.py), read by every kernel's extents
-    out += [f"{PROTO} extern long long {c_symbol(name)};" for name in program.symbols]
+    out += [f"{PROTO} extern long long {c_symbol_value(name)};" for name in program.symbols]
     out += [f"{PROTO} int {kernel_name(name)}({signature(uses[name])});" for name, _ in kernels]
     for part, group in enumerate(_deal(kernels, parts)):
         out.append(_part_guard(part, parts))
@@ -70,10 +71,10 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
     out.append(RUNNER_DEFINITION)
     out.append(PROFILE.replace("KERNELS", str(max(1, len(program.kernels)))))
     out.append(ERROR_SLOT)
-    out += [f"{PROTO} long long {c_symbol(name)};" for name in program.symbols]
+    out += [f"{PROTO} long long {c_symbol_value(name)};" for name in program.symbols]
     out.append("int stitch_main(void **b, const long long *st_dims) {" if program.symbols else
                "int stitch_main(void **b) {")
-    out += [f"  {c_symbol(name)} = st_dims[{i}];" for i, name in enumerate(program.symbols)]
+    out += [f"  {c_symbol_value(name)} = st_dims[{i}];" for i, name in enumerate(program.symbols)]
     out.append("  st_error_site = -1;")
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ...engine.ir.extent import planned
+from ...engine.ir.extent import c_locals, planned
 from ...engine.ir.program import dtype_bytes
 from ...lowering.alloc import scratch_layout
 from ...lowering.loops import For, leaves
@@ -41,7 +41,7 @@ def render_kernel(w: KernelWriter, signature: str) -> str:
         body.append(_tile_loop(w, f"{name}_tiles{loops}", s, params, [ident(b.name) for b in held],
                                {b.name for b in outer}))
         loops += 1
-    head = [f"{PROTO} int {name}({signature}) {{"]
+    head = [f"{PROTO} int {name}({signature}) {{"] + ([f"  {c_locals(w.symbols)}"] if w.symbols else [])
     head += [f"  {C_TYPES[b.dtype]} *{ident(b.name)} = ({C_TYPES[b.dtype]} *)malloc({max(b.nbytes, 1)});"
              for b in outer]
     if outer:
@@ -86,6 +86,8 @@ def _tile_function(w: KernelWriter, fn: str, loop: For | None, params: str, decl
     whole body, one tile), pipelined in the stages `st` when given; returns the scratch bytes
     it needs."""
     w.lines.append(f"static void {fn}(int64_t lo, int64_t hi, unsigned char *restrict st_scratch, {params}) {{")
+    if w.symbols:  # (the extents' symbols, local: engine/ir/extent.py c_symbol)
+        w.lines.append(f"  {c_locals(w.symbols)}")
     w.frame = 0
     if loop is None:
         w.lines.append("  (void)lo; (void)hi;")
