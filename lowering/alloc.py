@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..engine.ir.extent import is_symbolic
 from ..engine.ir.program import dtype_bytes
 from .liveness import live_ranges, ranges_overlap
 from .loops import Buffer, LoopKernel, LoopProgram
@@ -75,6 +76,16 @@ def _plan(kernel: LoopKernel, alignment: int) -> tuple[dict[str, int], int]:
     shared = [b for b in kernel.allocs if b.scope == "shared"]
     if len(shared) <= 1:
         return {}, sum(round_up(b.nbytes, buffer_alignment(b, alignment)) for b in shared)
+    if any(is_symbolic(b.nbytes) for b in shared):
+        # sizes of a symbolic program's call: first fit compares them at one size, and a gap or an
+        # end chosen there may not hold at another (a [3, 64] buffer and a [3, past + 1] one at the
+        # same offset, the merged size the second's end); one after another holds at every size
+        offsets, at = {}, 0
+        for b in shared:
+            align = buffer_alignment(b, alignment)
+            offsets[b.name] = round_up(at, align)
+            at = offsets[b.name] + round_up(b.nbytes, align)
+        return offsets, at
 
     ranges = live_ranges(kernel)
     first_use = {b.name: ranges[b.name][0] if b.name in ranges else -1 for b in shared}

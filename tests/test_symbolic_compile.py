@@ -112,17 +112,29 @@ def test_the_loops_take_the_symbol_and_a_remainder_tile_follows_the_whole_ones()
     assert "const long long st_dim_n = st_sym_n;" in c  # (each function's own copy)
 
 
-def test_the_loops_instantiated_at_any_size_verify():
-    """The merged on-chip layout is computed once with symbolic offsets: it must hold (no two live
-    buffers overlapping, every buffer inside the merged one) at every size, not only at the planning one."""
-    for text in PROGRAMS.values():
-        for target in ("cpu", "accel"):
-            top = stitch.compile(text, target=target)
-            for program in [top] + [p for _, p in top.variants]:  # (the size buckets' programs too)
-                (name,) = program.compiled.graph.symbols
-                low, high = program.compiled.graph.symbols[name]
-                for size in sorted({low, low + 1, (low + high) // 2, high - 1, high}):
-                    verify(instantiate(program.loops, {name: size}), capacity=program.compiled.target.onchip_bytes)
+def _fixture(name: str) -> tuple[str, dict]:
+    pytest.importorskip("onnx")
+    from stitch.frontends.onnx_import import import_onnx
+    from test_onnx_symbolic import DYNAMIC
+
+    imported = import_onnx(DYNAMIC / f"{name}.onnx")
+    return imported.text, imported.weights
+
+
+@pytest.mark.parametrize("which", [*sorted(PROGRAMS), "gpt2_step_dynamic_past-dynamo"])
+def test_the_loops_instantiated_at_any_size_verify(which):
+    """The on-chip layout is computed once with symbolic offsets: it must hold (no two live buffers
+    overlapping, every buffer inside the merged one) at every size, not only at the planning one (a
+    decode step's [3, 64] buffer and [3, past + 1] one once shared an offset and a merged size that
+    held at the planning size only)."""
+    text, weights = (PROGRAMS[which], None) if which in PROGRAMS else _fixture(which)
+    for target in ("cpu", "accel"):
+        top = stitch.compile(text, target=target, weights=weights)
+        for program in [top] + [p for _, p in top.variants]:  # (the size buckets' programs too)
+            (name,) = program.compiled.graph.symbols
+            low, high = program.compiled.graph.symbols[name]
+            for size in sorted({low, low + 1, (low + high) // 2, high - 1, high}):
+                verify(instantiate(program.loops, {name: size}), capacity=program.compiled.target.onchip_bytes)
 
 
 def test_a_call_runs_the_schedule_of_the_smallest_size_bucket_it_fits():
@@ -226,3 +238,25 @@ def test_a_dynamic_export_compiles_once_and_matches_onnxruntime_at_every_stored_
         got = program(**{imported.inputs[k]: v for k, v in feeds.items()})
         for g, o in zip(got, imported.outputs, strict=True):
             np.testing.assert_allclose(g, want[o], rtol=1e-3, atol=1e-4, err_msg=f"{name} {size} {o} on {target}")
+
+
+def test_a_merged_layout_of_a_static_and_a_symbolic_buffer_holds_at_every_size():
+    """Two shared buffers never live together, [3, 64] and [3, n + 1]: first fit at the planning size
+    (n = 128) put both at offset 0 and took the symbolic one's end for the merged size, which at n = 2
+    is 36 bytes for a 768-byte buffer (a decode step's wrong answer at past 1 to 3)."""
+    from stitch.lowering.alloc import merge_allocations
+    from stitch.lowering.loops import Buffer, For, Ix, Lit, Load, LoopKernel, LoopProgram, Store
+
+    m = Extent(symbol("n") + 1, 129)
+    p0, p1 = Ix.var("p0"), Ix.var("p1")
+
+    def nest(extent, buffer, value):
+        return For("p0", 3, "serial", [For("p1", extent, "serial", [Store(buffer, (p0, p1), value)])])
+
+    kernel = LoopKernel("k0", [Buffer("a", "shared", "f32", (3, 64)), Buffer("b", "shared", "f32", (3, m))], [
+        For("t", 2, "parallel", [nest(64, "a", Lit(1.0, "f32")), nest(64, "y", Load("a", (p0, p1))),
+                                 nest(m, "b", Lit(2.0, "f32")), nest(m, "z", Load("b", (p0, p1)))])])
+    outputs = [Buffer("y", "global", "f32", (3, 64)), Buffer("z", "global", "f32", (3, m))]
+    program = merge_allocations(LoopProgram("f", [], ["y", "z"], [], [kernel], outputs, symbols=("n",)), 64)
+    for n in (1, 2, 64, 128):
+        verify(instantiate(program, {"n": n}))
