@@ -40,10 +40,10 @@ def parse_args() -> argparse.Namespace:
 
 
 def models(which: str):
-    """(name, symbol, module, inputs_at(n, rng), axes, outputs, high) at the real size."""
+    """(module, inputs_at(n, rng), input axes, output axes, the symbol's top) of one model at the real size."""
     import numpy as np
     import torch
-    from transformers import DynamicCache, GPT2Config, GPT2Model
+    from transformers import GPT2Config, GPT2Model
 
     sys.path.insert(0, str(HERE.parent / "tools"))
     import export_models as em
@@ -60,28 +60,7 @@ def models(which: str):
             return {"input_ids": torch.from_numpy(rng.integers(0, s.vocab, (1, n)).astype(np.int64))}
 
         return model, ids, {"input_ids": {1: "seq"}}, {"output": {1: "seq"}}, 1024
-    head = s.hidden // s.heads
-
-    class Step(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, ids, past_key, past_value):
-            cache = DynamicCache(config=self.inner.config)
-            cache.update(past_key, past_value, 0)
-            cache.update(past_key.clone(), past_value.clone(), 1)
-            out = self.inner(input_ids=ids, past_key_values=cache, use_cache=True)
-            layer = out.past_key_values.layers[0]
-            return out.last_hidden_state, layer.keys, layer.values
-
-    def step(n, rng):
-        cache = [torch.from_numpy(rng.standard_normal((1, s.heads, n, head)).astype(np.float32)) for _ in range(2)]
-        return {"input_ids": torch.from_numpy(rng.integers(0, s.vocab, (1, 1)).astype(np.int64)),
-                "past_key": cache[0], "past_value": cache[1]}
-
-    axes = {"past_key": {2: "past"}, "past_value": {2: "past"}}
-    return Step(model).eval(), step, axes, {"present_key": {2: "past_1"}, "present_value": {2: "past_1"}}, 2047
+    return (*em.decoder_step(model, s, 1), 2047)
 
 
 def main() -> int:

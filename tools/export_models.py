@@ -321,12 +321,21 @@ def gpt2_step_dynamic_past(s: Size):
     """One decoder step of GPT2Model: a new token per row, the key/value cache of `past` positions as inputs,
     the hidden state and the cache of past + 1 positions as outputs."""
     import torch
-    from transformers import DynamicCache, GPT2Model
+    from transformers import GPT2Model
 
     name = "gpt2_step_dynamic_past"
     torch.manual_seed(seed_of(name))
     model = GPT2Model(gpt2_config(s))
     randomize(model, seed_of(name))
+    return decoder_step(model, s, s.batch)
+
+
+def decoder_step(model, s: Size, batch: int):
+    """(the module, inputs at a size, input axes, output axes) of one decoder step of a GPT2Model:
+    `ids` one new token per row, `past_key` and `past_value` every layer's cache of `past` positions
+    (layer 0 reads them, the others copies), the hidden state and layer 0's cache of past + 1 out."""
+    import torch
+    from transformers import DynamicCache
 
     class Step(torch.nn.Module):
         def __init__(self, inner):
@@ -335,7 +344,9 @@ def gpt2_step_dynamic_past(s: Size):
 
         def forward(self, ids, past_key, past_value):
             cache = DynamicCache(config=self.inner.config)
-            cache.update(past_key, past_value, 0)
+            for layer in range(self.inner.config.n_layer):
+                cache.update(past_key if layer == 0 else past_key.clone(),
+                             past_value if layer == 0 else past_value.clone(), layer)
             out = self.inner(input_ids=ids, past_key_values=cache, use_cache=True)
             layer = out.past_key_values.layers[0]
             return out.last_hidden_state, layer.keys, layer.values
@@ -343,9 +354,9 @@ def gpt2_step_dynamic_past(s: Size):
     head = s.hidden // s.heads
 
     def inputs(n: int, rng: np.random.Generator) -> dict:
-        cache = [torch.from_numpy(rng.standard_normal((s.batch, s.heads, n, head)).astype(np.float32))
+        cache = [torch.from_numpy(rng.standard_normal((batch, s.heads, n, head)).astype(np.float32))
                  for _ in range(2)]
-        ids = torch.from_numpy(rng.integers(0, s.vocab, (s.batch, 1)).astype(np.int64))
+        ids = torch.from_numpy(rng.integers(0, s.vocab, (batch, 1)).astype(np.int64))
         return {"input_ids": ids, "past_key": cache[0], "past_value": cache[1]}
 
     axes = {"past_key": {2: "past"}, "past_value": {2: "past"}}
