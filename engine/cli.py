@@ -389,7 +389,7 @@ def cmd_compile(args) -> int:
     if args.json or args.emit in ("loops", "c"):
         loops = lower_program(compiled, limits, bound)
     if args.json:
-        print(json.dumps(compile_json(compiled, loops), indent=2))
+        print(json.dumps(as_json(compile_json(compiled, loops)), indent=2))
     elif args.emit == "loops":
         from ..lowering.loops import print_loops
 
@@ -540,7 +540,7 @@ def cmd_run(args) -> int:
             out["check"] = "ok" if not problems else problems
         if timings is not None:
             out["profile"] = {"runs": args.runs, "kernels": [t.to_json() for t in timings]}
-        print(json.dumps(out, indent=2))
+        print(json.dumps(as_json(out), indent=2))
     elif not args.output:
         print(summarize(outputs))
         print(f"ran on {program.executor} in {run_seconds * 1e3:.3f} ms")
@@ -603,3 +603,18 @@ def summarize(outputs: list[np.ndarray]) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def as_json(value):
+    """`value` for json.dumps: a symbolic extent (an int subclass, which json would write as its
+    planning value) as its expression, `"n * 768"`; the prices stay the planning size's numbers."""
+    from .ir.extent import Extent
+
+    if isinstance(value, Extent):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_json(v) for v in value]
+    return value
+

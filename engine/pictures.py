@@ -38,7 +38,7 @@ def schedule_dot(compiled) -> str:
     types = {name: t for name, t in zip(graph.param_names, graph.param_types)}
     writer = {}
     lines = _head(f"schedule of {graph.name} on {compiled.target.name}: {len(schedule.kernels)} kernel(s), "
-                  f"{cost.global_bytes:,} global bytes (compulsory {cost.compulsory_bytes:,})")
+                  f"{_bytes(cost.global_bytes)} global bytes (compulsory {_bytes(cost.compulsory_bytes)})")
     lines.append('  node [shape=box, fontname="monospace", fontsize=10];')
     lines.append('  edge [fontname="Helvetica", fontsize=9];')
     for name in graph.param_names:
@@ -161,7 +161,7 @@ def _head(title: str) -> list[str]:
 
 def _tensor(name: str, types: dict) -> str:
     t = types.get(name)
-    return f"{name}: {t}, {t.nbytes:,} B" if t is not None else name
+    return f"{name}: {t}, {_bytes(t.nbytes)} B" if t is not None else name
 
 
 def _attr(value) -> str:
@@ -178,3 +178,9 @@ def _quote(text: str, left: bool = False) -> str:
     """A DOT string; `left` makes each line left-justified (a `\\l` ends it)."""
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return '"' + (escaped.replace("\n", "\\l") if left else escaped.replace("\n", "\\n")) + '"'
+
+
+def _bytes(n) -> str:
+    """A byte count with thousands separators; a symbolic one as its expression."""
+    return f"{n:,}" if type(n) is int else str(n)
+

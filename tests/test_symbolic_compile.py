@@ -261,3 +261,20 @@ def test_a_merged_layout_of_a_static_and_a_symbolic_buffer_holds_at_every_size()
     program = merge_allocations(LoopProgram("f", [], ["y", "z"], [], [kernel], outputs, symbols=("n",)), 64)
     for n in (1, 2, 64, 128):
         verify(instantiate(program, {"n": n}))
+
+
+def test_the_cli_prints_pictures_and_json_of_a_symbolic_program(tmp_path, capsys):
+    import json
+
+    from stitch.engine.cli import main
+
+    path = tmp_path / "rows.ir"
+    path.write_text(ROWS)
+    assert main(["compile", str(path), "--dot", str(tmp_path / "s.dot")]) == 0
+    assert "n, 80" in (tmp_path / "s.dot").read_text()  # (its tensors' shapes as written)
+    capsys.readouterr()
+    assert main(["compile", str(path), "--json"]) == 0
+    kernels = json.loads(capsys.readouterr().out)["kernels"]
+    assert any("n" in k["parallel_axes"] for k in kernels)  # (not the planning size's 300)
+    assert main(["run", str(path), "--dim", "n=9", "--json", "--check"]) == 0
+    assert json.loads(capsys.readouterr().out)["check"] == "ok"

@@ -86,8 +86,11 @@ class Extent(int):
     def __str__(self) -> str:
         return c_text(self.dim) if _SPELLING.get() == "c" else str(self.dim)
 
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec.replace("d", "s")) if spec else str(self)
+    def __format__(self, spec: str) -> str:  # (a number's spec, `,` or `d`, does not apply to an expression)
+        try:
+            return format(str(self), spec)
+        except ValueError:
+            return str(self)
 
     def __hash__(self) -> int:
         return hash(self.dim)
