@@ -267,7 +267,7 @@ class _KernelLowering:
             axis = self.parallel[level]
             extent, t = self.k.extents[axis], self.tile[axis]
             tiles = extent // t
-            if is_symbolic(extent) and t < extent:  # whole tiles; the remainder follows (the last pass)
+            if t < extent and is_symbolic(extent % t):  # whole tiles; the remainder follows (the last pass)
                 remainders.append((axis, t, extent))
             if axis == self.plan.chunked:  # the chunks of one tile's reduction, in order, on its thread
                 body = body_at[level] + self.before_chunk + [For(axis + "o", tiles, "serial", body)] + self.after_chunk

@@ -4,9 +4,9 @@
 The plan tiles a symbolic axis in powers of two (engine/schedule/plan.py `divisors`), with no tile
 count known at compile time. Lowering writes the tile loop over the whole tiles, `for p0o in
 0..n // t`, and after it the *tail*: the same body once more with the tile loop's variable at
-`n // t` and every loop over the axis inside the tile running over what is left, in a tile
-loop of one tile. One compiled
-kernel serves every size; at a size `t` divides, the tail's loops run zero times.
+`n // t` and every loop over the axis inside the tile running over what is left, in a tile loop
+of one tile. One compiled kernel serves every size; at a size `t` divides, the tail's loops run
+zero times (a tile that divides the axis at every size, `t` of `t * n`, has no tail).
 
 It is the last pass: the passes before it (forwarding, fusion, merged allocations) shape the tile's
 body once, and the tail is a copy of what they made. (A kernel with a remainder is not pipelined:
