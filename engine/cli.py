@@ -601,10 +601,6 @@ def summarize(outputs: list[np.ndarray]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def as_json(value):
     """`value` for json.dumps: a symbolic extent (an int subclass, which json would write as its
     planning value) as its expression, `"n * 768"`; the prices stay the planning size's numbers."""
@@ -618,3 +614,6 @@ def as_json(value):
         return [as_json(v) for v in value]
     return value
 
+
+if __name__ == "__main__":
+    sys.exit(main())

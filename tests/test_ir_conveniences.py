@@ -89,10 +89,7 @@ def test_nonfinite_literals_are_refused_where_they_cannot_be_P11():
         "func f(x: f32[2]) -> f32[2] { return add(x, 1e999) }": "write inf for an infinity",
         "func f(x: f32[2]) -> f32[2] { return add(x, -nan) }": "syntax error: unexpected 'nan'; expected 'inf'",
     }
-    for text, message in cases.items():
-        with pytest.raises(StitchError) as err:
-            check_program(parse_program(text))
-        assert message in str(err.value), str(err.value)
+    assert_refused(cases)
 
 
 @needs_cc
@@ -170,10 +167,7 @@ def test_iota_errors_name_the_attribute_P21():
         "iota(shape=[3])": "iota needs the attribute 'axis='",
         "iota(x, shape=[3], axis=0)": "iota takes 0 arguments, got 1",
     }
-    for call, message in cases.items():
-        with pytest.raises(StitchError) as err:
-            check_program(parse_program(f"func f(x: i32[3]) -> i32[3] {{ return {call} }}"))
-        assert message in str(err.value), str(err.value)
+    assert_refused({f"func f(x: i32[3]) -> i32[3] {{ return {call} }}": message for call, message in cases.items()})
 
 
 # -- P12: calls between funcs --------------------------------------------------------------------
@@ -252,3 +246,12 @@ def test_rules_over_iota_are_checked_like_any_other_P21(tmp_path, capsys):
     assert main(["rules", "check", str(rules), "--examples", "30"]) == 1
     out = capsys.readouterr().out
     assert "iota-axis: UNSOUND" in out and "iota-floor: ok" in out, out
+
+
+def assert_refused(cases: dict[str, str]) -> None:
+    """Each program text of `cases` is refused by the parser or the checker with its message."""
+    for text, message in cases.items():
+        with pytest.raises(StitchError) as err:
+            check_program(parse_program(text))
+        assert message in str(err.value), str(err.value)
+

@@ -123,8 +123,10 @@ def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target
     plan = KernelPlan(tuple(parallel), tile, frozenset(ins.resident), whole, staged,
                       tuple((key, tuple(rs)) for key, rs in ins.streamed.items()), partial, epilogue,
                       chunk[0] if chunk else "", frozenset(f.packs) if f.packed_here else frozenset(), f.plain)
-    remainder = any(is_symbolic(kernel.extents[a]) and t < kernel.extents[a] for a, t in tile.items())
-    if target.pipeline_tiles and count_tiles(kernel, plan.spread) > 1 and not chunk and not remainder:
+    # (tiles along a symbolic axis are not pipelined: their remainder tile is a loop of its own,
+    # outside a pipeline's stages, lowering/remainder.py)
+    symbolic_tiles = any(is_symbolic(kernel.extents[a]) and t < kernel.extents[a] for a, t in tile.items())
+    if target.pipeline_tiles and count_tiles(kernel, plan.spread) > 1 and not chunk and not symbolic_tiles:
         plan = replace(plan, pipelined=True)
     if target.parallel_work and element_updates(kernel, plan, types) < target.parallel_work:
         plan = replace(plan, threaded=False)

@@ -69,9 +69,10 @@ class KernelWriter:
     """The C lines of one kernel, printed into `lines`."""
 
     def __init__(self, kernel: LoopKernel, globals_: dict[str, Buffer], vector_bytes: int,
-                 streamed: set[str] = frozenset(), recognizers: tuple[Recognizer, ...] = ()):
+                 streamed: set[str] = frozenset(), recognizers: tuple[Recognizer, ...] = (),
+                 symbols: tuple[str, ...] = ()):
         self.k = kernel
-        self.symbols: tuple[str, ...] = ()  # the program's symbols (LoopProgram.symbols), read by its extents
+        self.symbols = symbols  # the program's symbols (LoopProgram.symbols), read by its extents
         self.vector_bytes = vector_bytes
         self.streamed = streamed  # outputs written with non-temporal stores (`stream`, `vector_loop`)
         self.globals = globals_

@@ -54,8 +54,7 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
         uses[k.name] = [globals_[i] for i in sorted(position[n] for n in buffers_named(k) if n in position)]
         used = {b.name: b for b in uses[k.name]}
         streamed = {name for name in program.outputs if name in used and used[name].nbytes >= tuning.STREAM_BYTES}
-        writer = KernelWriter(k, used, vector_bytes, streamed, table)
-        writer.symbols = program.symbols
+        writer = KernelWriter(k, used, vector_bytes, streamed, table, program.symbols)
         kernels.append((k.name, render_kernel(writer, signature(uses[k.name]))))
     parts = min(max_parts, sum(len(text) for _, text in kernels) // tuning.PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes), VECTOR_EXP if vector_bytes == 64 else "", RUNNER]
