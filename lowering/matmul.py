@@ -2,7 +2,9 @@
 
     for i serial { for k reduce { for j serial { C[.., i, j] += mul(A(i, k), B[.., k, j]) } } }
 
-with j contiguous in C and B. The C backend turns such a nest into its register-blocked micro-kernel
+with j contiguous in C and B; a product of one row (a decoder step's) may have no i loop at all:
+`for k reduce { for j serial { C[.., j] += mul(A(k), B[.., k, j]) } }` is read as the nest of a
+row loop of one iteration named ONE_ROW, which no index reads. The C backend turns such a nest into its register-blocked micro-kernel
 (targets/c/micro_kernel.py); lowering's passes leave its loops as they are (lowering/delinearize.py).
 """
 
@@ -14,6 +16,7 @@ from ..engine.schedule.index import affine
 from .loops import Accumulate, Checked, For, Ix, Load, Op, Select, index_vars, loads, map_indices
 
 BLOCKED_DTYPES = ("f32", "f64")  # the accumulators a register-blocked micro-kernel is written for
+ONE_ROW = "st_one_row"  # the row loop of a product written without one
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
     `shape_of` (a buffer's shape), two column loops walked as one span are one j (`_coalesced`)."""
     if not _single_for(stmt):
         return None
+    if stmt.kind == "reduce":  # a product of one row: no row loop
+        stmt = For(ONE_ROW, 1, "serial", [stmt])
     i = stmt
     units: list[str] = []
     k = through_units(i.body[0], units)
@@ -47,7 +52,8 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
     v = acc.value
     if not (isinstance(v, Op) and v.op == "mul" and len(v.args) == 2 and v.dtype == dtype_of(acc.buffer)):
         return None
-    if not (contiguous_in(acc.index, j.var) and uses_var(acc.index, i.var) and not uses_var(acc.index, k.var)):
+    if not (contiguous_in(acc.index, j.var) and (i.var == ONE_ROW or uses_var(acc.index, i.var))
+            and not uses_var(acc.index, k.var)):
         return None
     if not all(affine(ix) for ix in acc.index):  # the blocks shift C's and B's indices by constants
         return None

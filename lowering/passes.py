@@ -62,10 +62,16 @@ def _delinearize(program: LoopProgram, target: Target) -> LoopProgram:
     return split_merged_loops(program)
 
 
+def _panels(program: LoopProgram, target: Target) -> LoopProgram:
+    from .panels import lay_out_panels
+
+    return lay_out_panels(program) if target.weights_in_place else program
+
+
 def _remainders(program: LoopProgram, target: Target) -> LoopProgram:
     from .remainder import remainder_tiles
 
     return remainder_tiles(program)
 
 
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _remainders]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _panels, _remainders]

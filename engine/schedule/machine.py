@@ -21,6 +21,28 @@ MICRO_ROWS = 8
 MICRO_VECTORS = 3
 # The narrowest vector the micro-kernel runs a product's columns in; fewer columns run a lane at a time.
 NARROWEST_VECTOR_BYTES = 16
+# The widest vector a panel of a bound weight is laid out for (lowering/panels.py): AVX-512's.
+PANEL_VECTOR_BYTES = 64
+
+
+def panel_vectors(vectors: int) -> int:
+    """Vectors of C across one register block of a product `vectors` wide (with 32 vector registers):
+    MICRO_VECTORS (8 rows: 24 sums, B's panel read once per 8 rows) unless that leaves a lone vector
+    over that MICRO_VECTORS + 1 (6 rows) does not."""
+    wide = MICRO_VECTORS
+    if vectors < wide:
+        return vectors
+    return wide + 1 if vectors % wide == 1 and vectors % (wide + 1) != 1 else wide
+
+
+def panel_columns(columns: int, element_bytes: int) -> int | None:
+    """The columns of one panel of a product's right operand `columns` wide: one register block of
+    the widest vectors, when the columns are two or more whole panels; else None (no panels)."""
+    lanes = PANEL_VECTOR_BYTES // element_bytes
+    if columns % lanes:
+        return None
+    width = panel_vectors(columns // lanes) * lanes
+    return width if columns % width == 0 and columns > width else None
 
 
 def reads_left_in_place(indices: Iterable[tuple[Ix, ...]] | None) -> bool:

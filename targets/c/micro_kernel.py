@@ -27,7 +27,13 @@ from dataclasses import dataclass
 
 from ...engine.ir.extent import is_symbolic, planned
 from ...engine.ir.program import dtype_bytes
-from ...engine.schedule.machine import MICRO_ROWS, MICRO_VECTORS, NARROWEST_VECTOR_BYTES, reads_left_in_place
+from ...engine.schedule.machine import (
+    MICRO_ROWS,
+    MICRO_VECTORS,
+    NARROWEST_VECTOR_BYTES,
+    panel_vectors,
+    reads_left_in_place,
+)
 from ...lowering.loops import For, Ix, Load, loads, map_indices
 from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
 from . import tuning
@@ -211,10 +217,9 @@ def block_vectors(vectors: int, registers: int) -> int:
     """Vectors of C across one register block. With 32 registers, 3 (8 rows: 24 sums, B's panel read
     once per 8 rows) unless that leaves a lone vector over that 4 (6 rows) does not: a little faster
     than 6 x 4 on the transformer blocks' products. With 16 registers, 2 (6 rows)."""
-    wide = MICRO_VECTORS  # (the cost model's panels are this wide)
-    if registers < 32 or vectors < wide:
+    if registers < 32 or vectors < MICRO_VECTORS:
         return max(1, min(registers // 8, vectors))
-    return wide + 1 if vectors % wide == 1 and vectors % (wide + 1) != 1 else wide
+    return panel_vectors(vectors)  # (the cost model's panels and lowering/panels.py's are this wide)
 
 
 @dataclass(frozen=True)

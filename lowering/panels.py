@@ -1,0 +1,156 @@
+"""Bound weights in panels: a product streams its right operand one contiguous panel at a time.
+
+The micro-kernel (targets/c/micro_kernel.py) walks a product's right operand B panel by panel: a
+register block of P columns (48 f32: three 64-byte vectors) across every k, for each block of rows.
+A weight laid out row-major (or in a block of its tile's rows, lowering/bind.py) puts the P
+columns of consecutive k a whole row apart: each step of k reads 192 bytes and jumps 2-12 KB, and
+a product of one row (a decoder step's) reads its weight at about half the bandwidth a contiguous
+stream draws (10-13 GB/s against 17-25 on one Zen 4 core).
+
+On a target whose weights are read in place (a cache: `Target.weights_in_place`), this pass lays
+each bound weight a product reads as B out in panels, once, in the prologue that makes the bound
+blocks: `B[.., k, j]` becomes `B_panels[.., j / P, k, j % P]`, and the product's nest
+
+    for i { for k reduce { for j { C[.., i, j] += A(i, k) * B[.., k, j] } } }
+
+becomes one nest per panel, each over one contiguous K x P region:
+
+    for jp { for i { for k reduce { for j < P { C[.., i, P*jp + j] += A(i, k) * B_panels[.., jp, k, j] } } } }
+
+which is the order the micro-kernel ran a left operand read where it is in already (`_panels`),
+now with consecutive addresses. Only where every read of the weight is such a product's, its
+columns are two or more whole panels (machine.panel_columns), and the left operand is read where it
+is (a computed one is made once per block of rows, every panel inside: its order stays). No value
+changes: each sum adds the same products in the same order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..engine.ir.program import dtype_bytes
+from ..engine.schedule.machine import panel_columns, reads_left_in_place
+from .loops import Buffer, For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, index_vars, leaves, loads, map_loads
+from .matmul import ONE_ROW, MatmulNest, match_matmul
+
+
+def lay_out_panels(program: LoopProgram) -> LoopProgram:
+    """`program` with the products that read a bound weight as B reading it in panels (the module's
+    docstring); the program itself when there is none."""
+    bound = set(program.bound) | set(program.prologue.outputs if program.prologue else ())
+    buffers = {b.name: b for b in program.params}
+    dtype_of = {b.name: b.dtype for k in program.kernels for b in k.allocs}
+    dtype_of.update({b.name: b.dtype for b in [*program.params, *program.intermediates, *program.output_buffers]})
+    nests: dict[str, list[tuple[MatmulNest, int]]] = {}
+    for k in program.kernels:
+        for nest in _products(k.body, dtype_of):
+            width = _panel_width(nest, bound, buffers)
+            if width:
+                nests.setdefault(nest.b.buffer, []).append((nest, width))
+    reads = _read_counts(program)
+    chosen = {name: found[0][1] for name, found in nests.items()
+              if len({w for _, w in found}) == 1 and reads[name] == len(found)}
+    if not chosen:
+        return program
+    panels = {name: Buffer(f"{name}_panels", "global", buffers[name].dtype, _panel_shape(buffers[name].shape, width))
+              for name, width in chosen.items()}
+    kernels = [replace(k, body=_rewrite(k.body, chosen, panels, dtype_of)) for k in program.kernels]
+    made = [_panel_kernel(buffers[name], panels[name], chosen[name]) for name in chosen]
+    prologue = program.prologue or LoopProgram(f"{program.name}_bind", [], [], [], [], [])
+    params = prologue.params + [buffers[n] for n in chosen if n in program.bound and n not in
+                                {b.name for b in prologue.params}]
+    blocks = [b for b in prologue.output_buffers if b.name not in chosen] + list(panels.values())
+    temps = prologue.intermediates + [b for b in prologue.output_buffers if b.name in chosen]
+    prologue = LoopProgram(prologue.name, params, [b.name for b in blocks], temps, prologue.kernels + made, blocks)
+    kept = [b for b in program.params if b.name not in chosen]
+    return replace(program, params=kept + list(panels.values()), kernels=kernels, prologue=prologue)
+
+
+def _products(stmts: list[Stmt], dtype_of: dict[str, str]):
+    """The matmul nests in `stmts`, outermost first (not the nests inside one: its k loop alone is
+    a product of one row too)."""
+    for s in stmts:
+        if isinstance(s, For):
+            nest = match_matmul(s, dtype_of.__getitem__)
+            if nest is not None:
+                yield nest
+            else:
+                yield from _products(s.body, dtype_of)
+
+
+def _panel_width(nest: MatmulNest, bound: set[str], buffers: dict[str, Buffer]) -> int | None:
+    """The panel width of a product whose B is a whole bound weight's last two axes (k then j) and
+    whose A is read where it is; else None."""
+    b = nest.b
+    weight = buffers.get(b.buffer)
+    if weight is None or b.buffer not in bound or nest.units:
+        return None
+    if b.index[-2:] != (Ix.var(nest.k.var), Ix.var(nest.j.var)) or weight.shape[-2:] != (nest.k.extent, nest.j.extent):
+        return None
+    if not (isinstance(nest.a, Load) and reads_left_in_place([nest.a.index])):
+        return None
+    if any(nest.i.var in index_vars(ix) or nest.k.var in index_vars(ix) or nest.j.var in index_vars(ix) for ix in b.index[:-2]):
+        return None
+    return panel_columns(nest.j.extent, dtype_bytes(weight.dtype))
+
+
+def _read_counts(program: LoopProgram) -> dict[str, int]:
+    """How many loads of each buffer the kernels hold (a load in an accumulator's own index counts too)."""
+    counts: dict[str, int] = {}
+    for k in program.kernels:
+        for leaf in leaves(k.body):
+            for ld in loads(leaf.value):
+                counts[ld.buffer] = counts.get(ld.buffer, 0) + 1
+    return counts
+
+
+def _panel_shape(shape: tuple[int, ...], width: int) -> tuple[int, ...]:
+    *lead, rows, columns = shape
+    return (*lead, columns // width, rows, width)
+
+
+def _panel_kernel(weight: Buffer, panels: Buffer, width: int) -> LoopKernel:
+    """The prologue's nest storing `weight` in panels: panels[.., jp, k, j] = weight[.., k, width*jp + j]."""
+    names = [f"p{d}" for d in range(len(panels.shape))]
+    *lead, jp, k, j = (Ix.var(v) for v in names)
+    value = Load(weight.name, (*lead, k, Ix.var(names[-3]) * width + j))
+    stmt: Stmt = Store(panels.name, (*lead, jp, k, j), value)
+    for var, extent in reversed(list(zip(names, panels.shape))):
+        stmt = For(var, extent, "serial", [stmt])
+    return LoopKernel(f"bind_{panels.name}", [], [stmt])
+
+
+def _rewrite(stmts: list[Stmt], chosen: dict[str, int], panels: dict[str, Buffer], dtype_of) -> list[Stmt]:
+    out = []
+    for s in stmts:
+        if not isinstance(s, For):
+            out.append(s)
+            continue
+        nest = match_matmul(s, dtype_of.__getitem__)
+        if nest is not None and nest.b.buffer in chosen and _panel_width_ok(nest, chosen):
+            out.append(_in_panels(nest, chosen[nest.b.buffer], panels[nest.b.buffer].name))
+        else:
+            out.append(For(s.var, s.extent, s.kind, _rewrite(s.body, chosen, panels, dtype_of)))
+    return out
+
+
+def _panel_width_ok(nest: MatmulNest, chosen: dict[str, int]) -> bool:
+    return nest.j.extent % chosen[nest.b.buffer] == 0
+
+
+def _in_panels(nest: MatmulNest, width: int, name: str) -> For:
+    """The nest as one nest per panel of B's columns (the module's docstring)."""
+    i, k, j, acc = nest.i, nest.k, nest.j, nest.acc
+    jp = f"{j.var}_panel"
+    column = Ix.var(jp) * width + Ix.var(j.var)
+    at = {j.var: column}
+    b = Load(name, (*nest.b.index[:-2], Ix.var(jp), Ix.var(k.var), Ix.var(j.var)))
+
+    def swap(ld: Load) -> Load:
+        return b if ld == nest.b else ld
+
+    leaf = replace(acc, index=tuple(ix.substitute(at) for ix in acc.index), value=map_loads(acc.value, swap))
+    nest_ = For(k.var, k.extent, k.kind, [For(j.var, width, j.kind, [leaf])])
+    if i.var != ONE_ROW:
+        nest_ = For(i.var, i.extent, i.kind, [nest_])
+    return For(jp, j.extent // width, "serial", [nest_])
