@@ -3,7 +3,7 @@ program compiled with the recognizer left out of the table computes the same out
 where the recognizer keeps each element's operations and their order, else both within the
 reference's tolerance), and the C with it in holds its form. Each family is tested further in a
 file of its own (tests/test_c_<family>.py: summed_row, column_sums, pipelined_rows, pipelined_passes,
-stream, prefetch, matmul, reductions, read_order)."""
+stream, prefetch, matmul, reductions, read_order, transpose)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,8 @@ TWINS = [
     Twin("read_order", "func t(x: f32[1, 40, 48], b: f32[1, 48, 1]) -> f32[1, 48, 40] {\n"
          "  return erf(add(mul(transpose(x, perm=[0, 2, 1]), 0.5), b))\n}\n",
          r"for \(int64_t p1 = 0; p1 < \d+; \+\+p1\) \{\n *b_out0\[", True),  # (p1: along x's rows)
+    Twin("transpose", "func t(x: f32[2, 40, 48]) -> f32[2, 48, 40] {\n"
+         "  return mul(transpose(x, perm=[0, 2, 1]), 0.5)\n}\n", re.escape("st_bi < 16"), True),
     Twin("summed_row", LAYERNORM_LAST, re.escape("st_acc += st_e;"), False, avx512=True),
     Twin("split", "func f(a: f32[8, 16], b: f32[8, 24]) -> f32[8, 40] { return exp(concat(a, b, axis=1)) }",
          re.escape("int64_t cut_"), True),

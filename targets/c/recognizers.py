@@ -23,6 +23,7 @@ from . import (
     split,
     stream,
     summed_row,
+    transpose,
     vector_loop,
     vector_sum,
 )
@@ -38,6 +39,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("vector_sum", Stage.STATEMENTS, vector_sum.match, vector_sum.emit),
     Recognizer("float_extremum", Stage.STATEMENTS, extremum.match, extremum.emit),
     Recognizer("simd_reduce", Stage.STATEMENTS, simd_reduce.match, simd_reduce.emit),
+    Recognizer("transpose", Stage.STATEMENTS, transpose.match, transpose.emit),
     Recognizer("vector_loop", Stage.STATEMENTS, vector_loop.match, vector_loop.emit),
     Recognizer("stream", Stage.STATEMENTS, stream.match, stream.emit),
     Recognizer("pipelined_rows", Stage.STATEMENTS, pipelined_rows.match, pipelined_rows.emit),
