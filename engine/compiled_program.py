@@ -101,9 +101,9 @@ class CompiledProgram:
             program = self.bucket(sizes)
         if out is not None:  # (the bound arrays are the program's own: no out= array shares them)
             check_outputs(self.graph, out, given)
-        args = given | program.bound if program.bound else given
         if program.executor == "c":  # (it walks nothing recursively: no raised recursion limit, 3 us a call)
-            return program.native.run(args, out, sizes)
+            return program.native.run(given, out, sizes)  # (the native program passes its bound arrays itself)
+        args = given | program.bound if program.bound else given
         outputs = program._execute(args, out, sizes)
         self.report = program.report
         return outputs

@@ -259,6 +259,8 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
         executor = "c" if native is not None and native.library is not None else "numpy"
     start = time.perf_counter()
     bound = bind(loops, weights or {})
+    if native is not None:
+        native.bound = bound
     compiled.seconds += time.perf_counter() - start
     return CompiledProgram(graph or compiled.graph, compiled, loops, native, executor, weights=tuple(weights or {}),
                            bound=bound)

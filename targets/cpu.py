@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.ir.errors import StitchError
-from ..engine.ir.extent import at
+from ..engine.ir.extent import at, is_symbolic
 from ..engine.ir.interp import aligned_empty, np_dtype
 from ..engine.schedule.target import Target
 from ..lowering.loops import Buffer, LoopProgram
@@ -39,9 +39,13 @@ class Native:
     # global temporaries between kernels, allocated on the first call and reused (no page faults
     # after it); the lock keeps two threads calling at once from sharing them
     scratch: dict[str, np.ndarray] = field(default_factory=dict)
+    scratch_pointers: dict[str, int] = field(default_factory=dict)  # their addresses
     lock: threading.Lock = field(default_factory=threading.Lock)
     flags: tuple[str, ...] = DEFAULT_FLAGS  # what it was built with, before the additions `build` makes
     cache_dir: Path | None = None
+    # the program's own arrays a call passes besides its inputs (the blocks made from bound weights,
+    # lowering/bind.py): their addresses are taken once, not on every call
+    bound: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.library is not None:  # one lock per loaded library: its error slot is the library's
@@ -66,40 +70,56 @@ class Native:
         order, temporaries, _ = self.layout
         return [(b, np_dtype(b.dtype), b.name in temporaries) for b in order]
 
+    @cached_property
+    def slots(self) -> list[tuple[Buffer, np.dtype, bool, bool]]:
+        """Each buffer stitch_main takes, in order: (the buffer, its numpy dtype, whether a global
+        temporary, whether its shape is symbolic), worked out once."""
+        symbolic = bool(self.program.symbols)
+        return [(b, dtype, temporary, symbolic and any(map(is_symbolic, b.shape))) for b, dtype, temporary in self.plan]
+
+    @cached_property
+    def bound_pointers(self) -> dict[str, int]:
+        """The address of each of the program's own arrays (`bound`): the same on every call."""
+        return {name: arr.ctypes.data for name, arr in self.bound.items()}
+
     def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None,
              sizes: dict[str, int]) -> list[np.ndarray]:
         params = self.layout[2]
         symbols = self.program.symbols
+        bound = self.bound_pointers
         pointers = []
         arrays: dict[str, np.ndarray] = {}
         provided: dict[str, np.ndarray] = {}  # the out= array the kernels write each output into
         for name, arr in zip(self.program.outputs, out or ()):
             provided.setdefault(name, arr)  # (an output returned twice is copied into its second array)
-        for b, dtype, temporary in self.plan:
-            shape = tuple(at(d, sizes) for d in b.shape) if symbols else b.shape
-            if b.name in inputs:
-                arr = inputs[b.name]
+        for b, dtype, temporary, symbolic in self.slots:
+            name = b.name
+            shape = tuple(at(d, sizes) for d in b.shape) if symbolic else b.shape
+            if name in inputs:
+                arr = inputs[name]
                 flags = arr.flags
                 if not (flags.c_contiguous and flags.aligned):
                     arr = np.require(arr, requirements="CA")  # (ascontiguousarray makes 0-d 1-d)
-            elif b.name in provided:
-                arr = provided[b.name]
+            elif name in bound:
+                arrays[name] = self.bound[name]
+                pointers.append(bound[name])
+                continue
+            elif name in provided:
+                arr = provided[name]
                 flags = arr.flags
                 if arr.shape != shape or arr.dtype != dtype or not (flags.c_contiguous and flags.aligned):
-                    raise StitchError(f"out= array for {b.name} must be a C-contiguous, aligned {b.dtype}{list(shape)}")
-            elif temporary and symbols:  # the largest size called yet, its front viewed at this one
+                    raise StitchError(f"out= array for {name} must be a C-contiguous, aligned {b.dtype}{list(shape)}")
+            elif temporary:  # (symbolic: the largest size called yet, its front used at this one)
                 count = math.prod(shape)
-                arr = self.scratch.get(b.name)
+                arr = self.scratch.get(name)
                 if arr is None or arr.size < count:
-                    arr = self.scratch[b.name] = aligned_empty((max(count, 1),), dtype)
-                arr = arr[:count].reshape(shape)
-            elif temporary:
-                arr = self.scratch.get(b.name)
-                if arr is None:
-                    arr = self.scratch[b.name] = aligned_empty(b.shape, dtype)
+                    arr = self.scratch[name] = aligned_empty((max(count, 1),), dtype)
+                    self.scratch_pointers[name] = arr.ctypes.data
+                pointers.append(self.scratch_pointers[name])  # (a temporary is no output: no array kept)
+                continue
             else:
                 arr = aligned_empty(shape, dtype)
-            arrays[b.name] = arr  # (kept alive through the call)
+            arrays[name] = arr  # (kept alive through the call)
             pointers.append(arr.ctypes.data)
         argv = (ctypes.c_void_p * len(pointers))(*pointers)
         if symbols:

@@ -182,11 +182,26 @@ def substitute(d: Dim, values: dict[str, int]) -> Dim:
 
 
 def evaluate(d: Dim, values: dict[str, int]) -> int:
-    """The value of `d` at these symbol values (every symbol of `d` given)."""
-    got = substitute(d, values)
-    if not isinstance(got, int):
-        raise KeyError(f"no value for {', '.join(sorted(got.symbols))} in {d}")
-    return got
+    """The value of `d` at these symbol values (every symbol of `d` given): integer arithmetic on
+    its terms, no expression built (a call's extents are evaluated on every call)."""
+    if isinstance(d, int):
+        return d
+    try:
+        return _value(d, values)
+    except KeyError:
+        raise KeyError(f"no value for {', '.join(sorted(d.symbols - values.keys()))} in {d}") from None
+
+
+def _value(d: Dim, values: dict[str, int]) -> int:
+    if isinstance(d, int):
+        return d
+    total = 0
+    for mono, coef in d.terms:
+        term = coef
+        for atom in mono:
+            term *= values[atom.name] if isinstance(atom, Sym) else _value(atom.num, values) // atom.den
+        total += term
+    return total
 
 
 def bounds(d: Dim, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:

@@ -176,9 +176,10 @@ def bind_symbols(graph: Graph, arrays: dict[str, np.ndarray]) -> dict[str, int]:
     dimension of: two that disagree, or a value outside the symbol's range, is an error naming them.
     (An array whose rank is not its parameter's is left to `bind_inputs` to report.)"""
     found: dict[str, tuple[int, str, int]] = {}
-    for name, t in zip(graph.param_names, graph.param_types):
-        arr = arrays.get(name)
-        if arr is None or np.ndim(arr) != t.rank:
+    types = dict(zip(graph.param_names, graph.param_types))
+    for name, arr in arrays.items():  # (in the parameters' order: bind_call's arrays are)
+        t = types.get(name)
+        if t is None or np.ndim(arr) != t.rank:
             continue
         for axis, d in enumerate(t.shape):
             symbol = dims.bare_symbol(d)
@@ -252,8 +253,7 @@ def bind_call(graph: Graph, inputs: dict[str, np.ndarray],
     types = dict(zip(graph.param_names, graph.param_types))
     arrays = {name: _array("input", name, inputs[name], types[name]) for name in names}
     sizes = bind_symbols(graph, arrays) if graph.symbols else {}
-    return {name: _checked("input", name, arrays[name], t, sizes)
-            for name, t in zip(graph.param_names, graph.param_types) if name not in bound}, sizes
+    return {name: _checked("input", name, arrays[name], types[name], sizes) for name in names}, sizes
 
 
 def bind_weights(graph: Graph, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -282,12 +282,20 @@ def _array(kind: str, name: str, value, want: TensorType) -> np.ndarray:
 
 def _checked(kind: str, name: str, value, want, sizes: dict[str, int] | None = None) -> np.ndarray:
     arr = np.asarray(value)
-    shape = want.shape if dims.is_static(want.shape) else tuple(dims.substitute(d, sizes or {}) for d in want.shape)
+    shape = want.shape if dims.is_static(want.shape) else _shape_at(want.shape, sizes or {})
     if arr.shape != shape:
         raise StitchError(f"{kind} '{name}' has shape {list(arr.shape)} but the parameter is {want}")
     if arr.dtype != np_dtype(want.dtype):
         raise StitchError(f"{kind} '{name}' has dtype {arr.dtype} but the parameter is {want}")
     return arr
+
+
+def _shape_at(shape: tuple, sizes: dict[str, int]) -> tuple:
+    """A parameter's shape at the symbols' values; a dimension whose symbols have none stays an expression."""
+    try:
+        return tuple(dims.evaluate(d, sizes) for d in shape)
+    except KeyError:
+        return tuple(dims.substitute(d, sizes) for d in shape)
 
 
 def random_inputs(graph: Graph, seed: int = 0, sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
