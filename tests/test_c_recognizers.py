@@ -55,6 +55,9 @@ TWINS = [
          re.escape("int64_t cut_"), True),
     Twin("matmul", "func f(a: f32[32, 64], b: f32[64, 48]) -> f32[32, 48] { return matmul(a, b) }",
          re.escape("(a0, b0, c0_0)"), False),
+    Twin("dot", "func f(q: f32[4, 1, 64], k: f32[4, 40, 64]) -> f32[4, 1, 40] {\n"
+         "  return matmul(q, transpose(k, perm=[0, 2, 1]))\n}\n", re.escape("_mm512_reduce_add_ps((__m512)s0)"),
+         False, avx512=True),
     Twin("f16_matmul", "func f(a: f16[16, 32], b: f16[32, 16]) -> f16[16, 16] { return matmul(a, b) }",
          re.escape("acc_f["), False),
     Twin("column_sums", LAYERNORM_FIRST, re.escape("st_c0"), True, avx512=True),

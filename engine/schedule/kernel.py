@@ -151,7 +151,10 @@ def packed_operand(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
     The product streams vectors of its right operand along the columns. A computed operand (a
     bias add, a softmax, a value read through a transpose) would be evaluated, or gathered with a
     stride, once per block of rows; packed, it is computed once per tile and read contiguously. A
-    global value read with the columns as its last index needs no packing."""
+    global value read with the columns as its last index needs no packing, and neither does an
+    operand of a product of one row that reads memory contiguously along the sum (a decoder step's
+    query against the keys, `q . k^T`): the C backend sums each column as a dot product along its
+    contiguous run (`read_along_sum`)."""
     if inst.node.op != "matmul":
         return ()
     right = inst.operands[1]
@@ -166,8 +169,25 @@ def packed_operand(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
             return ()
     elif not right.inline:
         return ()  # held on chip over its own axes
+    if read_along_sum(kernel, inst, columns):
+        return ()
     axes = index_axes(inst.operand_index[1])
     return tuple(a for a in axes if a not in columns) + tuple(a for a in axes if a in columns)
+
+
+def read_along_sum(kernel: Kernel, inst: Instance, columns: tuple[str, ...]) -> bool:
+    """Whether matmul `inst` makes one row (its rows' axes, if any, of extent 1) and every global read
+    its right operand makes along the columns is contiguous along the summed axis: the last index is
+    that axis alone, with no column in it (targets/c/dot.py sums each column along that run)."""
+    if len(inst.index) < 2 or any(kernel.extents.get(a, 1) != 1 for a in inst.index[-2].axes()):
+        return False
+    summed = inst.operand_index[1][-2]
+    axes = tuple(summed.axes())
+    if len(axes) != 1 or summed.coef(axes[0]) != 1:
+        return False
+    along = [r for r in kernel.reads if r.owner == inst.key and set(columns) & set(r.axes)]
+    return bool(along) and all(r.index and r.index[-1] == summed and axes[0] not in index_axes(r.index[:-1])
+                               for r in along)
 
 
 @cached_hash

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import (
     column_sums,
+    dot,
     extremum,
     f16_matmul,
     matmul,
@@ -34,6 +35,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("summed_row", Stage.STATEMENTS, summed_row.match, summed_row.emit),
     Recognizer("split", Stage.STATEMENTS, split.match, split.emit),
     Recognizer("matmul", Stage.STATEMENTS, matmul.match, matmul.emit),
+    Recognizer("dot", Stage.STATEMENTS, dot.match, dot.emit),
     Recognizer("f16_matmul", Stage.STATEMENTS, f16_matmul.match, f16_matmul.emit),
     Recognizer("column_sums", Stage.STATEMENTS, column_sums.match, column_sums.emit),
     Recognizer("vector_sum", Stage.STATEMENTS, vector_sum.match, vector_sum.emit),

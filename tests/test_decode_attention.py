@@ -1,0 +1,54 @@
+"""A decoder step's attention reads its key cache where it is (engine/schedule/kernel.py,
+`read_along_sum`; targets/c/dot.py): the query against every key as dot products along each key's
+contiguous run, no transposed copy of the cache, at every cache length of one compile, on both targets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import stitch
+from stitch.engine.ir.interp import evaluate
+from stitch.engine.ir.tolerance import compare
+from stitch.engine.schedule.target import load_target
+from stitch.lowering.loops import print_loops
+from stitch.lowering.lower import lower
+from stitch.targets import cc, cpu
+from stitch_testing import compile_text, needs_cc, schedule_of
+
+AVX512 = cpu.compiler() is not None and cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64
+
+STEP = """func attend[p: 1..300](q: f32[1, 12, 1, 64], past: f32[1, 12, p, 64], k: f32[1, 12, 1, 64],
+                            v: f32[1, 12, p + 1, 64]) -> (f32[1, 12, 1, 64], f32[1, 12, p + 1, 64]) {
+  keys = concat(past, k, axis=2)
+  s = matmul(mul(q, 0.125), transpose(keys, perm=[0, 1, 3, 2]))
+  e = exp(sub(s, max(s, axes=[3], keepdims=true)))
+  w = div(e, sum(e, axes=[3], keepdims=true))
+  return matmul(w, v), keys
+}
+"""
+
+
+def test_the_keys_are_read_where_they_are():
+    cpu = load_target("cpu")
+    text = schedule_of(STEP, cpu)
+    # no kernel writes a transposed copy of the keys, and the product packs none per tile
+    roots = [line for line in text.splitlines() if line.rstrip().endswith(" root")]
+    assert not any("transpose(" in line for line in roots), text
+    loops = print_loops(lower(compile_text(STEP, cpu)))
+    assert "pack" not in loops
+    assert "+= mul(mul(q[0, 3*p1o + p1, 0, r1], 0.125:f32), (r0 < p ? past[" in loops, loops
+
+
+@needs_cc
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+def test_every_cache_length_computes_what_the_reference_computes(target, tmp_path):
+    compiled = stitch.compile(STEP, target=target, cache_dir=tmp_path)
+    if target == "cpu" and AVX512:  # the keys' two sides (the cache, the new key) each summed as dot products
+        assert compiled.native.source_path.read_text().count("_mm512_reduce_add_ps((__m512)s0)") == 4
+    rng = np.random.default_rng(0)
+    for p in (1, 3, 4, 17, 64, 300):
+        inputs = {"q": rng.standard_normal((1, 12, 1, 64)), "past": rng.standard_normal((1, 12, p, 64)),
+                  "k": rng.standard_normal((1, 12, 1, 64)), "v": rng.standard_normal((1, 12, p + 1, 64))}
+        inputs = {n: a.astype(np.float32) for n, a in inputs.items()}
+        for got, want in zip(compiled(**inputs), evaluate(compiled.graph, inputs)):
+            assert compare(got, want) == "", (target, p)
