@@ -20,7 +20,8 @@ becomes one nest per panel, each over one contiguous K x P region:
 which is the order the micro-kernel ran a left operand read where it is in already (`_panels`),
 now with consecutive addresses. Only where every read of the weight is such a product's, its
 columns are two or more whole panels (machine.panel_columns), and the left operand is read where it
-is (a computed one is made once per block of rows, every panel inside: its order stays). No value
+is, or is one row of loads (a computed one is made once per block of rows, every panel inside: its
+order stays, but a row read through div/mod, an attention's heads side by side, is only loads). No value
 changes: each sum adds the same products in the same order.
 """
 
@@ -87,8 +88,8 @@ def _panel_width(nest: MatmulNest, bound: set[str], buffers: dict[str, Buffer]) 
         return None
     if b.index[-2:] != (Ix.var(nest.k.var), Ix.var(nest.j.var)) or weight.shape[-2:] != (nest.k.extent, nest.j.extent):
         return None
-    if not (isinstance(nest.a, Load) and reads_left_in_place([nest.a.index])):
-        return None
+    if not isinstance(nest.a, Load) or not (reads_left_in_place([nest.a.index]) or nest.i.extent == 1):
+        return None  # (a left operand read through div/mod is made once per panel: one row of loads)
     if any(nest.i.var in index_vars(ix) or nest.k.var in index_vars(ix) or nest.j.var in index_vars(ix) for ix in b.index[:-2]):
         return None
     return panel_columns(nest.j.extent, dtype_bytes(weight.dtype))
