@@ -61,7 +61,9 @@ def _tile_loop(w: KernelWriter, fn: str, loop: For | None, params: str, names: l
     w.lines.append(f"  struct {kernel_name(w.k.name)}_args *a = args;")
     w.lines.append(f"  {fn}(lo, hi, scratch, {', '.join('a->' + n for n in names)});")
     w.lines.append("}")
-    tiles, work = (loop.extent, _work(loop)) if loop is not None else (1, 0)
+    # (a pipelined loop walks its nested tile loops itself, lowering/overlap.py's stages)
+    tiles = 1 if loop is None else loop.extent if st is not None else _tiles(loop)
+    work = _work(loop) if loop is not None else 0
     # (at the planning values where the tiles are symbolic: a grain is a tuning choice, right at any size)
     grain = max(1, -(-tuning.GRAIN_WORK * planned(tiles) // max(planned(work), 1)))
     if st is not None:  # a claim's first reads and last writes run alone
@@ -98,9 +100,18 @@ def _tile_function(w: KernelWriter, fn: str, loop: For | None, params: str, decl
         _pipelined_tiles(w, st, declared)
     else:
         w.before_loop(loop, (), "  ")
-        w.lines.append(f"  for (int64_t {loop.var} = lo; {loop.var} < hi; ++{loop.var}) {{")
+        nest = _parallel_nest(loop)
+        if len(nest) == 1:
+            w.lines.append(f"  for (int64_t {loop.var} = lo; {loop.var} < hi; ++{loop.var}) {{")
+        else:  # one tile index over the nested tile loops, the outermost slowest
+            w.lines.append("  for (int64_t st_tile = lo; st_tile < hi; ++st_tile) {")
+            inner = 1
+            for lp in reversed(nest):
+                w.lines.append(f"    const int64_t {lp.var} = (st_tile / ({inner})) % ({lp.extent});"
+                               if lp is not nest[0] else f"    const int64_t {lp.var} = st_tile / ({inner});")
+                inner = inner * lp.extent
         _scratch(w, "    ", set(declared))
-        w.block(loop.body, 2, (loop,))
+        w.block(nest[-1].body, 2, tuple(nest))
         w.lines.append("  }")
     if w.streamed:
         w.lines.append("  ST_SFENCE();")
@@ -197,6 +208,22 @@ def _scratch(w: KernelWriter, pad: str, declared: set[str]) -> None:
                 w.lines.append(f"{pad}{C_TYPES[b.dtype]} *{ident(b.name)} = "
                                f"({C_TYPES[b.dtype]} *)(st_scratch + {w.reserve(b.nbytes)});")
     declared.update(b.name for b in k.allocs)
+
+
+def _parallel_nest(loop: For) -> list[For]:
+    """The tile loop and the tile loops nested directly inside it, one in the other's body alone (a
+    symbolic axis's whole tiles around a static axis's: `for p0o in 0..seq // 256 { for p1o in 0..6 }`),
+    outermost first: their tiles are one index to the runtime, so that the threads share all of
+    them, not only the outer loop's (one tile of rows at seq = 333 left a thread idle)."""
+    nest = [loop]
+    while len(nest[-1].body) == 1 and _is_tile_loop(nest[-1].body[0]):
+        nest.append(nest[-1].body[0])
+    return nest
+
+
+def _tiles(loop: For):
+    """The tiles the runtime hands out for tile loop `loop`: every tile of its nest (`_parallel_nest`)."""
+    return math.prod((lp.extent for lp in _parallel_nest(loop)), start=1)
 
 
 def _is_tile_loop(stmt) -> bool:
