@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
             entry: str | None = None, cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
             limits: Limits | None = None, without_rules: tuple[str, ...] = (),
-            unsafe_fp: bool = False, weights: dict | None = None, trust_rules: bool = False) -> CompiledProgram:
+            unsafe_fp: bool = False, weights: dict | None = None, trust_rules: bool = False,
+            caches: dict[str, int] | None = None) -> CompiledProgram:
     """Compile `.ir` text or a path to a `.ir` file for `target` (cpu, accel or a .toml path).
 
     `weights` ({parameter name: array}) binds those parameters at compile time, as a model's
@@ -38,6 +39,11 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     Each file of `rules` is checked for soundness as it loads (as `stitch rules check`, fewer instances,
     verdicts cached): an unsound rule is a StitchError with its counterexample; `trust_rules=True` skips it.
     On an accel target calls run on the simulator and leave its report in `.report`.
+    `caches` ({parameter name: output position}) grows each such parameter in place into that output
+    (a decoder step's key/value cache, `concat(past, new)` along a symbolic axis): a call passes the
+    parameter as a view of the filled prefix of an array of the largest length
+    (`program.new_cache(name)` makes one), the program writes only the new positions into that
+    array and returns the output as a view of it (lowering/caches.py; cpu target).
     The stages are pipeline.py's (`compile_source`)."""
     from .pipeline import compile_source
 
@@ -45,8 +51,10 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
     for name, value in (("unsafe_fp", unsafe_fp), ("trust_rules", trust_rules)):
         if not isinstance(value, bool):
             _wrong(name, "True or False", value)
+    if caches is not None and not (isinstance(caches, dict) and all(isinstance(k, str) for k in caches)):
+        _wrong("caches", "a dict of parameter names to output positions", caches)
     return compile_source(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules,
-                          unsafe_fp, weights, trust_rules)
+                          unsafe_fp, weights, trust_rules, caches)
 
 
 def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules) -> None:

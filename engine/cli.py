@@ -130,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time each kernel (a timed build of the program) beside the cost model's estimate")
     r.add_argument("--runs", type=_positive_int, metavar="N",
                    help="with --profile: timed calls, after one warm-up (default 10)")
+    r.add_argument("--cache", action="append", default=[], metavar="PARAM=OUTPUT",
+                   help="parameter PARAM grows in place into output number OUTPUT (a key/value cache: "
+                        "concat(PARAM, new) along a symbolic axis): the program writes only the new "
+                        "positions, into an array of the largest length holding PARAM's (repeatable; cpu)")
     r.set_defaults(run=cmd_run, parser=r)
 
     k = sub.add_parser("compile", help="saturate a program with the rules and print a stage (--emit)")
@@ -278,6 +282,32 @@ def dim_values(items: list[str]) -> dict[str, int]:
             raise UsageError(f"--dim gives symbol '{name}' twice")
         sizes[name] = int(value)
     return sizes
+
+
+def cache_options(items: list[str]) -> dict[str, int]:
+    """--cache PARAM=OUTPUT options as {parameter: output position}."""
+    caches: dict[str, int] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier() or not value.strip().isdigit():
+            raise UsageError(f"--cache expects PARAM=OUTPUT (an output's position, from 0), got '{item}'")
+        if name in caches:
+            raise UsageError(f"--cache gives parameter '{name}' twice")
+        caches[name] = int(value)
+    return caches
+
+
+def in_caches(program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The call's inputs with each cache parameter's array copied into the front of an array of the
+    cache's capacity (`CompiledProgram.new_cache`), passed as the view of that front."""
+    out = dict(inputs)
+    for cache in program.loops.caches:
+        arr = inputs[cache.param]
+        whole = program.new_cache(cache.param)
+        front = whole[tuple(slice(0, n) for n in arr.shape)]
+        front[...] = arr
+        out[cache.param] = front
+    return out
 
 
 def dim_ranges(items: list[str]) -> dict[str, tuple[int, int]]:
@@ -508,11 +538,14 @@ def cmd_run(args) -> int:
         from ..targets import runtime
 
         runtime.set_threads(args.threads)
+    caches = cache_options(args.cache)
     graph = check_entry(read_file(args.file), args.entry, args.file)
     inputs, weights = read_inputs(args, graph)
     program = compile_entry(graph, target=args.target, rules=args.rules, builtin_rules=not args.no_builtin_rules,
                             cache_dir=args.cache_dir, cflags=cflags, without_rules=tuple(args.without_rules),
-                            unsafe_fp=args.unsafe_fp, weights=weights, trust_rules=args.trust_rules)
+                            unsafe_fp=args.unsafe_fp, weights=weights, trust_rules=args.trust_rules, caches=caches)
+    given = inputs
+    inputs = in_caches(program, inputs) if caches else inputs
     if program.executor != "c":
         for flag, value in (("--threads", args.threads), ("--cflags", args.cflags)):
             if value is not None:
@@ -521,7 +554,7 @@ def cmd_run(args) -> int:
     start = time.perf_counter()
     outputs = program(**inputs)
     run_seconds = time.perf_counter() - start
-    problems = differences(outputs, evaluate(graph, inputs | weights), graph, inputs | weights) if args.check else []
+    problems = differences(outputs, evaluate(graph, given | weights), graph, given | weights) if args.check else []
     timings = None
     if args.profile:
         timings = program.profile(args.runs, **inputs)

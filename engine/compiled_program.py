@@ -14,7 +14,7 @@ import numpy as np
 from .ir.errors import StitchError
 from .ir.extent import instantiate, planning_values
 from .ir.graph import Graph
-from .ir.interp import bind_call, bind_inputs, np_dtype
+from .ir.interp import aligned_empty, bind_call, bind_inputs, np_dtype
 from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
@@ -107,6 +107,19 @@ class CompiledProgram:
         outputs = program._execute(args, out, sizes)
         self.report = program.report
         return outputs
+
+    def new_cache(self, name: str) -> np.ndarray:
+        """A zeroed array for cache parameter `name` (compiled with `caches=`) at its capacity: pass
+        its first n positions (`cache[:, :, :n]`) as the parameter; each call writes the output's new
+        positions after them and returns the output as a view of this array."""
+        caches = {c.param: c for c in self.loops.caches}
+        if name not in caches:
+            raise StitchError(f"'{name}' is not a cache of '{self.graph.name}'"
+                              + (f" (its caches: {', '.join(caches)})" if caches else " (compiled without caches=)"))
+        buffer = next(b for b in self.loops.params if b.name == name)
+        out = aligned_empty(buffer.shape, np_dtype(buffer.dtype))
+        out[...] = 0
+        return out
 
     def bucket(self, sizes: dict[str, int]) -> "CompiledProgram":
         """The program a call at `sizes` runs: the smallest size bucket they fit, else this one."""

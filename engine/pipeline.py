@@ -227,10 +227,15 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limi
 # -- lower and build ----------------------------------------------------------------------------
 
 
-def lower_program(compiled: Compiled, limits: Limits, bound: tuple[str, ...] = ()) -> LoopProgram:
+def lower_program(compiled: Compiled, limits: Limits, bound: tuple[str, ...] = (),
+                  caches: dict[str, int] | None = None, tops: dict[str, int] | None = None) -> LoopProgram:
     """`lower` (lowering/lower.py: loop nests, then its passes, then the verifier), then the memory check.
-    `bound` names the parameters whose values are given at build time (weights)."""
-    loops = lower(compiled, bound)
+    `bound` names the parameters whose values are given at build time (weights); `caches` the
+    parameters that grow in place into an output (lowering/caches.py), laid out for the symbols' `tops`."""
+    if caches and compiled.target.executor != "c":
+        raise StitchError(f"caches= runs on a cpu target (compiled C); '{compiled.target.name}' runs on the "
+                          f"{compiled.target.executor}", hint="compile for the cpu target, or without caches=")
+    loops = lower(compiled, bound, caches, tops)
     check_memory(limits.memory, "lowering")
     return loops
 
@@ -271,17 +276,19 @@ def compile_source(source: str | Path, target: str = "cpu", rules: list[str] = (
                    entry: str | None = None, cache_dir: str | Path | None = None,
                    cflags: str | list[str] | None = None, limits: Limits | None = None,
                    without_rules: tuple[str, ...] = (), unsafe_fp: bool = False,
-                   weights: dict | None = None, trust_rules: bool = False) -> CompiledProgram:
+                   weights: dict | None = None, trust_rules: bool = False,
+                   caches: dict[str, int] | None = None) -> CompiledProgram:
     """Every stage in order, for `.ir` text or a file: `stitch.compile` after checking its arguments."""
     return compile_entry(check_entry(read_program(source), entry), target, rules, builtin_rules, cache_dir, cflags,
-                         limits, without_rules, unsafe_fp, weights, trust_rules)
+                         limits, without_rules, unsafe_fp, weights, trust_rules, caches)
 
 
 @allows_deep_recursion
 def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), builtin_rules: bool = True,
                   cache_dir: str | Path | None = None, cflags: str | list[str] | None = None,
                   limits: Limits | None = None, without_rules: tuple[str, ...] = (), unsafe_fp: bool = False,
-                  weights: dict | None = None, trust_rules: bool = False) -> CompiledProgram:
+                  weights: dict | None = None, trust_rules: bool = False,
+                  caches: dict[str, int] | None = None) -> CompiledProgram:
     """Every stage after parsing, for a checked graph (`check_entry`'s): what `stitch run` compiles
     once it has read the file (for its inputs and weights)."""
     weights = bind_weights(graph, weights) if weights is not None else {}
@@ -293,11 +300,13 @@ def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), buil
     start = time.perf_counter()
     weights = weights | fold_values(folded, weights)  # (binding: what the weights alone compute, once)
     compiled.seconds += time.perf_counter() - start
-    loops = lower_program(compiled, limits, tuple(weights))
+    tops = planning_values(graph.symbols)  # (a size bucket's caches are laid out as the top's)
+    loops = lower_program(compiled, limits, tuple(weights), caches, tops)
     program = build(compiled, loops, cache_dir, cflags, weights, graph)
     for variant in compiled.variants:  # a symbolic program's size buckets, each built as the top is
         start = time.perf_counter()
-        smaller = build(variant, lower_program(variant, limits, tuple(weights)), cache_dir, cflags, weights, graph)
+        smaller = build(variant, lower_program(variant, limits, tuple(weights), caches, tops), cache_dir, cflags,
+                        weights, graph)
         # (a copy of a weight both read is the top's: one copy of each weight whatever the buckets)
         smaller.bound = {k: program.bound.get(k, v) if k in weights else v for k, v in smaller.bound.items()}
         program.variants.append((planning_values(variant.graph.symbols), smaller))

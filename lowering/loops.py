@@ -168,6 +168,9 @@ class LoopProgram:
     # the symbols its extents are expressions of (engine/ir/extent.py), in the order `stitch_main`
     # takes their values
     symbols: tuple[str, ...] = ()
+    # parameters that grow in place into an output (lowering/caches.py: `Cache`s): both laid out with
+    # the capacity's strides, the output written only past the parameter's positions
+    caches: tuple = ()
 
     def buffer(self, name: str) -> Buffer:
         for b in self.params + self.intermediates + self.output_buffers:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..engine.ir.extent import is_symbolic
+from ..engine.ir.extent import is_symbolic, planning_values
 from ..engine.ir.graph import Graph
 from ..engine.ir.ops import REDUCE as REDUCTIONS
 from ..engine.ir.program import TensorType
@@ -93,10 +93,13 @@ def identity(op: str, dtype: str):
 
 
 @allows_deep_recursion
-def lower(compiled: Scheduled, bound: tuple[str, ...] = ()) -> LoopProgram:
+def lower(compiled: Scheduled, bound: tuple[str, ...] = (), caches: dict[str, int] | None = None,
+          tops: dict[str, int] | None = None) -> LoopProgram:
     """The lowering pipeline: loop nests, then its passes, then the verifier. `bound` names the
     parameters whose values are given at build time (weights): what derives from them alone moves
-    to the program's prologue (lowering/bind.py)."""
+    to the program's prologue (lowering/bind.py). `caches` (parameter -> output position) grow in
+    place (lowering/caches.py), laid out for the symbols' `tops` (default: this program's planning values)."""
+    from .caches import grow_in_place
     from .verify import verify
 
     target = compiled.target
@@ -104,6 +107,7 @@ def lower(compiled: Scheduled, bound: tuple[str, ...] = ()) -> LoopProgram:
     program.bound = tuple(b.name for b in program.params if b.name in bound)
     for lowering_pass in PASSES:
         program = lowering_pass(program, target)
+    program = grow_in_place(program, caches or {}, tops or planning_values(compiled.graph.symbols))
     verify(program, capacity=target.onchip_bytes)
     if program.prologue is not None:
         verify(program.prologue)

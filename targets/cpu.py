@@ -78,6 +78,16 @@ class Native:
         return [(b, dtype, temporary, symbolic and any(map(is_symbolic, b.shape))) for b, dtype, temporary in self.plan]
 
     @cached_property
+    def cache_of(self) -> dict[str, object]:
+        """Each cache (lowering/caches.py) by its parameter's name and by its output's."""
+        return {c.param: c for c in self.program.caches} | {c.output: c for c in self.program.caches}
+
+    @cached_property
+    def cache_shapes(self) -> dict[str, tuple]:
+        """The shapes the caches' parameters are laid out in (their capacity along the cache's axis)."""
+        return {b.name: b.shape for b in self.program.params if b.name in self.cache_of}
+
+    @cached_property
     def bound_pointers(self) -> dict[str, int]:
         """The address of each of the program's own arrays (`bound`): the same on every call."""
         return {name: arr.ctypes.data for name, arr in self.bound.items()}
@@ -92,10 +102,13 @@ class Native:
         provided: dict[str, np.ndarray] = {}  # the out= array the kernels write each output into
         for name, arr in zip(self.program.outputs, out or ()):
             provided.setdefault(name, arr)  # (an output returned twice is copied into its second array)
+        caches = self.cache_of
         for b, dtype, temporary, symbolic in self.slots:
             name = b.name
             shape = tuple(at(d, sizes) for d in b.shape) if symbolic else b.shape
-            if name in inputs:
+            if name in caches:  # a cache parameter as the caller's view, its output the same memory
+                arr = cache_view(caches[name], b, inputs, provided, sizes, self.cache_shapes)
+            elif name in inputs:
                 arr = inputs[name]
                 flags = arr.flags
                 if not (flags.c_contiguous and flags.aligned):
@@ -136,6 +149,43 @@ class Native:
             raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
         return _outputs(self.program.outputs, arrays, params, out)
 
+
+def cache_view(cache, b: Buffer, inputs: dict, provided: dict, sizes: dict, shapes: dict) -> np.ndarray:
+    """The array of a cache's parameter (the caller's view of its array of the cache's capacity) or of
+    its output (that array, from the same first element, over the output's positions)."""
+    param = inputs[cache.param]
+    itemsize = param.dtype.itemsize
+    layout = shapes[cache.param]
+    want = tuple(int(np.prod(layout[i + 1:])) * itemsize for i in range(len(layout)))
+    if param.strides != want or not param.flags.aligned:
+        raise StitchError(
+            f"cache '{cache.param}' must be a view of the first positions of an array of {cache.capacity} along "
+            f"axis {cache.axis} (program.new_cache('{cache.param}') makes one: pass cache[..., :n, ...]); got "
+            f"strides {param.strides}, want {want}")
+    if b.name == cache.param:
+        return param
+    shape = tuple(at(d, sizes) for d in cache.shape)
+    view = np.lib.stride_tricks.as_strided(param, shape=shape, strides=param.strides, writeable=True)
+    root = param
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    low, high = byte_bounds(root)
+    end = view.ctypes.data + sum((n - 1) * s for n, s in zip(shape, view.strides)) + view.itemsize
+    if view.ctypes.data < low or end > high or not param.flags.writeable:
+        raise StitchError(f"cache '{cache.param}' has no room for output '{b.name}' {list(shape)}: its array holds "
+                          f"fewer than {cache.capacity} positions along axis {cache.axis}, or is read-only")
+    given = provided.get(b.name)
+    if given is not None and (given.ctypes.data != view.ctypes.data or given.strides != view.strides
+                              or given.shape != view.shape):
+        raise StitchError(f"out= array for cache output '{b.name}' must be the cache '{cache.param}' itself, one "
+                          "position longer (the program writes the new position into it)")
+    return view
+
+
+try:  # (numpy 2; numpy 1 has it as np.byte_bounds)
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:  # pragma: no cover
+    byte_bounds = np.byte_bounds
 
 _LIBRARY_LOCKS: dict[int, threading.Lock] = {}
 _LIBRARY_LOCKS_LOCK = threading.Lock()
