@@ -8,7 +8,9 @@ vocabulary 1024, 2048 positions; 2 and 12 layers by default) with seeded random 
 values (`past` positions, a dynamic axis 1..2047) and returns the next token's logits and every
 layer's present keys and values (past + 1 positions): exported once by torch's dynamo exporter,
 imported once and compiled once by stitch (its compile seconds printed, as torch.compile's with
-dynamic shapes). A prompt of --prompt tokens is prefilled by torch eager (untimed, the same cache for
+dynamic shapes). "stitch, cache in place" is the same export compiled with `caches=` (each layer's
+cache in one array of 2048 positions, each step writing its new position only: lowering/caches.py).
+A prompt of --prompt tokens is prefilled by torch eager (untimed, the same cache for
 every engine); then each engine generates --tokens tokens greedily (argmax). The tokens of every
 engine must be identical (the table says where they are not).
 
@@ -193,6 +195,7 @@ def generate(step_fn, token: int, cache: list, tokens: int) -> tuple[list[int], 
 
 def engines(step, model: bytes, layers: int, threads: int, with_compile: bool, compiled):
     """name -> step function (ids, cache arrays) -> (logits, *present arrays), all numpy."""
+    import numpy as np
     import torch
 
     sys.path.insert(0, str(HERE))
@@ -217,7 +220,21 @@ def engines(step, model: bytes, layers: int, threads: int, with_compile: bool, c
             return [o.numpy() for o in out]
         return run
 
-    out = {"stitch": stitch_step, "onnxruntime": ort_step, "torch eager": torch_step(step)}
+    grown, _ = compiled["stitch, cache in place"]
+    names_in = inputs[1:]
+    buffers = {n: grown.new_cache(imported.inputs[n]) for n in names_in}
+
+    def in_place_step(ids, cache):
+        views = []
+        for n, arr in zip(names_in, cache):
+            buf = buffers[n]
+            if not np.shares_memory(arr, buf):  # a generation's first step: its prompt's cache copied in
+                buf[:, :, :arr.shape[2]] = arr
+            views.append(buf[:, :, :arr.shape[2]])
+        return grown(**{imported.inputs["ids"]: ids}, **{imported.inputs[n]: v for n, v in zip(names_in, views)})
+
+    out = {"stitch": stitch_step, "stitch, cache in place": in_place_step, "onnxruntime": ort_step,
+           "torch eager": torch_step(step)}
     if with_compile:
         out["torch.compile"] = torch_step(compiled["torch.compile"])
     return out
@@ -276,7 +293,12 @@ def main() -> int:
         imported = import_onnx(model)
         program = stitch.compile(imported.text, weights=imported.weights)
         compile_s = {"stitch": time.perf_counter() - start}
-        compiled = {"stitch": (program, imported)}
+        start = time.perf_counter()
+        inputs, outputs = names(layers)
+        caches = {imported.inputs[n]: outputs.index(n.replace("past", "present")) for n in inputs[1:]}
+        grown = stitch.compile(imported.text, weights=imported.weights, caches=caches)
+        compile_s["stitch, cache in place"] = time.perf_counter() - start
+        compiled = {"stitch": (program, imported), "stitch, cache in place": (grown, imported)}
         # every parameter but the position table (one row read); the token table once (the tied LM head's)
         weight_bytes = sum(p.numel() * 4 for n, p in lm.named_parameters() if "wpe" not in n)
         mean_past = args.prompt - 1 + (args.tokens - 1) / 2
