@@ -228,7 +228,7 @@ def engines(step, model: bytes, layers: int, threads: int, with_compile: bool, c
         views = []
         for n, arr in zip(names_in, cache):
             buf = buffers[n]
-            if not np.shares_memory(arr, buf):  # a generation's first step: its prompt's cache copied in
+            if not np.may_share_memory(arr, buf):  # a generation's first step: its prompt's cache copied in
                 buf[:, :, :arr.shape[2]] = arr
             views.append(buf[:, :, :arr.shape[2]])
         return grown(**{imported.inputs["ids"]: ids}, **{imported.inputs[n]: v for n, v in zip(names_in, views)})
