@@ -24,6 +24,17 @@ class Plan:
 
 
 def match(w: KernelWriter, s) -> Plan | None:
+    nest = transposed_store(s)
+    if nest is None or not computes(nest[2].value, TRANSCENDENTAL):
+        return None
+    outer, inner, leaf = nest
+    return Plan(For(inner.var, inner.extent, "serial", [For(outer.var, outer.extent, "serial", [leaf])]))
+
+
+def transposed_store(s) -> tuple[For, For, Store] | None:
+    """(a, b, the store) of `for a { for b { out[..] = f(x[..]) } }` storing along b what it reads
+    along a (no read along b varies with a) and reading no element it writes; else None. The
+    transpose recognizer (transpose.py) takes such a nest too, when f has no transcendental."""
     if not (isinstance(s, For) and s.kind == "serial" and len(s.body) == 1):
         return None
     inner = s.body[0]
@@ -31,7 +42,7 @@ def match(w: KernelWriter, s) -> Plan | None:
             and isinstance(inner.body[0], Store)):
         return None
     leaf = inner.body[0]
-    if not computes(leaf.value, TRANSCENDENTAL) or any(ld.buffer == leaf.buffer for ld in loads(leaf.value)):
+    if any(ld.buffer == leaf.buffer for ld in loads(leaf.value)):
         return None
     a, b = s.var, inner.var
     reads = [ld for ld in loads(leaf.value) if ld.index]
@@ -39,7 +50,7 @@ def match(w: KernelWriter, s) -> Plan | None:
             and not any(contiguous_in(ld.index, b) and uses_var(ld.index, a) for ld in reads)
             and any(contiguous_in(ld.index, a) and uses_var(ld.index, b) for ld in reads)):
         return None
-    return Plan(For(b, inner.extent, "serial", [For(a, s.extent, "serial", [leaf])]))
+    return s, inner, leaf
 
 
 def emit(w: KernelWriter, plan: Plan) -> For:

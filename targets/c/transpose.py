@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.ir.extent import is_symbolic
-from ...lowering.loops import For, Store, loads
-from ...lowering.matmul import contiguous_in, uses_var
+from ...lowering.loops import For, Store
 from .emit import KernelWriter
 from .ops import TRANSCENDENTAL, computes
+from .read_order import transposed_store
 
 BLOCK = 16  # steps of b per block: one 64-byte line of f32 out per a
 
@@ -34,23 +34,11 @@ class Plan:
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
-    s = stmts[at]
-    if not (isinstance(s, For) and s.kind == "serial" and len(s.body) == 1):
+    nest = transposed_store(stmts[at])
+    if nest is None or computes(nest[2].value, TRANSCENDENTAL):
         return None
-    inner = s.body[0]
-    if not (isinstance(inner, For) and inner.kind == "serial" and len(inner.body) == 1
-            and isinstance(inner.body[0], Store)):
-        return None
-    leaf = inner.body[0]
-    if computes(leaf.value, TRANSCENDENTAL) or any(ld.buffer == leaf.buffer for ld in loads(leaf.value)):
-        return None
-    a, b = s.var, inner.var
-    reads = [ld for ld in loads(leaf.value) if ld.index]
-    if not (contiguous_in(leaf.index, b) and uses_var(leaf.index, a)
-            and not any(contiguous_in(ld.index, b) and uses_var(ld.index, a) for ld in reads)
-            and any(contiguous_in(ld.index, a) and uses_var(ld.index, b) for ld in reads)):
-        return None
-    return Plan(s, inner, leaf) if is_symbolic(inner.extent) or inner.extent > BLOCK else None
+    outer, inner, leaf = nest
+    return Plan(outer, inner, leaf) if is_symbolic(inner.extent) or inner.extent > BLOCK else None
 
 
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
