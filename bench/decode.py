@@ -330,8 +330,8 @@ def main() -> int:
             bound_ms = statistics.median(bounds) * 1e3
             for name in fns:
                 ms = statistics.median(steps[name]) * 1e3
-                same = "yes" if tokens[name] == tokens["stitch"] else (
-                    f"no: first differs at token {next(i for i, (a, b) in enumerate(zip(tokens[name], tokens['stitch'])) if a != b)}")
+                first = next((i for i, (a, b) in enumerate(zip(tokens[name], tokens["stitch"])) if a != b), None)
+                same = "yes" if first is None else f"no: first differs at token {first}"
                 cs = compile_s.get(name)
                 print(f"| {layers} | {threads} | {name} | {'-' if cs is None else f'{cs:.1f}'} | {ms:.2f} | "
                       f"{1e3 / ms:.0f} | {step_bytes / 1e9:.3f} | {bound_ms:.2f} | {bound_ms / ms:.2f} | {same} |",

@@ -4,8 +4,9 @@
 
 with j contiguous in C and B; a product of one row (a decoder step's) may have no i loop at all:
 `for k reduce { for j serial { C[.., j] += mul(A(k), B[.., k, j]) } }` is read as the nest of a
-row loop of one iteration named ONE_ROW, which no index reads. The C backend turns such a nest into its register-blocked micro-kernel
-(targets/c/micro_kernel.py); lowering's passes leave its loops as they are (lowering/delinearize.py).
+row loop of one iteration named ONE_ROW, which no index reads. The C backend turns such a nest
+into its register-blocked micro-kernel (targets/c/micro_kernel.py); lowering's passes leave its
+loops as they are (lowering/delinearize.py).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ def _products(stmts: list[Stmt], dtype_of: dict[str, str]):
 
 def _panel_width(nest: MatmulNest, bound: set[str], buffers: dict[str, Buffer]) -> int | None:
     """The panel width of a product whose B is a whole bound weight's last two axes (k then j) and
-    whose A is read where it is; else None."""
+    whose A is read where it is (or, for one row, is a row of loads); else None."""
     b = nest.b
     weight = buffers.get(b.buffer)
     if weight is None or b.buffer not in bound or nest.units:
@@ -90,7 +90,8 @@ def _panel_width(nest: MatmulNest, bound: set[str], buffers: dict[str, Buffer]) 
         return None
     if not isinstance(nest.a, Load) or not (reads_left_in_place([nest.a.index]) or nest.i.extent == 1):
         return None  # (a left operand read through div/mod is made once per panel: one row of loads)
-    if any(nest.i.var in index_vars(ix) or nest.k.var in index_vars(ix) or nest.j.var in index_vars(ix) for ix in b.index[:-2]):
+    own = {nest.i.var, nest.k.var, nest.j.var}
+    if any(own & index_vars(ix) for ix in b.index[:-2]):
         return None
     return panel_columns(nest.j.extent, dtype_bytes(weight.dtype))
 
