@@ -36,7 +36,7 @@ from stitch.engine.ir.tolerance import compare
 from stitch.engine.rewrite.saturate import Limits
 from stitch.engine.schedule.target import TARGET_DIR, load_target
 from stitch.targets import cpu
-from stitch_testing import edge_inputs_for, EXAMPLES, HAVE_CC, programs
+from stitch_testing import EXAMPLES, HAVE_CC, edge_inputs_for, programs
 
 SMALL = ("func f(x: f32[4, 8], g: f32[8]) -> (f32[4, 8], f32[4]) {\n"
          "  m = mean(x, axes=[1], keepdims=true)\n  d = sub(x, m)\n"
@@ -228,7 +228,20 @@ def test_edge_values_give_the_reference_answer_on_every_target(target, data, cac
 
     compiled = stitch.compile(print_program(program), target=target, cache_dir=cache)
     want = [values[o] for o in graph.outputs]
-    for k, (got, w) in enumerate(zip(compiled(**inputs), want)):
+    # drawn too: out= arrays (filled in place, each its own), and the pool's size on the cpu
+    out = [np.full(t.shape, 7, np_dtype(t.dtype)) for t in graph.output_types] if data.draw(
+        st.booleans(), label="out=") else None
+    threads = data.draw(st.sampled_from([1, 2]), label="threads") if target == "cpu" else None
+    before = stitch.num_threads()
+    try:
+        if threads:
+            stitch.set_num_threads(threads)
+        got_all = compiled(out=out, **inputs)
+    finally:
+        stitch.set_num_threads(before)
+    if out is not None:
+        assert all(g is o for g, o in zip(got_all, out))
+    for k, (got, w) in enumerate(zip(got_all, want)):
         assert compare(got, w) == "", (k, print_program(program), inputs, got, w)
 
 
