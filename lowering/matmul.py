@@ -61,7 +61,7 @@ def match_matmul(stmt, dtype_of, shape_of=None) -> MatmulNest | None:
     for a, b in (v.args, v.args[::-1]):
         if (isinstance(b, Load) and contiguous_in(b.index, j.var) and not uses_var(b.index, i.var)
                 and all(affine(ix) for ix in b.index) and dtype_of(b.buffer) == v.dtype
-                and not _expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
+                and not expr_uses(a, j.var) and acc.buffer not in _buffers(a) | {b.buffer}
                 and expr_dtype(a, dtype_of) == v.dtype):
             return MatmulNest(i, k, j, acc, a, b, tuple(units))
     return None
@@ -121,7 +121,8 @@ def contiguous_in(index: tuple[Ix, ...], var: str) -> bool:
             and not uses_var(index[:-1], var))
 
 
-def _expr_uses(e, var: str) -> bool:
+def expr_uses(e, var: str) -> bool:
+    """Whether expression `e` reads loop variable `var` (a load's index, a concat's select)."""
     return any(uses_var(load.index, var) for load in loads(e)) or (isinstance(e, Select) and var in index_vars(e.ix))
 
 

@@ -52,3 +52,24 @@ def test_every_cache_length_computes_what_the_reference_computes(target, tmp_pat
         inputs = {n: a.astype(np.float32) for n, a in inputs.items()}
         for got, want in zip(compiled(**inputs), evaluate(compiled.graph, inputs)):
             assert compare(got, want) == "", (target, p)
+
+
+@needs_cc
+def test_keys_of_three_pieces_are_summed_piece_by_piece(tmp_path):
+    """A concat of three pieces along the keys: each piece's columns read their own operand (a
+    select within a select is cut again, not taken for the outer one's side)."""
+    text = """func f[p: 1..100](q: f32[2, 1, 64], a: f32[2, p, 64], b: f32[2, 3, 64], c: f32[2, 1, 64]) -> f32[2, 1, p + 4] {
+  keys = concat(concat(a, b, axis=1), c, axis=1)
+  return matmul(q, transpose(keys, perm=[0, 2, 1]))
+}
+"""
+    compiled = stitch.compile(text, cache_dir=tmp_path)
+    if AVX512:
+        assert "_mm512_reduce_add_ps((__m512)s0)" in compiled.native.source_path.read_text()
+    rng = np.random.default_rng(3)
+    for p in (1, 5, 100):
+        inputs = {"q": rng.standard_normal((2, 1, 64)), "a": rng.standard_normal((2, p, 64)),
+                  "b": rng.standard_normal((2, 3, 64)), "c": rng.standard_normal((2, 1, 64))}
+        inputs = {n: x.astype(np.float32) for n, x in inputs.items()}
+        (got,) = compiled(**inputs)
+        assert compare(got, evaluate(compiled.graph, inputs)[0]) == "", p

@@ -13,11 +13,12 @@ loops as written (as the matmul micro-kernel's does): within the reference's tol
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from ...lowering.loops import Accumulate, For, Ix, Load, Op, Select, index_vars, loads
-from ...lowering.matmul import contiguous_in, uses_var
+from ...lowering.loops import Accumulate, For, Load, Op, index_vars, loads
+from ...lowering.matmul import contiguous_in, expr_uses, uses_var
 from .emit import KernelWriter
+from .split import open_cut, replace_in, select_on
 
 LANES = 16  # an st_vf32
 DOT_COLUMNS = 4  # columns summed side by side (their loads in flight together)
@@ -30,7 +31,9 @@ class Plan:
     acc: Accumulate
     a: object  # the factor without j
     a_vec: str
-    pieces: tuple  # (first column, end, B there, its 16-lane C): a concat along j is one piece a side
+    # B as a tree: ("piece", B over some columns, its 16-lane C), or ("cut", a concat's select along
+    # j, the tree of its low side, the tree of its high side): each piece its own columns
+    b: tuple
     taken: int = 1
 
 
@@ -51,53 +54,25 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     if not contiguous_in(acc.index, j.var) or uses_var(acc.index, k.var):
         return None
     for a, b in (v.args, v.args[::-1]):
-        if _reads(a, j.var) or not _reads(b, j.var) or acc.buffer in {ld.buffer for ld in loads(v)}:
+        if expr_uses(a, j.var) or not expr_uses(b, j.var) or acc.buffer in {ld.buffer for ld in loads(v)}:
             continue
-        a_vec = w.vector_expr(a, k.var)
-        pieces = []
-        for first, end, side in _pieces(b, j):
-            if not all(_along(ld, k.var, j.var) for ld in loads(side) if uses_var(ld.index, j.var)):
-                break
-            side_vec = w.vector_expr(side, k.var)
-            if side_vec is None:
-                break
-            pieces.append((first, end, side, side_vec))
-        else:
-            if a_vec is not None:
-                return Plan(k, j, acc, a, a_vec, tuple(pieces))
+        a_vec, tree = w.vector_expr(a, k.var), _pieces(w, b, k.var, j.var)
+        if a_vec is not None and tree is not None:
+            return Plan(k, j, acc, a, a_vec, tree)
     return None
 
 
-def _pieces(b, j: For) -> list[tuple]:
-    """(first column, end, B over those columns): one piece, or two where B holds a concat along j
-    (`j < split ? low : high`), each with its side in place of the select."""
-    split = _split(b, j.var)
-    if split is None:
-        return [(0, j.extent, b)]
-    return [(0, split, _side(b, j.var, low=True)), (split, j.extent, _side(b, j.var, low=False))]
-
-
-def _split(e, var: str):
-    if isinstance(e, Select) and e.ix == Ix.var(var):
-        return e.split
-    for arg in getattr(e, "args", ()):
-        found = _split(arg, var)
-        if found is not None:
-            return found
-    return None
-
-
-def _side(e, var: str, low: bool):
-    """`e` with every select on `var` replaced by its low (or high) side."""
-    if isinstance(e, Select) and e.ix == Ix.var(var):
-        return _side(e.low if low else e.high, var, low)
-    if isinstance(e, Op):
-        return replace(e, args=tuple(_side(arg, var, low) for arg in e.args))
-    return e
-
-
-def _reads(e, var: str) -> bool:
-    return any(uses_var(ld.index, var) for ld in loads(e))
+def _pieces(w: KernelWriter, b, k: str, j: str) -> tuple | None:
+    """B's tree (`Plan.b`), cut at each concat along j (targets/c/split.py's selects); None where a
+    piece does not read along k or has no 16-lane form."""
+    sel = select_on(b, j)
+    if sel is not None:
+        low, high = _pieces(w, replace_in(b, sel, sel.low), k, j), _pieces(w, replace_in(b, sel, sel.high), k, j)
+        return None if low is None or high is None else ("cut", sel, low, high)
+    if not all(_along(ld, k, j) for ld in loads(b) if uses_var(ld.index, j)):
+        return None
+    vec = w.vector_expr(b, k)
+    return None if vec is None else ("piece", b, vec)
 
 
 def _along(ld: Load, k: str, j: str) -> bool:
@@ -111,8 +86,18 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     acc, n_k = plan.acc, plan.k.extent
     target = w.access(acc.buffer, acc.index)
     a_one = w.expr(plan.a)
-    for first, end, side, b_vec in plan.pieces:
-        _columns(w, plan, pad, first, end, target, a_one, w.expr(side), b_vec, n_k)
+
+    def walk(tree, first: str, end: str, p: str) -> None:
+        if tree[0] == "piece":
+            _columns(w, plan, p, first, end, target, a_one, w.expr(tree[1]), tree[2], n_k)
+            return
+        _, sel, low, high = tree
+        cut = open_cut(w, sel, plan.j.var, first, end, p)
+        walk(low, first, cut, p + "  ")
+        walk(high, cut, end, p + "  ")
+        w.lines.append(f"{p}}}")
+
+    walk(plan.b, "0", str(plan.j.extent), pad)
 
 
 def _columns(w: KernelWriter, plan: Plan, pad: str, first, end, target: str, a_one: str, b_one: str, b_vec: str,

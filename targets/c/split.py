@@ -38,15 +38,21 @@ def pieces(w: KernelWriter, loop: For, leaf, start: str, end: str, pad: str) -> 
     if sel is None:
         w.lines.append(f"{pad}for (int64_t {loop.var} = {start}; {loop.var} < {end}; ++{loop.var}) " + w.leaf(leaf))
         return
-    c = sel.ix.coef(loop.var)
-    rest = sel.ix - Ix.var(loop.var, c)
-    cut = f"cut_{loop.var}_{len(w.lines)}"
-    # the first i with c*i + rest >= split: ceil((split - rest) / c), kept inside [start, end]
-    first = f"(({sel.split} - ({w.ix(rest)})) + {c - 1}) / {c}" if c > 1 else f"{sel.split} - ({w.ix(rest)})"
-    w.lines.append(f"{pad}{{ int64_t {cut} = ST_CLAMP((int64_t)({first}), (int64_t)({start}), (int64_t)({end}));")
+    cut = open_cut(w, sel, loop.var, start, end, pad)
     pieces(w, loop, replace_select(leaf, sel, sel.low), start, cut, pad + "  ")
     pieces(w, loop, replace_select(leaf, sel, sel.high), cut, end, pad + "  ")
     w.lines.append(f"{pad}}}")
+
+
+def open_cut(w: KernelWriter, sel: Select, var: str, start: str, end: str, pad: str) -> str:
+    """Open a block declaring where `var` (over start..end-1) crosses to `sel`'s high side; its name."""
+    c = sel.ix.coef(var)
+    rest = sel.ix - Ix.var(var, c)
+    cut = f"cut_{var}_{len(w.lines)}"
+    # the first i with c*i + rest >= split: ceil((split - rest) / c), kept inside [start, end]
+    first = f"(({sel.split} - ({w.ix(rest)})) + {c - 1}) / {c}" if c > 1 else f"{sel.split} - ({w.ix(rest)})"
+    w.lines.append(f"{pad}{{ int64_t {cut} = ST_CLAMP((int64_t)({first}), (int64_t)({start}), (int64_t)({end}));")
+    return cut
 
 
 def select_on(e, var: str):
@@ -67,18 +73,19 @@ def select_on(e, var: str):
 
 def replace_select(leaf, sel: Select, by):
     """`leaf` with the Select `sel` (by identity) replaced by one of its sides."""
-
-    def sub(e):
-        if e is sel:
-            return by
-        if isinstance(e, Op):
-            return Op(e.op, tuple(sub(a) for a in e.args), e.dtype)
-        if isinstance(e, Select):
-            return Select(e.ix, e.split, sub(e.low), sub(e.high), e.dtype)
-        if isinstance(e, Checked):
-            return Checked(e.check, sub(e.value))
-        return e
-
     if isinstance(leaf, Store):
-        return Store(leaf.buffer, leaf.index, sub(leaf.value))
-    return dataclasses.replace(leaf, value=sub(leaf.value))
+        return Store(leaf.buffer, leaf.index, replace_in(leaf.value, sel, by))
+    return dataclasses.replace(leaf, value=replace_in(leaf.value, sel, by))
+
+
+def replace_in(e, sel: Select, by):
+    """Expression `e` with the Select `sel` (by identity) replaced by `by`."""
+    if e is sel:
+        return by
+    if isinstance(e, Op):
+        return Op(e.op, tuple(replace_in(a, sel, by) for a in e.args), e.dtype)
+    if isinstance(e, Select):
+        return Select(e.ix, e.split, replace_in(e.low, sel, by), replace_in(e.high, sel, by), e.dtype)
+    if isinstance(e, Checked):
+        return Checked(e.check, replace_in(e.value, sel, by))
+    return e
