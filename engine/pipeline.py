@@ -307,8 +307,9 @@ def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), buil
         start = time.perf_counter()
         smaller = build(variant, lower_program(variant, limits, tuple(weights), caches, tops), cache_dir, cflags,
                         weights, graph)
-        # (a copy of a weight both read is the top's: one copy of each weight whatever the buckets)
-        smaller.bound = {k: program.bound.get(k, v) if k in weights else v for k, v in smaller.bound.items()}
+        # (a copy of a weight both read is the top's: one copy of each weight whatever the buckets; in
+        # place, as the native program holds this dict too)
+        smaller.bound.update({k: program.bound[k] for k in smaller.bound if k in weights and k in program.bound})
         program.variants.append((planning_values(variant.graph.symbols), smaller))
         compiled.seconds += time.perf_counter() - start + variant.seconds
     return program

@@ -23,7 +23,7 @@ from stitch.engine.ir.parse import parse_program
 from stitch.engine.ir.printer import print_program
 from stitch.engine.ir.tolerance import differences
 from stitch.lowering.verify import verify
-from stitch_testing import programs
+from stitch_testing import needs_cc, programs
 
 ROWS = """
 func rows[n: 1..300](x: f32[n, 96], w: f32[96, 80], b: f32[80], g: f32[80]) -> f32[n, 80] {
@@ -149,6 +149,15 @@ def test_a_call_runs_the_schedule_of_the_smallest_size_bucket_it_fits():
     assert program.bucket({"n": 128}) is small and program.bucket({"n": 129}) is program
     assert small.loops.symbols == ("n",)  # (a symbolic program too: every size up to its top)
     check_at_sizes(program, ROWS, (128, 129))
+
+
+@needs_cc
+def test_every_size_bucket_reads_the_one_copy_of_a_weight():
+    """A weight read as it is: the bucket's program and its native library read the top's copy."""
+    program = stitch.compile("func f[n: 1..1024](x: f32[n, 256], b: f32[256]) -> f32[n, 256] { return add(x, b) }",
+                             weights={"b": np.ones(256, np.float32)})
+    ((_, small),) = program.variants
+    assert small.bound["b"] is program.bound["b"] and small.native.bound["b"] is program.bound["b"]
 
 
 def test_a_size_above_the_planning_value_is_refused_and_inputs_must_agree():
