@@ -94,11 +94,7 @@ class CompiledProgram:
         return bind_inputs(self.graph, inputs, self.weights) | self.bound
 
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
-        given, sizes = bind_call(self.graph, inputs, self.weights)
-        program = self
-        if sizes:
-            self._check_sizes(sizes)
-            program = self.bucket(sizes)
+        given, sizes, program = self._called(inputs)
         if out is not None:  # (the bound arrays are the program's own: no out= array shares them)
             check_outputs(self.graph, out, given)
         if program.executor == "c":  # (it walks nothing recursively: no raised recursion limit, 3 us a call)
@@ -120,6 +116,14 @@ class CompiledProgram:
         out = aligned_empty(buffer.shape, np_dtype(buffer.dtype))
         out[...] = 0
         return out
+
+    def _called(self, inputs: dict) -> tuple[dict[str, np.ndarray], dict[str, int], "CompiledProgram"]:
+        """A call's checked arrays, the symbols' values they give, and the program that runs them."""
+        given, sizes = bind_call(self.graph, inputs, self.weights)
+        if not sizes:
+            return given, sizes, self
+        self._check_sizes(sizes)
+        return given, sizes, self.bucket(sizes)
 
     def bucket(self, sizes: dict[str, int]) -> "CompiledProgram":
         """The program a call at `sizes` runs: the smallest size bucket they fit, else this one."""
@@ -174,8 +178,7 @@ class CompiledProgram:
         (targets/profile.py's KernelTime rows; compiled C only)."""
         from ..targets.profile import profile
 
-        given, sizes = bind_call(self.graph, inputs, self.weights)
-        program = self.bucket(sizes) if sizes else self
+        given, sizes, program = self._called(inputs)
         return profile(program, given | program.bound, runs, sizes)
 
 

@@ -169,6 +169,9 @@ def test_a_size_above_the_planning_value_is_refused_and_inputs_must_agree():
     assert unbounded(x=np.zeros((8192, 8), np.float32))[0].shape == (8192, 8)
     with pytest.raises(StitchError, match=r"compiled for sizes up to n = 8192: 'n' is 8193"):
         unbounded(x=np.zeros((8193, 8), np.float32))
+    if unbounded.executor == "c":  # (the profile checks the sizes as a call does)
+        with pytest.raises(StitchError, match=r"compiled for sizes up to n = 8192: 'n' is 8193"):
+            unbounded.profile(1, x=np.zeros((8193, 8), np.float32))
 
 
 def test_an_extent_carries_its_dimension_and_refuses_to_become_a_number():
