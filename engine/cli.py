@@ -273,28 +273,25 @@ def read_inputs(args, graph) -> tuple[dict[str, np.ndarray], dict[str, np.ndarra
 
 def dim_values(items: list[str]) -> dict[str, int]:
     """--dim SYMBOL=N options as {symbol: N}."""
-    sizes: dict[str, int] = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name.isidentifier() or not value.strip().isdigit():
-            raise UsageError(f"--dim expects SYMBOL=N (a positive integer), got '{item}'")
-        if name in sizes:
-            raise UsageError(f"--dim gives symbol '{name}' twice")
-        sizes[name] = int(value)
-    return sizes
+    return _named_numbers(items, "--dim", "SYMBOL=N (a positive integer)", "symbol")
 
 
 def cache_options(items: list[str]) -> dict[str, int]:
     """--cache PARAM=OUTPUT options as {parameter: output position}."""
-    caches: dict[str, int] = {}
+    return _named_numbers(items, "--cache", "PARAM=OUTPUT (an output's position, from 0)", "parameter")
+
+
+def _named_numbers(items: list[str], flag: str, form: str, what: str) -> dict[str, int]:
+    """Repeated NAME=N options as {name: N}: a usage error for another form or a name given twice."""
+    out: dict[str, int] = {}
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name.isidentifier() or not value.strip().isdigit():
-            raise UsageError(f"--cache expects PARAM=OUTPUT (an output's position, from 0), got '{item}'")
-        if name in caches:
-            raise UsageError(f"--cache gives parameter '{name}' twice")
-        caches[name] = int(value)
-    return caches
+            raise UsageError(f"{flag} expects {form}, got '{item}'")
+        if name in out:
+            raise UsageError(f"{flag} gives {what} '{name}' twice")
+        out[name] = int(value)
+    return out
 
 
 def in_caches(program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
