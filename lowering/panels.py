@@ -5,7 +5,7 @@ register block of P columns (48 f32: three 64-byte vectors) across every k, for 
 A weight laid out row-major (or in a block of its tile's rows, lowering/bind.py) puts the P
 columns of consecutive k a whole row apart: each step of k reads 192 bytes and jumps 2-12 KB, and
 a product of one row (a decoder step's) reads its weight at about half the bandwidth a contiguous
-stream draws (10-13 GB/s against 17-25 on one Zen 4 core).
+stream draws (docs/perf/2026-11-28-decode.md).
 
 On a target whose weights are read in place (a cache: `Target.weights_in_place`), this pass lays
 each bound weight a product reads as B out in panels, once, in the prologue that makes the bound

@@ -47,11 +47,8 @@ def planning_values(symbols: dict[str, tuple[int, int]]) -> dict[str, int]:
 
 # The tops of the size buckets below a range's top: a program of one symbol is also scheduled at each
 # of these its range holds, and a call runs the schedule of the smallest bucket its size fits (a
-# schedule planned for 1024 rows keeps less on chip and makes fewer tiles than one for 128 would).
-# Measured on the dynamic GPT-2 of bench/symbolic.py (2 layers, hidden 768, 1..1024): the bucket 128
-# runs 7 rows 25% faster than the top's schedule and 64 rows as fast (15% faster at 2 threads); buckets
-# at 16 and 512 gained nothing (a size near its bucket's top runs whole-axis tiles of symbolic extent,
-# whose loops the C cannot specialize).
+# schedule planned for 1024 rows keeps less on chip and makes fewer tiles than one for 128 would;
+# why 128 alone: docs/perf/2026-11-28-zen4.md).
 BUCKETS = (128,)
 
 

@@ -40,8 +40,8 @@ def image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] 
     ranges (an injective index map), at most its bounding box, taken tile by tile (`tile`) where
     the box is the smaller: each tile reads its own box. Cached: a kernel is priced in every tile
     order and chunk size, which often choose the same tile (a conv's windows, summed box by box,
-    took 3 ms an image). Keyed by the read's and kernel's identity: equal kernels rebuilt apart compared
-    field by field on every lookup took 98% of a 12-layer decoder's compile."""
+    took 3 ms an image). Keyed by the read's and kernel's identity: equal kernels rebuilt apart would be
+    compared field by field on every lookup, which costs more than the image."""
     key = (id(r), id(kernel), shape, tuple(sorted(tile.items())) if tile else None)
     hit = _IMAGES.get(key)
     if hit is not None and hit[0] is r and hit[1] is kernel:

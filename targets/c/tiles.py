@@ -214,7 +214,7 @@ def _parallel_nest(loop: For) -> list[For]:
     """The tile loop and the tile loops nested directly inside it, one in the other's body alone (a
     symbolic axis's whole tiles around a static axis's: `for p0o in 0..seq // 256 { for p1o in 0..6 }`),
     outermost first: their tiles are one index to the runtime, so that the threads share all of
-    them, not only the outer loop's (one tile of rows at seq = 333 left a thread idle)."""
+    them, not only the outer loop's (a size of one tile of rows left a thread idle)."""
     nest = [loop]
     while len(nest[-1].body) == 1 and _is_tile_loop(nest[-1].body[0]):
         nest.append(nest[-1].body[0])

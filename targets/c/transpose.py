@@ -6,8 +6,7 @@ of x at every step of b: over a long b (2,048 positions of 256 bytes) a line is 
 first-level cache before the next a reads its neighbour, and each line comes from farther away
 16 times. Here b runs in blocks of BLOCK: for each block, every a, then the block's b, so the
 BLOCK lines of x one block reads stay in the first-level cache across all of a, and each a
-writes BLOCK consecutive elements (a whole line) of out. A decoder step's key cache of 12 heads
-x 2,048 positions: 0.34 ms, against 1.5 ms as written (one Zen 4 core). Each iteration writes its own element
+writes BLOCK consecutive elements (a whole line) of out. Each iteration writes its own element
 and reads no element another writes, so the order is free. A value with a transcendental op is
 read_order's (it swaps the loops, so that the op runs in vectors).
 """
