@@ -42,20 +42,22 @@ def lay_out_panels(program: LoopProgram) -> LoopProgram:
     buffers = {b.name: b for b in program.params}
     dtype_of = {b.name: b.dtype for k in program.kernels for b in k.allocs}
     dtype_of.update({b.name: b.dtype for b in [*program.params, *program.intermediates, *program.output_buffers]})
-    nests: dict[str, list[tuple[MatmulNest, int]]] = {}
+    nests: dict[str, list[tuple[For, MatmulNest, int]]] = {}  # B -> (the product's statement, its nest, width)
     for k in program.kernels:
-        for nest in _products(k.body, dtype_of):
+        for stmt, nest in _products(k.body, dtype_of):
             width = _panel_width(nest, bound, buffers)
             if width:
-                nests.setdefault(nest.b.buffer, []).append((nest, width))
+                nests.setdefault(nest.b.buffer, []).append((stmt, nest, width))
     reads = _read_counts(program)
-    chosen = {name: found[0][1] for name, found in nests.items()
-              if len({w for _, w in found}) == 1 and reads[name] == len(found)}
+    chosen = {name: found[0][2] for name, found in nests.items()
+              if len({w for _, _, w in found}) == 1 and reads[name] == len(found)}
     if not chosen:
         return program
     panels = {name: Buffer(f"{name}_panels", "global", buffers[name].dtype, _panel_shape(buffers[name].shape, width))
               for name, width in chosen.items()}
-    kernels = [replace(k, body=_rewrite(k.body, chosen, panels, dtype_of)) for k in program.kernels]
+    rewrites = {id(stmt): _in_panels(nest, chosen[name], panels[name].name)
+                for name in chosen for stmt, nest, _ in nests[name]}
+    kernels = [replace(k, body=_rewrite(k.body, rewrites)) for k in program.kernels]
     made = [_panel_kernel(buffers[name], panels[name], chosen[name]) for name in chosen]
     prologue = program.prologue or LoopProgram(f"{program.name}_bind", [], [], [], [], [])
     params = prologue.params + [buffers[n] for n in chosen if n in program.bound and n not in
@@ -68,13 +70,13 @@ def lay_out_panels(program: LoopProgram) -> LoopProgram:
 
 
 def _products(stmts: list[Stmt], dtype_of: dict[str, str]):
-    """The matmul nests in `stmts`, outermost first (not the nests inside one: its k loop alone is
-    a product of one row too)."""
+    """(statement, matmul nest) of the products in `stmts`, outermost first (not the nests inside
+    one: its k loop alone is a product of one row too)."""
     for s in stmts:
         if isinstance(s, For):
             nest = match_matmul(s, dtype_of.__getitem__)
             if nest is not None:
-                yield nest
+                yield s, nest
             else:
                 yield from _products(s.body, dtype_of)
 
@@ -122,22 +124,17 @@ def _panel_kernel(weight: Buffer, panels: Buffer, width: int) -> LoopKernel:
     return LoopKernel(f"bind_{panels.name}", [], [stmt])
 
 
-def _rewrite(stmts: list[Stmt], chosen: dict[str, int], panels: dict[str, Buffer], dtype_of) -> list[Stmt]:
+def _rewrite(stmts: list[Stmt], rewrites: dict[int, For]) -> list[Stmt]:
+    """`stmts` with each statement `rewrites` holds (by identity) replaced by its rewrite."""
     out = []
     for s in stmts:
-        if not isinstance(s, For):
-            out.append(s)
-            continue
-        nest = match_matmul(s, dtype_of.__getitem__)
-        if nest is not None and nest.b.buffer in chosen and _panel_width_ok(nest, chosen):
-            out.append(_in_panels(nest, chosen[nest.b.buffer], panels[nest.b.buffer].name))
+        if id(s) in rewrites:
+            out.append(rewrites[id(s)])
+        elif isinstance(s, For):
+            out.append(For(s.var, s.extent, s.kind, _rewrite(s.body, rewrites)))
         else:
-            out.append(For(s.var, s.extent, s.kind, _rewrite(s.body, chosen, panels, dtype_of)))
+            out.append(s)
     return out
-
-
-def _panel_width_ok(nest: MatmulNest, chosen: dict[str, int]) -> bool:
-    return nest.j.extent % chosen[nest.b.buffer] == 0
 
 
 def _in_panels(nest: MatmulNest, width: int, name: str) -> For:
