@@ -83,9 +83,10 @@ class Native:
         return {c.param: c for c in self.program.caches} | {c.output: c for c in self.program.caches}
 
     @cached_property
-    def cache_shapes(self) -> dict[str, tuple]:
-        """The shapes the caches' parameters are laid out in (their capacity along the cache's axis)."""
-        return {b.name: b.shape for b in self.program.params if b.name in self.cache_of}
+    def cache_strides(self) -> dict[str, tuple[int, ...]]:
+        """The byte strides of each cache parameter's layout (its capacity along the cache's axis)."""
+        return {b.name: tuple(math.prod(b.shape[i + 1:]) * np_dtype(b.dtype).itemsize for i in range(len(b.shape)))
+                for b in self.program.params if b.name in self.cache_of}
 
     @cached_property
     def bound_pointers(self) -> dict[str, int]:
@@ -107,7 +108,7 @@ class Native:
             name = b.name
             shape = tuple(at(d, sizes) for d in b.shape) if symbolic else b.shape
             if name in caches:  # a cache parameter as the caller's view, its output the same memory
-                arr = cache_view(caches[name], b, inputs, provided, sizes, self.cache_shapes)
+                arr = cache_view(caches[name], b, inputs, provided, sizes, self.cache_strides[caches[name].param])
             elif name in inputs:
                 arr = inputs[name]
                 flags = arr.flags
@@ -150,13 +151,11 @@ class Native:
         return _outputs(self.program.outputs, arrays, params, out)
 
 
-def cache_view(cache, b: Buffer, inputs: dict, provided: dict, sizes: dict, shapes: dict) -> np.ndarray:
-    """The array of a cache's parameter (the caller's view of its array of the cache's capacity) or of
-    its output (that array, from the same first element, over the output's positions)."""
+def cache_view(cache, b: Buffer, inputs: dict, provided: dict, sizes: dict, want: tuple[int, ...]) -> np.ndarray:
+    """The array of a cache's parameter (the caller's view of its array of the cache's capacity, whose
+    byte strides are `want`) or of its output (that array, from the same first element, over the
+    output's positions)."""
     param = inputs[cache.param]
-    itemsize = param.dtype.itemsize
-    layout = shapes[cache.param]
-    want = tuple(int(np.prod(layout[i + 1:])) * itemsize for i in range(len(layout)))
     if param.strides != want or not param.flags.aligned:
         raise StitchError(
             f"cache '{cache.param}' must be a view of the first positions of an array of {cache.capacity} along "
