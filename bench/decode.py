@@ -266,9 +266,9 @@ def call_overhead(program, feeds: dict, calls: int = 2000) -> float:
 def main() -> int:
     args = parse_args()
     sys.path.insert(0, str(HERE))
-    from peers import importable
+    from peers import missing_packages
 
-    missing = [m for m in ("torch", "transformers", "onnxscript", "onnxruntime", "onnx") if not importable(m)]
+    missing = missing_packages()
     if missing:
         print(f"bench/decode.py needs {', '.join(missing)}: pip install torch==2.13.0 '.[models]'")
         return 1

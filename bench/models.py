@@ -43,13 +43,6 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def missing_packages() -> list[str]:
-    sys.path.insert(0, str(HERE))
-    from peers import importable
-
-    return [m for m in ("torch", "transformers", "onnxscript", "onnxruntime", "onnx") if not importable(m)]
-
-
 def stitch_runner(imported, feeds):
     """(a no-argument call of the compiled program with reused outputs, the CompiledProgram, compile seconds),
     or (None, None, reason) when the program cannot compile here."""
@@ -182,6 +175,9 @@ def bench_model(name: str, exporter: str, args, rows: list[str]) -> None:
 
 def main() -> int:
     args = parse_args()
+    sys.path.insert(0, str(HERE))
+    from peers import missing_packages
+
     missing = missing_packages()
     if missing:
         print(f"bench/models.py needs {', '.join(missing)}: pip install torch==2.13.0 (the CPU build) and "

@@ -28,6 +28,14 @@ def importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+MODEL_PACKAGES = ("torch", "transformers", "onnxscript", "onnxruntime", "onnx")  # the `models` extra and torch
+
+
+def missing_packages() -> list[str]:
+    """The packages the model benches need that this Python cannot import."""
+    return [m for m in MODEL_PACKAGES if not importable(m)]
+
+
 SETTLE_SECONDS = 0.05
 
 

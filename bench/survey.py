@@ -55,8 +55,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tools"))
 
 import export_models as em  # noqa: E402  (numpy only at import: torch is imported inside its functions)
-from models import missing_packages, stitch_runner  # noqa: E402
-from peers import interleaved_medians, onnxruntime_session  # noqa: E402
+from models import stitch_runner  # noqa: E402
+from peers import interleaved_medians, missing_packages, onnxruntime_session  # noqa: E402
 
 SIZE = em.SIZES["bench"]
 IMAGE = 224

@@ -66,9 +66,9 @@ def models(which: str):
 def main() -> int:
     args = parse_args()
     sys.path.insert(0, str(HERE))
-    from peers import importable, interleaved_medians, onnxruntime_session
+    from peers import interleaved_medians, missing_packages, onnxruntime_session
 
-    missing = [m for m in ("torch", "transformers", "onnxscript", "onnxruntime", "onnx") if not importable(m)]
+    missing = missing_packages()
     if missing:
         print(f"bench/symbolic.py needs {', '.join(missing)}: pip install torch==2.13.0 '.[models]'")
         return 1
