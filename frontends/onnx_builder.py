@@ -34,7 +34,7 @@ from ..engine.ir.program import (
 from .onnx_lazy import INT_DTYPES, Lazy, each, is_fill, pattern
 
 # ONNX TensorProto element types stitch has (the others are "unsupported dtype").
-ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 6: "i32", 7: "i64", 9: "bool"}
+ONNX_DTYPES = {1: "f32", 10: "f16", 11: "f64", 3: "i8", 2: "u8", 6: "i32", 7: "i64", 9: "bool"}
 
 
 # Initializers of at most this many elements become literals or compile-time
@@ -127,7 +127,7 @@ def onnx_dtype(elem_type: int) -> str:
         if not isinstance(elem_type, int) or elem_type not in TensorProto.DataType.values():
             raise invalid(f"{elem_type!r} is not an ONNX data type")
         raise Unsupported("dtype", f"{TensorProto.DataType.Name(elem_type)} (stitch has float, float16, double, "
-                                   "int32, int64, bool)")
+                                   "int8, uint8, int32, int64, bool)")
     return ONNX_DTYPES[elem_type]
 
 
@@ -177,7 +177,7 @@ class Builder:
                 raise self.bad_inputs[v.input]
             return v.type
         if v.array.dtype not in DTYPE_OF_NP:
-            raise Unsupported("dtype", f"a constant of dtype {v.array.dtype} (stitch has f16 f32 f64 i32 i64 bool)")
+            raise Unsupported("dtype", f"a constant of dtype {v.array.dtype} (stitch has f16 f32 f64 i8 u8 i32 i64 bool)")
         return TensorType(DTYPE_OF_NP[v.array.dtype], check_dims(v.array.shape, "a constant"))
 
     def data(self, v: Value, hint: str) -> Var:

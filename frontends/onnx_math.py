@@ -572,6 +572,14 @@ def convert_shrink(b, node, ins):
     return [b.op("where", [below, b.op("add", [x, const(bias)], node.out), above], node.out)]
 
 
+def convert_bit_shift(b: Builder, node, ins):
+    """BitShift(x, y, direction=LEFT|RIGHT): ONNX defines it on unsigned integers, where both are
+    logical shifts, as shl and shr are on u8."""
+    direction = node.attr("direction", "")
+    if direction not in ("LEFT", "RIGHT"):
+        raise invalid(f"direction must be LEFT or RIGHT, got {direction!r}")
+    return [b.op("shl" if direction == "LEFT" else "shr", [ins[0], ins[1]], node.out)]
+
 
 MATH_CONVERTERS = {
     "Identity": convert_identity,
@@ -583,7 +591,9 @@ MATH_CONVERTERS = {
                                          ("Relu", "relu"), ("Erf", "erf")]},
     "Reciprocal": convert_reciprocal,
     **{onnx: binary(op) for onnx, op in [("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Less", "less"),
-                                          ("Greater", "greater"), ("Equal", "equal")]},
+                                          ("Greater", "greater"), ("Equal", "equal"), ("BitwiseAnd", "bitand"),
+                                          ("BitwiseOr", "bitor"), ("BitwiseXor", "bitxor")]},
+    "BitShift": convert_bit_shift,
     "Div": convert_div,
     "Pow": convert_pow,
     "Max": variadic("maximum"),

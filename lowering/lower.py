@@ -29,7 +29,7 @@ from typing import Protocol
 from ..engine.ir.extent import is_symbolic, planning_values
 from ..engine.ir.graph import Graph
 from ..engine.ir.ops import REDUCE as REDUCTIONS
-from ..engine.ir.program import TensorType
+from ..engine.ir.program import FLOAT_DTYPES, TensorType, int_range
 from ..engine.ir.recursion import allows_deep_recursion
 from ..engine.schedule.cost import ScheduleCost
 from ..engine.schedule.facts import matrix_dims, reduced_axes
@@ -82,14 +82,12 @@ def identity(op: str, dtype: str):
     """The starting value of a reduction's accumulator."""
     if op in ("sum", "mean", "matmul"):
         return 0
-    import numpy as np
-
-    if dtype in ("f16", "f32", "f64"):
+    if dtype in FLOAT_DTYPES:
         return float("-inf") if op == "max" else float("inf")
     if dtype == "bool":
         return op == "min"
-    info = np.iinfo(np.int32 if dtype == "i32" else np.int64)
-    return int(info.min) if op == "max" else int(info.max)
+    low, high = int_range(dtype)
+    return low if op == "max" else high
 
 
 @allows_deep_recursion

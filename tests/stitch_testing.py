@@ -34,10 +34,11 @@ from stitch.engine.ir.check import broadcast_shapes, check_func, clamp_slice
 from stitch.engine.ir.floats import edge_values
 from stitch.engine.ir.graph import Graph
 from stitch.engine.ir.interp import index_bounds, np_dtype
-from stitch.engine.ir.ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS
+from stitch.engine.ir.ops import ANY, FLOAT, INDEX_DTYPES, INTEGER, NUMERIC, OPS
 from stitch.engine.ir.program import (
     DTYPES,
     FLOAT_DTYPES,
+    INT_DTYPES,
     Assign,
     Attr,
     Call,
@@ -48,6 +49,7 @@ from stitch.engine.ir.program import (
     Program,
     TensorType,
     Var,
+    int_range,
 )
 from stitch.targets import cpu
 
@@ -177,7 +179,7 @@ def _elements(dtype: str, low: float, high: float, index_bound: int | None = Non
         return st.booleans()
     if index_bound is not None:  # gather reads at these: in range, negative ones from the end
         return st.integers(-index_bound, index_bound - 1)
-    return st.integers(-8, 8)
+    return st.integers(max(-8, int_range(dtype)[0]), 8)
 
 
 class _FuncBuilder:
@@ -263,8 +265,8 @@ class _FuncBuilder:
             return Const(self.draw(st.sampled_from(_NICE_FLOATS) | st.floats(-100, 100, allow_subnormal=False)))
         if self.chance(10):  # an integral float literal in an integer context
             return Const(float(self.int(-4, 4)))
-        bits = 31 if dtype == "i32" else 63
-        return Const(self.draw(st.integers(-100, 100) | st.sampled_from((-(2**bits), 2**bits - 1))))
+        low, high = int_range(dtype)
+        return Const(self.draw(st.integers(max(low, -100), min(high, 100)) | st.sampled_from((low, high))))
 
     def broadcast_parts(self, shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
         """n shapes (size-1 dims, missing leading dims) that broadcast to exactly `shape`."""
@@ -526,8 +528,8 @@ def ops_for(group: str, dtype: str) -> list[str]:
 
 
 def accepts(dtypes: str, dtype: str) -> bool:
-    """Whether an ops.py dtype class (FLOAT, NUMERIC, ANY) admits `dtype`."""
-    return {FLOAT: dtype in FLOAT_DTYPES, NUMERIC: dtype != "bool", ANY: True}[dtypes]
+    """Whether an ops.py dtype class (FLOAT, NUMERIC, INTEGER, ANY) admits `dtype`."""
+    return {FLOAT: dtype in FLOAT_DTYPES, NUMERIC: dtype != "bool", INTEGER: dtype in INT_DTYPES, ANY: True}[dtypes]
 
 
 # -- Before/After: a program's text through the pipeline, printed ---------------------------------

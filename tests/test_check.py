@@ -109,7 +109,8 @@ def natural(node: Node, args: list[np.ndarray], inputs: dict):
         "neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
         "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
         "maximum": np.maximum, "minimum": np.minimum, "less": np.less, "greater": np.greater, "equal": np.equal,
-        "matmul": np.matmul, "where": np.where,
+        "matmul": np.matmul, "where": np.where, "bitand": np.bitwise_and, "bitor": np.bitwise_or,
+        "bitxor": np.bitwise_xor, "shl": np.left_shift, "shr": np.right_shift,
     }  # fmt: skip
     if op in ufuncs:
         return ufuncs[op](*args)

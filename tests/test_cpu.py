@@ -29,7 +29,7 @@ def libraries(cache: Path) -> list[Path]:
 
 @needs_cc
 @settings(max_examples=20)
-@given(program=programs(dtypes=("f16", "f32", "f64", "i32", "i64", "bool"), max_ops=8, max_rank=3, max_dim=5,
+@given(program=programs(dtypes=("f16", "f32", "f64", "i8", "u8", "i32", "i64", "bool"), max_ops=8, max_rank=3, max_dim=5,
                         movement=True),
        seed=st.integers(0, 99))
 def test_compiled_c_equals_the_reference(program, seed, tmp_path_factory):

@@ -24,7 +24,7 @@ from stitch.engine.schedule.target import load_target
 from stitch_testing import graphs
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.ir"))
-ALL_DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
+ALL_DTYPES = ("f16", "f32", "f64", "i8", "u8", "i32", "i64", "bool")
 
 
 def graph_of(text: str):

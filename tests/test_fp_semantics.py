@@ -81,10 +81,15 @@ def test_float_to_int_is_numpys_x86_definition():
                 np.testing.assert_array_equal(floats.cast(x, dst), want)
                 assert floats.cast(x, dst).dtype == dst
             np.testing.assert_array_equal(floats.cast(x, np.bool_), x != 0)
+            for dst in (np.int8, np.uint8):  # the i32 cast's low byte, as numpy on x86-64 gives
+                np.testing.assert_array_equal(floats.cast(x, dst), floats.cast(x, np.int32).astype(dst))
+        small = np.array([300.0, -1.0, -300.0, 255.9, -0.5, 127.5, -128.7], np.float32)
+        np.testing.assert_array_equal(floats.cast(small, np.uint8), small.astype(np.uint8))
+        np.testing.assert_array_equal(floats.cast(small, np.int8), small.astype(np.int8))
 
 
 @pytest.mark.parametrize("dtype", ["f16", "f32", "f64"])
-@pytest.mark.parametrize("to", ["i32", "i64", "bool"])
+@pytest.mark.parametrize("to", ["i8", "u8", "i32", "i64", "bool"])
 def test_out_of_range_casts_agree_on_every_target(dtype, to, cache):
     # cast back to a float too: gcc -O3 folded cast(cast(x, i64), f32) to x before (issue 18.5)
     text = f"func f(x: {dtype}[{len(SPECIAL)}]) -> ({to}[{len(SPECIAL)}], f64[{len(SPECIAL)}]) " \
@@ -95,6 +100,40 @@ def test_out_of_range_casts_agree_on_every_target(dtype, to, cache):
     for target, outs in got.items():
         for g, w in zip(outs, want):
             assert same_bits(g, w), (target, x, g, w)
+
+
+# -- integers: wrap-around, bit operations, shifts by any count -------------------------------------
+
+INTEGER_PROGRAM = """func f(a: {d}[{n}], b: {d}[{n}]) -> ({d}[{n}], {d}[{n}], {d}[{n}], {d}[{n}], {d}[{n}], {d}[{n}], {d}[{n}],
+                                 {d}[{n}], {d}[{n}], f32[{n}], i32[{n}], u8[{n}]) {{
+  return add(a, b), mul(a, b), neg(a), abs(a), bitand(a, b), bitor(a, b), bitxor(a, b), shl(a, b), shr(a, b),
+         cast(a, dtype=f32), cast(a, dtype=i32), cast(a, dtype=u8)
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["i8", "u8", "i32", "i64"])
+def test_integer_ops_wrap_and_shift_as_numpy_on_every_target(dtype, cache):
+    """Every edge value against every other (shift counts outside 0..bits-1 and negative ones
+    among them): each target gives numpy's bits, and the reference is numpy's own ufuncs."""
+    edges = floats.edge_values(dtype) + [3, 7, 8, 31, 63, 64, 100]
+    info = np.iinfo(dtype.replace("i", "int").replace("u", "uint"))
+    edges = [v for v in dict.fromkeys(edges) if info.min <= v <= info.max]
+    a, b = (np.array(v, info.dtype) for v in zip(*[(x, y) for x in edges for y in edges]))
+    text = INTEGER_PROGRAM.format(d=dtype, n=len(a))
+    want, got = run_everywhere(text, {"a": a, "b": b}, cache)
+    with np.errstate(all="ignore"):
+        bits = 8 * info.dtype.itemsize
+        inside = (b >= 0) & (b < bits)
+        numpy = [a + b, a * b, -a, np.abs(a), a & b, a | b, a ^ b,
+                 np.where(inside, np.left_shift(a, np.where(inside, b, 0)), 0),
+                 np.where(inside, np.right_shift(a, np.where(inside, b, 0)), np.where(a < 0, -1, 0)),
+                 a.astype(np.float32), a.astype(np.int32), a.astype(np.uint8)]
+    for w, n in zip(want, numpy):
+        np.testing.assert_array_equal(w, np.asarray(n).astype(w.dtype))
+    for target, outs in got.items():
+        for k, (g, w) in enumerate(zip(outs, want)):
+            assert same_bits(g, w), (target, k, a, b, g, w)
 
 
 def test_scalar_cast_is_not_folded_away(cache):

@@ -217,7 +217,7 @@ def partial_sums_may_overflow(graph, values: list[np.ndarray]) -> bool:
 def test_edge_values_give_the_reference_answer_on_every_target(target, data, cache):
     if target == "cpu" and not HAVE_CC:
         pytest.skip("no C compiler on this machine")
-    program = data.draw(programs(dtypes=("f32", "f16", "f64", "i32", "i64", "bool"), max_ops=6, max_rank=2,
+    program = data.draw(programs(dtypes=("f32", "f16", "f64", "i8", "u8", "i32", "i64", "bool"), max_ops=6, max_rank=2,
                                  max_dim=5))
     graph = check_func(program.funcs[0])
     inputs = data.draw(edge_inputs_for(graph))

@@ -469,15 +469,15 @@ def test_every_unsupported_node_is_listed_at_once():
 
 def test_unnamed_dynamic_shapes_and_unsupported_dtypes_are_listed():
     nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Add", ["u", "u"], ["b"]),
-             helper.make_node("Cast", ["a"], ["c"], to=TensorProto.UINT8, name="narrow")]
-    model = model_of(nodes, [("x", F32, [None, 4]), ("u", TensorProto.UINT8, [4])],
-                     [("b", TensorProto.UINT8, None), ("c", TensorProto.UINT8, None)])
+             helper.make_node("Cast", ["a"], ["c"], to=TensorProto.UINT16, name="narrow")]
+    model = model_of(nodes, [("x", F32, [None, 4]), ("u", TensorProto.UINT16, [4])],
+                     [("b", TensorProto.UINT16, None), ("c", TensorProto.UINT16, None)])
     with pytest.raises(OnnxImportError) as err:
         import_onnx(model)
     kinds = {(p.node, p.op_type, p.kind) for p in err.value.problems}
     assert kinds == {("a", "Add", "shape"), ("b", "Add", "dtype")}  # Cast is not reached: its input already failed
     assert "input 'x' has a dynamic dimension with no name (no dim_param)" in str(err.value)
-    assert "UINT8 (stitch has float, float16, double, int32, int64, bool)" in str(err.value)
+    assert "UINT16 (stitch has float, float16, double, int8, uint8, int32, int64, bool)" in str(err.value)
 
 
 def test_integer_div_is_an_unsupported_dtype():

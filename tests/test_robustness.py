@@ -56,6 +56,7 @@ CHAIN_STEPS = {
     "concat": "slice(concat({v}, y, axis=0), axes=[0], starts=[4], ends=[12])",
     "gather": "gather({v}, i, axis=0)",
     "iota": "add({v}, cast(iota(shape=[8, 8], axis=1), dtype=f32))",
+    **{op: f"cast({op}(cast({{v}}, dtype=i32), i), dtype=f32)" for op in ("bitand", "bitor", "bitxor", "shl", "shr")},
 }
 
 

@@ -60,7 +60,7 @@ def simulated(graph, target=ACCEL, without=(), seed=0):
 
 
 @settings(max_examples=25)
-@given(graphs(dtypes=("f32", "i32", "bool", "f64"), max_ops=8, max_rank=3, max_dim=5, movement=True),
+@given(graphs(dtypes=("f32", "i32", "bool", "f64", "u8"), max_ops=8, max_rank=3, max_dim=5, movement=True),
        st.integers(0, 1000), st.booleans())
 def test_generated_programs_simulate_like_the_reference_and_move_the_estimated_bytes(graph, seed, overlap):
     target = accel(overlap_dma=overlap)

@@ -13,10 +13,11 @@ import difflib
 from . import calls, dims
 from .errors import StitchError
 from .graph import Graph, Node
-from .ops import ANY, FLOAT, INDEX_DTYPES, NUMERIC, OPS, OpGroup, OpSpec, value_positions
+from .ops import ANY, FLOAT, INDEX_DTYPES, INTEGER, NUMERIC, OPS, OpGroup, OpSpec, value_positions
 from .program import (
     DTYPES,
     FLOAT_DTYPES,
+    INT_DTYPES,
     NOPOS,
     Call,
     Const,
@@ -28,6 +29,7 @@ from .program import (
     TensorType,
     Var,
     dtype_bytes,
+    int_range,
 )
 
 # Element counts and byte offsets are int64 everywhere after checking (the e-graph's size analysis,
@@ -350,14 +352,14 @@ class _Checker:
             raise self.error(f"literal {v} used where a bool is expected", e.pos)
         if dtype != "bool" and isinstance(v, bool):
             raise self.error(f"literal {'true' if v else 'false'} is a bool, but the operands are {dtype}", e.pos)
-        if dtype in ("i32", "i64") and isinstance(v, float):
+        if dtype in INT_DTYPES and isinstance(v, float):
             if not v.is_integer():
                 raise self.error(f"literal {v} is not an integer, but the operands are {dtype}", e.pos)
             v = int(v)
-        if dtype in ("i32", "i64"):
-            bits = 32 if dtype == "i32" else 64
-            if not -(2 ** (bits - 1)) <= v < 2 ** (bits - 1):
-                raise self.error(f"literal {v} does not fit in {dtype}", e.pos)
+        if dtype in INT_DTYPES:
+            low, high = int_range(dtype)
+            if not low <= v <= high:
+                raise self.error(f"literal {v} does not fit in {dtype} ({low}..{high})", e.pos)
         if dtype in FLOAT_DTYPES:
             v = float(v)
         return self.add("const", (), (("value", v),), TensorType(dtype, ()), e.pos)
@@ -420,7 +422,10 @@ class _Checker:
             raise self.error(f"{e.op} needs a float tensor, got {values[0]}", e.pos, "cast it to f32 first")
         if spec.dtypes == NUMERIC and dt == "bool":
             raise self.error(f"{e.op} needs a numeric tensor, got {values[0]}", e.pos)
-        assert spec.dtypes in (ANY, FLOAT, NUMERIC)
+        if spec.dtypes == INTEGER and dt not in INT_DTYPES:
+            raise self.error(f"{e.op} needs an integer tensor ({' '.join(INT_DTYPES)}), got {values[0]}", e.pos,
+                             "cast it to an integer dtype first")
+        assert spec.dtypes in (ANY, FLOAT, NUMERIC, INTEGER)
 
     def infer(self, e: Call, spec: OpSpec, types: list[TensorType]):
         group = spec.group

@@ -6,7 +6,11 @@ reference interpreter, the numpy executor and the generated C all give it:
 
 - float -> int casts: truncation toward zero; NaN, +-inf and values outside the
   integer type's range give its minimum (what numpy gives on x86-64; C leaves
-  it undefined, and numpy elsewhere saturates).
+  it undefined, and numpy elsewhere saturates). To i8 and u8: the cast to i32,
+  then its low 8 bits (numpy on x86-64 again: 300.0 gives 44, -1.0 gives 255
+  as u8). A quantizer that saturates says so with maximum and minimum first.
+- shifts by a count outside 0..bits-1 (negative included) give 0, or -1 for a
+  right shift of a negative value (numpy's; C leaves it undefined).
 - maximum, minimum, relu and the max/min reductions: NaN propagates (as in
   numpy), and of two zeros +0.0 is the larger (IEEE 754-2019 maximum/minimum;
   numpy returns whichever operand comes second, so its sign would depend on
@@ -31,8 +35,10 @@ def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """`x.astype(dtype)`, with float -> int out of range defined (see the module docstring)."""
     x = np.asarray(x)
     dtype = np.dtype(dtype)
-    if x.dtype.kind != "f" or dtype.kind != "i":
+    if x.dtype.kind != "f" or dtype.kind not in "iu":
         return x.astype(dtype)
+    if dtype.itemsize < 4:
+        return cast(x, np.dtype(np.int32)).astype(dtype)
     info = np.iinfo(dtype)
     wide = np.trunc(x.astype(np.float64))
     # -2**(bits-1) and 2**(bits-1) are exact in float64; NaN fails both tests
@@ -40,6 +46,24 @@ def cast(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     out = np.where(fits, wide, 0.0).astype(dtype)
     out[~fits] = info.min
     return out
+
+
+def left_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a << b; a count outside 0..bits-1 gives 0."""
+    a, b = np.asarray(a), np.asarray(b)
+    bits = 8 * a.dtype.itemsize
+    inside = (b >= 0) & (b < bits)
+    return np.where(inside, np.left_shift(a, np.where(inside, b, 0)), 0).astype(a.dtype)
+
+
+def right_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a >> b (arithmetic for a signed a, logical for an unsigned one); a count outside 0..bits-1
+    gives 0, or -1 where a is negative."""
+    a, b = np.asarray(a), np.asarray(b)
+    bits = 8 * a.dtype.itemsize
+    inside = (b >= 0) & (b < bits)
+    out = np.where(a < 0, -1, 0) if a.dtype.kind == "i" else 0
+    return np.where(inside, np.right_shift(a, np.where(inside, b, 0)), out).astype(a.dtype)
 
 
 def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -119,7 +143,10 @@ def edge_values(dtype: str) -> list:
         with np.errstate(all="ignore"):  # each exactly representable in the dtype
             return [0.0, -0.0, math.nan] + [float(_NP[dtype](v)) for m in magnitudes for v in (m, -m)]
     info = np.iinfo(_NP[dtype])
+    if info.min == 0:
+        return [0, 1, int(info.max), int(info.max) - 1, 2 ** (info.bits - 1)]
     return [0, 1, -1, int(info.min), int(info.max), int(info.min) + 1]
 
 
-_NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
+_NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i8": np.int8, "u8": np.uint8, "i32": np.int32,
+       "i64": np.int64}

@@ -19,13 +19,15 @@ from . import dims, floats
 from .errors import StitchError
 from .graph import Graph, Node
 from .ops import check_elementwise_table
-from .program import TensorType
+from .program import INT_DTYPES, TensorType, int_range
 from .python_values import from_python, is_python_value, not_an_array
 
 NP_DTYPES = {
     "f16": np.float16,
     "f32": np.float32,
     "f64": np.float64,
+    "i8": np.int8,
+    "u8": np.uint8,
     "i32": np.int32,
     "i64": np.int64,
     "bool": np.bool_,
@@ -110,6 +112,11 @@ ELEMENTWISE: dict[str, Elementwise] = {
     "pow": _binary(floats.power),
     "maximum": _binary(floats.maximum),
     "minimum": _binary(floats.minimum),
+    "bitand": _binary(np.bitwise_and),
+    "bitor": _binary(np.bitwise_or),
+    "bitxor": _binary(np.bitwise_xor),
+    "shl": _binary(floats.left_shift),
+    "shr": _binary(floats.right_shift),
     "less": _binary(np.less),
     "greater": _binary(np.greater),
     "equal": _binary(np.equal),
@@ -299,7 +306,8 @@ def _shape_at(shape: tuple, sizes: dict[str, int]) -> tuple:
 
 
 def random_inputs(graph: Graph, seed: int = 0, sizes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    """Inputs for every parameter: floats in [0.5, 2) (inside every op's domain), small ints, coin-flip bools;
+    """Inputs for every parameter: floats in [0.5, 2) (inside every op's domain), small ints (i8 and u8
+    across their range), coin-flip bools;
     a parameter that reaches gather's indices (see `index_bounds`) gets indices in range, negative ones too.
     A program with symbolic dimensions needs their values in `sizes`."""
     missing = sorted(set(graph.symbols) - set(sizes or {}))
@@ -322,6 +330,9 @@ def random_inputs(graph: Graph, seed: int = 0, sizes: dict[str, int] | None = No
             arr = rng.random(size=t.shape) < 0.5
         elif name in bounds:
             arr = rng.integers(-bounds[name], bounds[name], size=t.shape)
+        elif t.dtype in ("i8", "u8"):  # quantized values: the whole range
+            low, high = int_range(t.dtype)
+            arr = rng.integers(low, high + 1, size=t.shape)
         else:
             arr = rng.integers(-8, 9, size=t.shape)
         out[name] = np.asarray(arr, dtype=np_dtype(t.dtype))
@@ -359,4 +370,4 @@ def index_bounds(graph: Graph, sizes: dict[str, int] | None = None) -> dict[str,
 
 
 def _ints(*dtypes: str) -> bool:
-    return all(d in ("i32", "i64") for d in dtypes)
+    return all(d in INT_DTYPES for d in dtypes)

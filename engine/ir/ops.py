@@ -13,6 +13,7 @@ from enum import StrEnum
 # Which dtypes an op accepts for its (value) operands.
 FLOAT = "float"  # f16 f32 f64
 NUMERIC = "numeric"  # floats and ints
+INTEGER = "integer"  # i8 u8 i32 i64 (the bit operations)
 ANY = "any"  # numeric and bool
 
 
@@ -81,8 +82,10 @@ class OpSpec:
 
 UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "erf")
 UNARY_FLOAT = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf")
-BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "bitand", "bitor", "bitxor", "shl", "shr")
 BINARY_FLOAT = ("div", "pow")
+# numpy's bitwise_and, bitwise_or, bitwise_xor, left_shift, right_shift: integer operands only
+BINARY_INTEGER = ("bitand", "bitor", "bitxor", "shl", "shr")
 COMPARE = ("less", "greater", "equal")
 REDUCE = ("sum", "mean", "max", "min")
 # Ops that fold the elements along reduced axes into an accumulator: the reductions and matmul.
@@ -115,7 +118,8 @@ def _table() -> dict[str, OpSpec]:
     for name in UNARY:
         ops[name] = OpSpec(name, G.UNARY, 1, FLOAT if name in UNARY_FLOAT else NUMERIC)
     for name in BINARY:
-        ops[name] = OpSpec(name, G.BINARY, 2, FLOAT if name in BINARY_FLOAT else NUMERIC)
+        ops[name] = OpSpec(name, G.BINARY, 2,
+                           FLOAT if name in BINARY_FLOAT else INTEGER if name in BINARY_INTEGER else NUMERIC)
     ops["less"] = OpSpec("less", G.COMPARE, 2, NUMERIC)
     ops["greater"] = OpSpec("greater", G.COMPARE, 2, NUMERIC)
     ops["equal"] = OpSpec("equal", G.COMPARE, 2, ANY)

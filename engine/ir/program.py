@@ -12,9 +12,9 @@ from typing import Union
 
 from .dims import Dim
 
-DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
+DTYPES = ("f16", "f32", "f64", "i8", "u8", "i32", "i64", "bool")
 FLOAT_DTYPES = ("f16", "f32", "f64")
-INT_DTYPES = ("i32", "i64")
+INT_DTYPES = ("i8", "u8", "i32", "i64")
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,16 @@ class TensorType:
 
 
 def dtype_bytes(dtype: str) -> int:
-    return {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}[dtype]
+    return _BYTES[dtype]
+
+
+_BYTES = {"f16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i32": 4, "i64": 8, "bool": 1}
+
+
+def int_range(dtype: str) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype."""
+    bits = 8 * _BYTES[dtype]
+    return (0, 2 ** bits - 1) if dtype.startswith("u") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
 @dataclass(frozen=True)

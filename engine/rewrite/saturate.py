@@ -20,6 +20,7 @@ from egglog import bindings as eb
 from ..ir.errors import StitchError
 from ..ir.extent import planning_values
 from ..ir.graph import Graph
+from ..ir.program import INT_DTYPES
 from ..ir.memory import default_budget, over_budget
 from .egraph import PRELUDE, graph_to_egglog
 from .egraph_data import EGraphData
@@ -79,7 +80,7 @@ def exact_int_constants(graph: Graph) -> dict[tuple[float, str], int]:
     program would be confused: that is an error."""
     table: dict[tuple[float, str], int] = {}
     for node in graph.nodes:
-        if node.op != "const" or node.type.dtype not in ("i32", "i64"):
+        if node.op != "const" or node.type.dtype not in INT_DTYPES:
             continue
         value = int(node.attr("value"))
         key = (float(value), node.type.dtype)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..ir.check import check_func
 from ..ir.graph import Graph
-from ..ir.program import Assign, Attr, Call, Const, DTypeName, Func, Param, Var
+from ..ir.program import INT_DTYPES, Assign, Attr, Call, Const, DTypeName, Func, Param, Var
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import Placement
 from .target import Target
@@ -162,7 +162,7 @@ def typed_literal(value: float, dtype: str):
     """A constant as the e-graph stores it (an f64) back as a literal of its dtype."""
     if dtype == "bool":
         return bool(value)
-    if dtype in ("i32", "i64"):
+    if dtype in INT_DTYPES:
         return int(value)
     return float(value)
 

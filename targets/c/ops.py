@@ -20,11 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ...engine.ir.ops import OPS, check_elementwise_table
+from ...engine.ir.program import INT_DTYPES
 from ...lowering.loops import Op
 from .prelude import C_TYPES
 
 FLOATS = ("f16", "f32", "f64")
-INTS = ("i32", "i64")
+INTS = INT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,11 @@ C_OPS: dict[str, Callable[[Operands], str]] = {
     "pow": lambda x: f"st_pow_{x.dtype}({x.a}, {x.args[1]})",
     "maximum": lambda x: f"st_max_{x.dtype}({x.a}, {x.args[1]})",
     "minimum": lambda x: f"st_min_{x.dtype}({x.a}, {x.args[1]})",
+    "bitand": _arith("&"),
+    "bitor": _arith("|"),
+    "bitxor": _arith("^"),
+    "shl": lambda x: f"st_shl_{x.dtype}({x.a}, {x.args[1]})",
+    "shr": lambda x: f"st_shr_{x.dtype}({x.a}, {x.args[1]})",
     "less": _compare("<"),
     "greater": _compare(">"),
     "equal": _compare("=="),
@@ -142,6 +148,11 @@ VECTOR_OPS: dict[str, Callable[[list[str]], str] | None] = {
     "pow": None,
     "maximum": None,
     "minimum": None,
+    "bitand": None,
+    "bitor": None,
+    "bitxor": None,
+    "shl": None,
+    "shr": None,
     "less": None,
     "greater": None,
     "equal": None,
@@ -195,7 +206,9 @@ def literal(value, dtype: str) -> str:
     if dtype == "bool":
         return "1" if value else "0"
     if dtype in INTS:
-        return f"{int(value)}LL" if dtype == "i64" else str(int(value))
+        if dtype == "i64":
+            return f"{int(value)}LL" if value != -2 ** 63 else "INT64_MIN"
+        return f"(({C_TYPES[dtype]}){int(value)})" if dtype in ("i8", "u8") else str(int(value))
     v = float(value)
     if math.isinf(v):
         text = "INFINITY" if v > 0 else "-INFINITY"

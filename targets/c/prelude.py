@@ -18,8 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from string import Template
 
+from ...engine.ir.program import INT_DTYPES, dtype_bytes
+
 HERE = Path(__file__).resolve().parent
-C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "bool"}
+C_TYPES = {"f16": "_Float16", "f32": "float", "f64": "double", "i8": "int8_t", "u8": "uint8_t", "i32": "int32_t",
+           "i64": "int64_t", "bool": "bool"}
 
 
 def _read(name: str) -> str:
@@ -43,7 +46,9 @@ def prelude() -> str:
     the preprocessed source at every level of nesting. `where` takes both arms evaluated (a load in
     only one arm becomes an AVX-512 masked load, which gcc 12.2 -O3 -march=native miscompiles).
     Float -> int casts are defined as numpy's on x86-64 (README, "Floating-point semantics"): truncate
-    toward zero, and NaN or a value outside the integer type's range gives its minimum. pow is C99's:
+    toward zero, and NaN or a value outside the integer type's range gives its minimum; to i8 and u8
+    the i32 cast's low byte. Shifts by a count outside 0..bits-1 give 0 (-1 for a negative value
+    shifted right), as numpy's do. pow is C99's:
     gcc's vectorizer turns pow(x, 0.5) into sqrt(x), which differs at -0.0 and -inf, so st_pow puts
     those two back."""
     out = [PRELUDE_HEAD]
@@ -56,8 +61,8 @@ def prelude() -> str:
             i32_hi="2147483648.0" if d == "f64" else "2147483648.0f",
             i64_lo="-9223372036854775808.0" if d == "f64" else "-9223372036854775808.0f",
             i64_hi="9223372036854775808.0" if d == "f64" else "9223372036854775808.0f"))
-    for d in ("i32", "i64"):
-        out.append(_INT_HELPERS.substitute(t=C_TYPES[d], d=d))
+    for d in INT_DTYPES:
+        out.append(_INT_HELPERS.substitute(t=C_TYPES[d], d=d, bits=8 * dtype_bytes(d), unsigned=int(d.startswith("u"))))
     out.append("static inline bool st_where_bool(bool c, bool a, bool b) { return c ? a : b; }\n")
     return "".join(out)
 

@@ -14,7 +14,7 @@ from ...ir.check import check_func
 from ...ir.errors import StitchError
 from ...ir.floats import edge_values
 from ...ir.interp import np_dtype
-from ...ir.ops import ANY, FLOAT, INDEX_DTYPES, OPS
+from ...ir.ops import ANY, FLOAT, INDEX_DTYPES, INTEGER, OPS
 from ...ir.program import FLOAT_DTYPES, Assign, Attr, Call, Const, DTypeName, Expr, Func, Param, TensorType, Var
 from ..placement import PLACEMENT_NAMES
 from ..rules import CFun, Cond, Pattern, PCall, PLit, PVar
@@ -22,7 +22,7 @@ from .constraints import CMP, MAX_RANK, OP_CLASSES, InstanceConstraints, literal
 
 MAX_DIM = 5
 _ATTR_KINDS = {name: a.kind for spec in OPS.values() for name, a in spec.attrs.items()}
-_CAST_TARGETS = ("f32", "f64", "i32", "i64", "bool", "f16")
+_CAST_TARGETS = ("f32", "f64", "i32", "i64", "bool", "f16", "i8", "u8")
 
 
 @dataclass
@@ -83,9 +83,10 @@ class Drawer:
 
     def dtypes(self) -> dict[str, str]:
         specs = self.facts.lhs_specs
-        choices = ["f32", "f64"]
+        integer = any(s.dtypes == INTEGER for s in specs)
+        choices = [] if integer else ["f32", "f64"]
         if all(s.dtypes != FLOAT for s in specs):
-            choices += ["i32", "i64"]
+            choices += ["i32", "i64", "i8", "u8"]
         if all(s.dtypes == ANY for s in specs):
             choices.append("bool")
         common = self.pick(choices)
@@ -337,7 +338,7 @@ def _term(t: CFun, inst: Instance):
 
 EDGE_VALUES = ("0, -0.0, 1, -1, +-inf, nan, +-max, +-max/2, +-sqrt(max)*2, +-(log(max) + 1), +-100, "
                "+-tiny (smallest normal), +-smallest subnormal of the float dtype; 0, 1, -1, min, max, min + 1 of "
-               "the integer dtype; mixed with ordinary values")
+               "a signed integer dtype (0, 1, max, max - 1, 128 of u8); mixed with ordinary values")
 
 
 def draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[str, int],
@@ -358,7 +359,7 @@ def draw_inputs(draw, params: tuple[Param, ...], positive: bool, bounds: dict[st
         elif dt == "bool":
             elements = st.booleans()
         else:
-            elements = st.integers(1 if positive else -8, 8)
+            elements = st.integers(1 if positive else max(-8, int(np.iinfo(np_dtype(dt)).min)), 8)
         if edge and dt != "bool" and p.name not in bounds:
             elements = st.one_of(st.sampled_from(edge_values(dt)), elements)
         # A flat list is much cheaper to draw than hypothesis.extra.numpy.arrays, and shrinks as well.
