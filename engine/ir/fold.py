@@ -12,9 +12,11 @@ What is folded is a *fold point*: a value computed from bound parameters (and
 literals) only, read by a value that is not, that does arithmetic somewhere in
 its cone (a weight only moved, transposed or sliced is left to the kernels,
 which read it in place or lay it out at binding, lowering/bind.py), and that is
-at most MAX_GROWTH times the bytes of the weights it reads (a bias broadcast to
-a whole activation is not materialised: the sum under the broadcast is folded
-instead). A program's output is never folded (its inputs may be).
+no more bytes than the weights it reads: a product reading a folded value reads
+that many bytes on every call, so folding must not grow them (a bias broadcast
+to a whole activation is not materialised: the sum under the broadcast is
+folded instead; the nibbles of a 4-bit weight are not unpacked into bytes, nor
+dequantized into floats: the product reads the packed bytes). A program's output is never folded (its inputs may be).
 
 The pass depends only on which parameters are bound, not on their values, so
 `stitch compile --weights` shows the schedule `stitch run --weights` runs.
@@ -31,7 +33,7 @@ from .graph import Graph, Node
 from .interp import evaluate
 
 # a folded value may hold at most this many times the bytes of the weights it is computed from
-MAX_GROWTH = 2
+MAX_GROWTH = 1
 
 # ops that only move or select values: a cone of these and parameters is no arithmetic to save
 MOVEMENT = frozenset({"param", "const", "transpose", "reshape", "broadcast_to", "slice", "concat", "gather"})

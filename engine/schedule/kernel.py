@@ -177,8 +177,11 @@ def packed_operand(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
 
 def read_along_sum(kernel: Kernel, inst: Instance, columns: tuple[str, ...]) -> bool:
     """Whether matmul `inst` makes one row (its rows' axes, if any, of extent 1) and every global read
-    its right operand makes along the columns is contiguous along the summed axis: the last index is
-    that axis alone, with no column in it (targets/c/dot.py sums each column along that run)."""
+    its right operand makes along the columns runs along the summed axis: the summed axis appears in a
+    trailing part of the index with no column in it, the columns only before it. That is a key read
+    by its last index (`q . k^T`) and a packed 4-bit weight read a byte per two positions
+    (`b[n, k // 2]`) with its block's scale (`s[n, k // 32]`): targets/c/dot.py and
+    targets/c/nibble_dot.py sum each column along its run."""
     if len(inst.index) < 2 or any(kernel.extents.get(a, 1) != 1 for a in inst.index[-2].axes()):
         return False
     summed = inst.operand_index[1][-2]
@@ -186,8 +189,16 @@ def read_along_sum(kernel: Kernel, inst: Instance, columns: tuple[str, ...]) -> 
     if len(axes) != 1 or summed.coef(axes[0]) != 1:
         return False
     along = [r for r in kernel.reads if r.owner == inst.key and set(columns) & set(r.axes)]
-    return bool(along) and all(r.index and r.index[-1] == summed and axes[0] not in index_axes(r.index[:-1])
-                               for r in along)
+    return bool(along) and all(_runs_along(r.index, axes[0], columns) for r in along)
+
+
+def _runs_along(index: tuple[Ix, ...], k: str, columns: tuple[str, ...]) -> bool:
+    """k only in a non-empty trailing part of `index`, each position there of k alone; the columns only before it."""
+    first = next((i for i, ix in enumerate(index) if k in set(ix.axes())), None)
+    if first is None:
+        return False
+    return (all(set(ix.axes()) == {k} for ix in index[first:])
+            and not set(columns) & set(index_axes(index[first:])))
 
 
 @cached_hash

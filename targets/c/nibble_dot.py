@@ -1,0 +1,260 @@
+"""A product of one row whose right operand is a quantized weight dequantized where it is read: each
+column a dot product over packed bytes, unpacked in registers (a STATEMENTS recognizer).
+
+    for k reduce { for j { C[.., j] += A(k) * ((cast(Q(j, k)) - Z(j, k)) * S(j, k)) } }
+
+Q is a weight's integer element read from bytes that run along k for each column j: one byte per
+element (`b[j, k]`, 8 bits), or a nibble of one byte per two elements (`bitand(shr(b[j, k // 2],
+shift), 15)` with the shift 0 at even k and 4 at odd k, the low nibble first: how ONNX's
+MatMulNBits and DequantizeLinear's int4 pack them). S (the scale) and Z (the zero point, or none)
+are the same for every k of an aligned block of BLOCK (a quantization block of 32 or more: their
+reads depend on k only through k // 32 or coarser). A is contiguous along k (the activation row).
+
+Written plainly, every element is a shift, a mask, a cast and two float ops, one column after
+another; here each block of 32 k is one 16-byte load per column, its low and high nibbles
+unpacked to 16 lanes each, summed against A's even and odd elements (A's 32 values loaded and
+split once per block for DOT_COLUMNS columns), and the block's sum scaled once:
+C[.., j] += sum over blocks of S * sum over k of (Q - Z) * A. The dequantized weight never reaches
+memory, and the product reads half a byte per element. The order of the sum and where the scale
+multiplies differ from the loops as written (as the matmul micro-kernel's order does): within the
+reference's tolerance. Columns left over and k beyond the last whole block run the plain
+expression.
+
+Where it applies is the plan's choice (engine/schedule/kernel.py, `read_along_sum`: such a weight
+is not packed); tests/test_c_nibble_dot.py holds it to its plain-loop twin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...engine.ir.interp import ELEMENTWISE, np_dtype
+from ...engine.schedule.index import FloorDiv, Indirect, Ix, Mod
+from ...lowering.loops import Accumulate, For, IndexValue, Lit, Load, Op, index_vars, loads
+from ...lowering.matmul import contiguous_in, expr_uses, uses_var
+from .emit import KernelWriter
+
+BLOCK = 32  # k per step: one 16-byte load of nibbles, two of bytes
+DOT_COLUMNS = 4  # columns summed side by side, sharing A's vectors
+_EVEN = "_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0)"
+_ODD = "_mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    k: For
+    j: For
+    acc: Accumulate
+    a: object  # the factor without j
+    b: object  # the dequantized weight, as written (the leftovers' plain expression)
+    source: Load  # the bytes
+    nibbles: bool
+    scale: object
+    zero: object | None
+    taken: int = 1
+
+
+def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
+    if w.vector_bytes < 64:
+        return None
+    k = stmts[at]
+    if not (isinstance(k, For) and k.kind == "reduce" and len(k.body) == 1 and isinstance(k.extent, int)):
+        return None
+    j = k.body[0]
+    if not (isinstance(j, For) and isinstance(j.extent, int) and len(j.body) == 1 and isinstance(j.body[0], Accumulate)):
+        return None
+    acc = j.body[0]
+    v = acc.value
+    if not (acc.op == "sum" and w.buffers[acc.buffer].dtype == "f32" and isinstance(v, Op) and v.op == "mul"
+            and len(v.args) == 2 and v.dtype == "f32"):
+        return None
+    if not contiguous_in(acc.index, j.var) or uses_var(acc.index, k.var):
+        return None
+    for a, b in (v.args, v.args[::-1]):
+        if expr_uses(a, j.var) or not expr_uses(b, j.var) or acc.buffer in {ld.buffer for ld in loads(v)}:
+            continue
+        if k.extent < BLOCK or w.vector_expr(a, k.var) is None:
+            continue
+        plan = _dequantized(w, b, k, j)
+        if plan is not None:
+            return Plan(k, j, acc, a, b, *plan)
+    return None
+
+
+def _dequantized(w: KernelWriter, b, k: For, j: For):
+    """(source, nibbles, scale, zero) where `b` is (cast(Q) - Z) * S or cast(Q) * S as the module
+    says; else None."""
+    if not (isinstance(b, Op) and b.op == "mul" and b.dtype == "f32"):
+        return None
+    for d, scale in (b.args, b.args[::-1]):
+        if not _block_invariant(w, scale, k):
+            continue
+        zero = None
+        if isinstance(d, Op) and d.op == "sub":
+            d, zero = d.args
+            if not _block_invariant(w, zero, k):
+                continue
+        if not (isinstance(d, Op) and d.op == "cast" and d.dtype == "f32" and len(d.args) == 1):
+            continue
+        q = _quantized(w, d.args[0], k, j)
+        if q is not None:
+            return (*q, scale, zero)
+    return None
+
+
+def _quantized(w: KernelWriter, q, k: For, j: For) -> tuple[Load, bool] | None:
+    """(the byte load, whether it holds nibbles) of an 8-bit element or a nibble, as the module says."""
+    if isinstance(q, Load):
+        ok = w.buffers[q.buffer].dtype in ("u8", "i8") and _columns_apart(q, k, j) and _runs(w, q, k, 1)
+        return (q, False) if ok else None
+    if not (isinstance(q, Op) and q.op == "bitand" and q.dtype == "u8"):
+        return None
+    shifted, mask = q.args
+    if not (isinstance(mask, Lit) and mask.value == 15 and isinstance(shifted, Op) and shifted.op == "shr"):
+        return None
+    byte, shift = shifted.args
+    if not (isinstance(byte, Load) and w.buffers[byte.buffer].dtype == "u8" and _columns_apart(byte, k, j)):
+        return None
+    if not _runs(w, byte, k, 2):
+        return None
+    ks = np.arange(k.extent, dtype=np.int64)
+    shifts = _evaluate(shift, k.var, ks)
+    if shifts is None or not np.array_equal(np.broadcast_to(shifts, ks.shape), (ks % 2) * 4):
+        return None
+    return byte, True
+
+
+def _runs(w: KernelWriter, ld: Load, k: For, per_element: int) -> bool:
+    """The load's element moves one place per `per_element` steps of k, from wherever it starts."""
+    ks = np.arange(k.extent, dtype=np.int64)
+    flat = w.flat_index(ld.buffer, ld.index)
+    at = _values(flat, {k.var: ks})
+    return at is not None and np.array_equal(np.broadcast_to(at - _values(flat, {k.var: 0}), ks.shape),
+                                             ks // per_element)
+
+
+def _columns_apart(ld: Load, k: For, j: For) -> bool:
+    """The columns j move the load's index only where k does not (each column its own run)."""
+    return not any(j.var in index_vars(ix) and k.var in index_vars(ix) for ix in ld.index)
+
+
+def _block_invariant(w: KernelWriter, e, k: For) -> bool:
+    """An f32 expression of loads and literals (no position along k read as a value) whose every
+    load reads one element for all k of each aligned block of BLOCK."""
+    if isinstance(e, Lit):
+        return e.dtype == "f32"
+    dtype = w.buffers[e.buffer].dtype if isinstance(e, Load) else getattr(e, "dtype", None)
+    if dtype != "f32" or any(isinstance(x, IndexValue) for x in _leaves(e)):
+        return False
+    ks = np.arange(k.extent, dtype=np.int64)
+    for ld in loads(e):
+        flat = w.flat_index(ld.buffer, ld.index)
+        values = _values(flat, {k.var: ks})
+        if values is None or not np.array_equal(np.broadcast_to(values, ks.shape),
+                                                np.broadcast_to(_values(flat, {k.var: ks - ks % BLOCK}), ks.shape)):
+            return False
+    return all(isinstance(x, (Load, Lit, Op)) for x in _leaves(e))
+
+
+def _leaves(e):
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Op):
+            stack += x.args
+        else:
+            yield x
+
+
+def _values(ix: Ix, env: dict):
+    """`ix` with the axes in `env` at their values (arrays broadcast) and every other axis at 0;
+    None where it reads a tensor (a gather)."""
+    total = ix.const
+    for t, c in ix.terms:
+        if isinstance(t, str):
+            total = total + c * env.get(t, 0)
+        elif isinstance(t, (FloorDiv, Mod)):
+            inner = _values(t.x, env)
+            if inner is None:
+                return None
+            total = total + c * (inner // t.d if isinstance(t, FloorDiv) else inner % t.d)
+        else:
+            assert isinstance(t, Indirect)
+            return None
+    return total
+
+
+def _evaluate(e, var: str, ks: np.ndarray):
+    """An expression of literals and positions along `var` (an iota) at every k; None where it
+    reads memory."""
+    if isinstance(e, Lit):
+        return np.asarray(e.value, dtype=np_dtype(e.dtype))
+    if isinstance(e, IndexValue):
+        if set(index_vars(e.ix)) - {var}:
+            return None
+        return np.asarray(_values(e.ix, {var: ks})).astype(np_dtype(e.dtype))
+    if isinstance(e, Op):
+        args = [_evaluate(a, var, ks) for a in e.args]
+        if any(a is None for a in args):
+            return None
+        with np.errstate(all="ignore"):
+            return ELEMENTWISE[e.op](args, np_dtype(e.dtype))
+    return None
+
+
+def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
+    """Blocks of DOT_COLUMNS columns, then the columns left over one at a time; in each, the whole
+    blocks of k unpacked in registers, then k's leftover elements as written."""
+    k, j = plan.k, plan.j
+    n_k, whole = k.extent, k.extent - k.extent % BLOCK
+    target = w.access(plan.acc.buffer, plan.acc.index)
+    a_vec = w.vector_expr(plan.a, k.var)
+    bytes_at = f"(const {'int8_t' if w.buffers[plan.source.buffer].dtype == 'i8' else 'uint8_t'} *)&" \
+               f"{w.access(plan.source.buffer, plan.source.index)}"
+    widen = "_mm512_cvtepi8_epi32" if w.buffers[plan.source.buffer].dtype == "i8" else "_mm512_cvtepu8_epi32"
+    scale, zero = w.expr(plan.scale), (w.expr(plan.zero) if plan.zero is not None else None)
+    a_one, b_one = w.expr(plan.a), w.expr(plan.b)
+
+    def columns(count: int, p: str) -> list[str]:
+        out = [f"{p}st_vf32 {', '.join(f's{c} = st_bcast_f32(0.0f)' for c in range(count))};",
+               f"{p}for (int64_t st_k = 0; st_k < {whole}; st_k += {BLOCK}) {{",
+               f"{p}  st_vf32 a0, a1;",
+               f"{p}  {{ const int64_t {k.var} = st_k; a0 = {a_vec}; }}",
+               f"{p}  {{ const int64_t {k.var} = st_k + 16; a1 = {a_vec}; }}"]
+        if plan.nibbles:  # the low nibbles are the even k, the high ones the odd
+            out += [f"{p}  const st_vf32 x0 = (st_vf32)_mm512_permutex2var_ps((__m512)a0, {_EVEN}, (__m512)a1);",
+                    f"{p}  const st_vf32 x1 = (st_vf32)_mm512_permutex2var_ps((__m512)a0, {_ODD}, (__m512)a1);"]
+        else:
+            out += [f"{p}  const st_vf32 x0 = a0, x1 = a1;"]
+        for c in range(count):
+            out.append(f"{p}  {{ const int64_t {j.var} = st_j + {c}; const int64_t {k.var} = st_k;")
+            if plan.nibbles:
+                out += [f"{p}    const __m512i q = {widen}(_mm_loadu_si128((const __m128i *)({bytes_at})));",
+                        f"{p}    st_vf32 lo = (st_vf32)_mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(15)));",
+                        f"{p}    st_vf32 hi = (st_vf32)_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));"]
+            else:
+                out += [f"{p}    st_vf32 lo = (st_vf32)_mm512_cvtepi32_ps({widen}(_mm_loadu_si128("
+                        f"(const __m128i *)({bytes_at}))));",
+                        f"{p}    st_vf32 hi = (st_vf32)_mm512_cvtepi32_ps({widen}(_mm_loadu_si128("
+                        f"(const __m128i *)({bytes_at} + 16))));"]
+            if zero is not None:
+                out.append(f"{p}    {{ const st_vf32 z = st_bcast_f32({zero}); lo -= z; hi -= z; }}")
+            out.append(f"{p}    s{c} = (st_vf32)_mm512_fmadd_ps(_mm512_fmadd_ps((__m512)lo, (__m512)x0, (__m512)(hi * x1)), "
+                       f"_mm512_set1_ps({scale}), (__m512)s{c}); }}")
+        out.append(f"{p}}}")
+        for c in range(count):
+            out.append(f"{p}{{ const int64_t {j.var} = st_j + {c}; float t = _mm512_reduce_add_ps((__m512)s{c});")
+            if whole < n_k:
+                out.append(f"{p}  for (int64_t {k.var} = {whole}; {k.var} < {n_k}; ++{k.var}) t += {a_one} * {b_one};")
+            out.append(f"{p}  {target} += t; }}")
+        return out
+
+    w.lines.append(f"{pad}{{ int64_t st_j = 0;")
+    w.lines.append(f"{pad}for (; st_j + {DOT_COLUMNS} <= {j.extent}; st_j += {DOT_COLUMNS}) {{")
+    w.lines += columns(DOT_COLUMNS, pad + "  ")
+    w.lines.append(f"{pad}}}")
+    w.lines.append(f"{pad}for (; st_j < {j.extent}; ++st_j) {{")
+    w.lines += columns(1, pad + "  ")
+    w.lines.append(f"{pad}}} }}")

@@ -1,0 +1,102 @@
+"""A one-row product of a quantized weight dequantized where it is read (targets/c/nibble_dot.py):
+4-bit nibbles and 8-bit bytes, with and without a zero point, blocks of 32 and coarser, K with and
+without a partial block, columns that do and do not fill the recognizer's groups: the C with the
+recognizer in computes what the plain loops compute and what the reference does, and the weight is
+read packed (no f32 copy of it, no unpacked byte copy, in the program or its prologue)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import stitch
+from stitch.engine.ir.interp import evaluate
+from stitch.engine.ir.tolerance import differences
+from stitch.lowering.loops import print_loops
+from stitch.targets import cc, cpu
+from stitch.targets.c import recognizers
+
+pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
+AVX512 = cpu.compiler() is not None and cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64
+
+
+def nibbles(k: int, n: int, block: int, zero: str) -> str:
+    """y = x @ W^T with W[n, k] = (nibble(n, k) - zero) * s[n, k // block], two nibbles a byte, the low first."""
+    blocks = -(-k // block)
+    z = {"literal": "8.0", "tensor": f"cast(reshape(broadcast_to(reshape(z, shape=[{n}, {blocks}, 1]), "
+                                     f"shape=[{n}, {blocks}, {block}]), shape=[{n}, {blocks * block}]), dtype=f32)"}
+    zp = z[zero] if zero in z else None
+    zparam = f", z: u8[{n}, {blocks}]" if zero == "tensor" else ""
+    full = blocks * block
+    zsliced = f"slice({zp}, axes=[1], starts=[0], ends=[{k}])" if zero == "tensor" else zp
+    deq = f"sub(cast(q, dtype=f32), {zsliced})" if zp else "cast(q, dtype=f32)"
+    return f"""func f(x: f32[1, {k}], b: u8[{n}, {k // 2}], s: f32[{n}, {blocks}]{zparam}) -> f32[1, {n}] {{
+  wide = reshape(broadcast_to(reshape(b, shape=[{n}, {k // 2}, 1]), shape=[{n}, {k // 2}, 2]), shape=[{n}, {k}])
+  shift = cast(mul(bitand(iota(shape=[{n}, {k}], axis=1), 1), 4), dtype=u8)
+  q = bitand(shr(wide, shift), 15)
+  sc = slice(reshape(broadcast_to(reshape(s, shape=[{n}, {blocks}, 1]), shape=[{n}, {blocks}, {block}]),
+             shape=[{n}, {full}]), axes=[1], starts=[0], ends=[{k}])
+  return matmul(x, transpose(mul({deq}, sc), perm=[1, 0]))
+}}
+"""
+
+
+def bytes_weight(k: int, n: int, block: int, dtype: str) -> str:
+    blocks = k // block
+    return f"""func f(x: f32[1, {k}], b: {dtype}[{n}, {k}], s: f32[{n}, {blocks}]) -> f32[1, {n}] {{
+  sc = reshape(broadcast_to(reshape(s, shape=[{n}, {blocks}, 1]), shape=[{n}, {blocks}, {block}]), shape=[{n}, {k}])
+  return matmul(x, transpose(mul(cast(b, dtype=f32), sc), perm=[1, 0]))
+}}
+"""
+
+
+CASES = {
+    "nibbles": nibbles(256, 40, 32, "literal"),
+    "nibbles, zero points": nibbles(256, 37, 32, "tensor"),
+    "nibbles, no zero point, blocks of 64": nibbles(192, 9, 64, "none"),
+    "nibbles, a partial block": nibbles(80, 12, 32, "literal"),
+    "u8": bytes_weight(128, 21, 32, "u8"),
+    "i8": bytes_weight(96, 8, 32, "i8"),
+}
+
+
+def weights(graph, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, t in zip(graph.param_names, graph.param_types):
+        if t.dtype == "f32":
+            out[name] = rng.standard_normal(t.shape).astype(np.float32)
+        else:
+            info = np.iinfo(t.dtype.replace("u", "uint") if t.dtype == "u8" else "int8")
+            out[name] = rng.integers(info.min, info.max + 1, t.shape).astype(info.dtype)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_recognizer_computes_what_the_plain_loops_compute(case, tmp_path, monkeypatch):
+    text = CASES[case]
+    probe = stitch.compile(text, cache_dir=tmp_path)
+    values = weights(probe.graph, 7)
+    x = {"x": values.pop("x")}
+    taken = stitch.compile(text, weights=values, cache_dir=tmp_path)
+    source = taken.native.source_path.read_text()
+    if AVX512:
+        assert "_mm512_cvtepi32_ps" in source and re.search(r"st_k \+= 32", source), source
+    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("nibble_dot"))
+    plain = stitch.compile(text, weights=values, cache_dir=tmp_path)
+    assert not re.search(r"st_k \+= 32", plain.native.source_path.read_text())
+    reference = evaluate(taken.graph, x | values)
+    for program in (taken, plain):
+        assert differences(program(**x), reference, taken.graph) == [], case
+
+
+def test_the_weight_is_read_packed(tmp_path):
+    """No f32 and no unpacked byte copy of the 4-bit weight: the kernel reads the packed bytes and the
+    scales as bound, and no prologue makes a block of them."""
+    text = CASES["nibbles"]
+    values = weights(stitch.compile(text, cache_dir=tmp_path).graph, 1)
+    values.pop("x")
+    loops = print_loops(stitch.compile(text, weights=values, cache_dir=tmp_path).loops)
+    assert loops.startswith("program f(x: f32[1, 256], b: u8[40, 128], s: f32[40, 8]) -> out0\n  bound b, s\n"), loops
+    assert "f_bind" not in loops and "pack" not in loops, loops
