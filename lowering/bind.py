@@ -150,7 +150,9 @@ class _Hoist:
         """A weight read where it is (a product's columns of a tile, 64 of each 768-wide row): read
         from a block holding what the loops around read, in their order, so that one tile's part is
         contiguous and its innermost loop walks consecutive elements. Not where that order is
-        already the weight's own; only on a cache (a scratchpad copies a tile on chip anyway)."""
+        already the weight's own, nor where the read runs along a loop that sums (a product of one
+        row reading each column along the sum, targets/c/dot.py and nibble_dot.py: the weight's own
+        rows are the runs it wants); only on a cache (a scratchpad copies a tile on chip anyway)."""
         if not self.in_place or ld.buffer not in self.params or not all(affine(ix) for ix in ld.index):
             return ld
         used = set().union(*(index_vars(ix) for ix in ld.index))
@@ -158,12 +160,15 @@ class _Hoist:
         if len(loops) != len(used) or any(is_symbolic(lp.extent) for lp in loops) or any(map(symbolic, ld.index)):
             return ld
         source = self.bound[ld.buffer]
+        flat = flat_index(ld.index, source.shape)
+        if any(lp.kind == "reduce" and flat.coef(lp.var) == 1 for lp in loops):
+            return ld
         extents = {lp.var: (0, lp.extent - 1) for lp in loops}
         if any(not 0 <= lo <= hi < d for (lo, hi), d in zip((interval(ix, extents.__getitem__) for ix in ld.index),
                                                              source.shape)):
             return ld  # read only where a concat's side is (a select guards it): not over the loops whole
         block_shape = tuple(lp.extent for lp in loops)
-        if flat_index(ld.index, source.shape) == flat_index(tuple(Ix.var(lp.var) for lp in loops), block_shape):
+        if flat == flat_index(tuple(Ix.var(lp.var) for lp in loops), block_shape):
             return ld  # the loops read the weight in its own order
         key = (ld.buffer, ld.index, tuple((lp.var, lp.extent) for lp in loops))
         if key not in self.layouts:
