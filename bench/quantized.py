@@ -108,9 +108,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from peers import importable, interleaved_medians
-
     import stitch
+    from peers import importable, interleaved_medians
     from stitch.targets import runtime
 
     have_ort = importable("onnxruntime") and importable("onnx")

@@ -37,10 +37,13 @@ class Plan:
     taken: int = 1
 
 
-def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
+def one_row_product(w: KernelWriter, stmt) -> tuple[For, For, Accumulate, list[tuple]] | None:
+    """(k, j, the accumulation, its (A, B) factor pairs) where `stmt` is
+    `for k reduce { for j { C[.., j] += A(k) * B(j, k) } }` in f32 with AVX-512 (this module's shape
+    and nibble_dot.py's); else None."""
     if w.vector_bytes < 64:
         return None
-    k = stmts[at]
+    k = stmt
     if not (isinstance(k, For) and k.kind == "reduce" and len(k.body) == 1):
         return None
     j = k.body[0]
@@ -53,9 +56,18 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
         return None
     if not contiguous_in(acc.index, j.var) or uses_var(acc.index, k.var):
         return None
-    for a, b in (v.args, v.args[::-1]):
-        if expr_uses(a, j.var) or not expr_uses(b, j.var) or acc.buffer in {ld.buffer for ld in loads(v)}:
-            continue
+    if acc.buffer in {ld.buffer for ld in loads(v)}:
+        return None
+    pairs = [(a, b) for a, b in (v.args, v.args[::-1]) if not expr_uses(a, j.var) and expr_uses(b, j.var)]
+    return k, j, acc, pairs
+
+
+def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
+    shape = one_row_product(w, stmts[at])
+    if shape is None:
+        return None
+    k, j, acc, pairs = shape
+    for a, b in pairs:
         a_vec, tree = w.vector_expr(a, k.var), _pieces(w, b, k.var, j.var)
         if a_vec is not None and tree is not None:
             return Plan(k, j, acc, a, a_vec, tree)

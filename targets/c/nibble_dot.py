@@ -12,9 +12,11 @@ reads depend on k only through k // 32 or coarser). A is contiguous along k (the
 
 Written plainly, every element is a shift, a mask, a cast and two float ops, one column after
 another; here each block of 32 k is one 16-byte load per column, its low and high nibbles
-unpacked to 16 lanes each, summed against A's even and odd elements (A's 32 values loaded and
-split once per block for DOT_COLUMNS columns), and the block's sum scaled once:
-C[.., j] += sum over blocks of S * sum over k of (Q - Z) * A. The dequantized weight never reaches
+looked up in a table of the block's 16 weights ((level - Z) * S, made once per block: vpermps
+reads a lane's low 4 bits as the index) and multiplied into A's even and odd elements (A's 32
+values loaded and split once per block for DOT_COLUMNS columns). Each weight is the value the
+loops compute, (cast(Q) - Z) * S rounded as they round it; 8-bit elements are converted, the zero
+point subtracted, and the block's sum scaled once: C[.., j] += sum over blocks of S * sum of (Q - Z) * A. The dequantized weight never reaches
 memory, and the product reads half a byte per element. The order of the sum and where the scale
 multiplies differ from the loops as written (as the matmul micro-kernel's order does): within the
 reference's tolerance. Columns left over and k beyond the last whole block run the plain
@@ -33,13 +35,14 @@ import numpy as np
 from ...engine.ir.interp import ELEMENTWISE, np_dtype
 from ...engine.schedule.index import FloorDiv, Indirect, Ix, Mod
 from ...lowering.loops import Accumulate, For, IndexValue, Lit, Load, Op, index_vars, loads
-from ...lowering.matmul import contiguous_in, expr_uses, uses_var
+from .dot import one_row_product
 from .emit import KernelWriter
 
 BLOCK = 32  # k per step: one 16-byte load of nibbles, two of bytes
 DOT_COLUMNS = 4  # columns summed side by side, sharing A's vectors
 _EVEN = "_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0)"
 _ODD = "_mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)"
+_LEVELS = "_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)"  # a nibble's 16 values
 
 
 @dataclass(frozen=True)
@@ -57,27 +60,14 @@ class Plan:
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
-    if w.vector_bytes < 64:
+    shape = one_row_product(w, stmts[at])
+    if shape is None:
         return None
-    k = stmts[at]
-    if not (isinstance(k, For) and k.kind == "reduce" and len(k.body) == 1 and isinstance(k.extent, int)):
+    k, j, acc, pairs = shape
+    if not (isinstance(k.extent, int) and isinstance(j.extent, int) and k.extent >= BLOCK):
         return None
-    j = k.body[0]
-    if not (isinstance(j, For) and isinstance(j.extent, int) and len(j.body) == 1 and isinstance(j.body[0], Accumulate)):
-        return None
-    acc = j.body[0]
-    v = acc.value
-    if not (acc.op == "sum" and w.buffers[acc.buffer].dtype == "f32" and isinstance(v, Op) and v.op == "mul"
-            and len(v.args) == 2 and v.dtype == "f32"):
-        return None
-    if not contiguous_in(acc.index, j.var) or uses_var(acc.index, k.var):
-        return None
-    for a, b in (v.args, v.args[::-1]):
-        if expr_uses(a, j.var) or not expr_uses(b, j.var) or acc.buffer in {ld.buffer for ld in loads(v)}:
-            continue
-        if k.extent < BLOCK or w.vector_expr(a, k.var) is None:
-            continue
-        plan = _dequantized(w, b, k, j)
+    for a, b in pairs:
+        plan = _dequantized(w, b, k, j) if w.vector_expr(a, k.var) is not None else None
         if plan is not None:
             return Plan(k, j, acc, a, b, *plan)
     return None
@@ -218,34 +208,40 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     a_one, b_one = w.expr(plan.a), w.expr(plan.b)
 
     def columns(count: int, p: str) -> list[str]:
-        out = [f"{p}st_vf32 {', '.join(f's{c} = st_bcast_f32(0.0f)' for c in range(count))};",
+        sums = [f"s{c}" for c in range(count)] + ([f"t{c}" for c in range(count)] if plan.nibbles else [])
+        out = [f"{p}st_vf32 {', '.join(f'{v} = st_bcast_f32(0.0f)' for v in sums)};",
                f"{p}for (int64_t st_k = 0; st_k < {whole}; st_k += {BLOCK}) {{",
                f"{p}  st_vf32 a0, a1;",
                f"{p}  {{ const int64_t {k.var} = st_k; a0 = {a_vec}; }}",
                f"{p}  {{ const int64_t {k.var} = st_k + 16; a1 = {a_vec}; }}"]
         if plan.nibbles:  # the low nibbles are the even k, the high ones the odd
-            out += [f"{p}  const st_vf32 x0 = (st_vf32)_mm512_permutex2var_ps((__m512)a0, {_EVEN}, (__m512)a1);",
-                    f"{p}  const st_vf32 x1 = (st_vf32)_mm512_permutex2var_ps((__m512)a0, {_ODD}, (__m512)a1);"]
+            out += [f"{p}  const __m512 x0 = _mm512_permutex2var_ps((__m512)a0, {_EVEN}, (__m512)a1);",
+                    f"{p}  const __m512 x1 = _mm512_permutex2var_ps((__m512)a0, {_ODD}, (__m512)a1);"]
         else:
             out += [f"{p}  const st_vf32 x0 = a0, x1 = a1;"]
         for c in range(count):
             out.append(f"{p}  {{ const int64_t {j.var} = st_j + {c}; const int64_t {k.var} = st_k;")
             if plan.nibbles:
+                # the block's 16 weights as a table, indexed by each nibble (vpermps reads an index's low 4 bits)
+                level = f"_mm512_sub_ps({_LEVELS}, _mm512_set1_ps({zero}))" if zero is not None else _LEVELS
                 out += [f"{p}    const __m512i q = {widen}(_mm_loadu_si128((const __m128i *)({bytes_at})));",
-                        f"{p}    st_vf32 lo = (st_vf32)_mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(15)));",
-                        f"{p}    st_vf32 hi = (st_vf32)_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));"]
-            else:
-                out += [f"{p}    st_vf32 lo = (st_vf32)_mm512_cvtepi32_ps({widen}(_mm_loadu_si128("
-                        f"(const __m128i *)({bytes_at}))));",
-                        f"{p}    st_vf32 hi = (st_vf32)_mm512_cvtepi32_ps({widen}(_mm_loadu_si128("
-                        f"(const __m128i *)({bytes_at} + 16))));"]
+                        f"{p}    const __m512 tab = _mm512_mul_ps({level}, _mm512_set1_ps({scale}));",
+                        f"{p}    s{c} = (st_vf32)_mm512_fmadd_ps(_mm512_permutexvar_ps(q, tab), x0, (__m512)s{c});",
+                        f"{p}    t{c} = (st_vf32)_mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab), x1, "
+                        f"(__m512)t{c}); }}"]
+                continue
+            out += [f"{p}    st_vf32 lo = (st_vf32)_mm512_cvtepi32_ps({widen}(_mm_loadu_si128("
+                    f"(const __m128i *)({bytes_at}))));",
+                    f"{p}    st_vf32 hi = (st_vf32)_mm512_cvtepi32_ps({widen}(_mm_loadu_si128("
+                    f"(const __m128i *)({bytes_at} + 16))));"]
             if zero is not None:
                 out.append(f"{p}    {{ const st_vf32 z = st_bcast_f32({zero}); lo -= z; hi -= z; }}")
             out.append(f"{p}    s{c} = (st_vf32)_mm512_fmadd_ps(_mm512_fmadd_ps((__m512)lo, (__m512)x0, (__m512)(hi * x1)), "
                        f"_mm512_set1_ps({scale}), (__m512)s{c}); }}")
         out.append(f"{p}}}")
         for c in range(count):
-            out.append(f"{p}{{ const int64_t {j.var} = st_j + {c}; float t = _mm512_reduce_add_ps((__m512)s{c});")
+            total = f"s{c} + t{c}" if plan.nibbles else f"s{c}"
+            out.append(f"{p}{{ const int64_t {j.var} = st_j + {c}; float t = _mm512_reduce_add_ps((__m512)({total}));")
             if whole < n_k:
                 out.append(f"{p}  for (int64_t {k.var} = {whole}; {k.var} < {n_k}; ++{k.var}) t += {a_one} * {b_one};")
             out.append(f"{p}  {target} += t; }}")
