@@ -17,7 +17,7 @@ from .ir.errors import StitchError
 from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:
-    from .rewrite.saturate import Limits
+    from .rewrite.limits import Limits
 
 
 @allows_deep_recursion
@@ -60,7 +60,7 @@ def compile(source: str | Path, target: str = "cpu", rules: list[str] = (), buil
 def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cflags, limits, without_rules) -> None:
     """TypeError naming the argument for a value of the wrong kind (a bare int would otherwise be read
     as a file descriptor, a bare string as a list of one-letter names)."""
-    from .rewrite.saturate import Limits
+    from .rewrite.limits import Limits
 
     path = (str, os.PathLike)
     if not isinstance(source, path):

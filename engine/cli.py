@@ -14,13 +14,15 @@ import json
 import sys
 import traceback
 import warnings
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .files import load_inputs, load_weights, save_npz, write_text
 from .ir.errors import StitchError, StitchWarning
 from .ir.memory import GIB
 from .ir.recursion import deep_recursion
+
+if TYPE_CHECKING:  # numpy is imported where a command uses it: `stitch check` starts without it
+    import numpy as np
 
 
 class UsageError(StitchError):
@@ -196,7 +198,7 @@ def version_text() -> str:
 
 
 def add_compile_arguments(p) -> None:
-    from .rewrite.saturate import Limits
+    from .rewrite.limits import Limits
 
     p.add_argument("file")
     p.add_argument("--entry", help="the func to compile (default: the first)")
@@ -335,7 +337,7 @@ def _positive_int(text: str) -> int:
 
 def cmd_check(args) -> int:
     from .ir.check import check_program
-    from .pipeline import read_file
+    from .programs import read_file
 
     for graph in check_program(read_file(args.file)).values():
         print(graph.signature())
@@ -345,7 +347,7 @@ def cmd_check(args) -> int:
 def cmd_fmt(args) -> int:
     from .ir.check import check_program
     from .ir.printer import print_program
-    from .pipeline import read_file
+    from .programs import read_file
 
     program = read_file(args.file)
     check_program(program)
@@ -355,7 +357,7 @@ def cmd_fmt(args) -> int:
 
 def cmd_eval(args) -> int:
     from .ir.interp import evaluate
-    from .pipeline import check_entry, read_file
+    from .programs import check_entry, read_file
 
     check_output(args.output)
     graph = check_entry(read_file(args.file), args.entry, args.file)
@@ -436,7 +438,7 @@ def cmd_compile(args) -> int:
 
 def compile_limits(args):
     """The saturation and memory limits the compile options ask for; a limit that is not positive is an error."""
-    from .rewrite.saturate import Limits
+    from .rewrite.limits import Limits
 
     for flag, value in (("--iter-limit", args.iter_limit), ("--node-limit", args.node_limit),
                         ("--match-limit", args.match_limit)):
@@ -474,6 +476,8 @@ def cmd_import(args) -> int:
         import onnx  # noqa: F401  (an optional extra)
     except ImportError:
         raise StitchError("stitch import needs the onnx package: pip install 'stitch[onnx]'") from None
+    import numpy as np
+
     from ..frontends.onnx_import import import_onnx
 
     constants = {}
@@ -618,6 +622,8 @@ def simulated_json(compiled: dict, report) -> dict:
 
 
 def summarize(outputs: list[np.ndarray]) -> str:
+    import numpy as np
+
     from .ir.interp import DTYPE_OF_NP
 
     lines = []

@@ -6,8 +6,6 @@ match the program's parameters, a path that cannot be written.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .ir.errors import StitchError
 from .ir.program import Pos
 
@@ -55,6 +53,8 @@ def read_npz(path: str) -> dict[str, np.ndarray]:
     if not magic.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a zip archive: a file or an empty directory first
         raise StitchError("not an .npz file (np.savez writes a zip archive of arrays)", where, hint=NPZ_HINT)
     try:
+        import numpy as np
+
         data = np.load(path, allow_pickle=False)
     except Exception as err:  # a damaged archive: zipfile's and numpy's many errors
         raise StitchError(f"not a readable .npz file ({type(err).__name__}: {err})", where, hint=NPZ_HINT) from None
@@ -71,7 +71,7 @@ def read_npz(path: str) -> dict[str, np.ndarray]:
             except Exception as err:
                 raise StitchError(f"array '{name}' cannot be read ({type(err).__name__}: {err})", where,
                                   hint=NPZ_HINT) from None
-            if not isinstance(arrays[name], np.ndarray):  # numpy gives a member that is not .npy as bytes
+            if not hasattr(arrays[name], "dtype"):  # numpy gives a member that is not .npy as bytes
                 raise StitchError(f"'{name}' in the archive is not a numpy array", where, hint=NPZ_HINT)
     return arrays
 
@@ -88,6 +88,8 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write `arrays` to exactly `path` (numpy would append .npz to a name without it)."""
     try:
         with open(path, "wb") as f:
+            import numpy as np
+
             np.savez(f, **arrays)
     except OSError as err:
         raise StitchError(f"{path}: cannot write ({err.strerror})") from None

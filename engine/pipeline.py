@@ -27,16 +27,14 @@ from pathlib import Path
 from ..lowering.loops import LoopProgram
 from ..lowering.lower import lower
 from .compiled_program import Compiled, CompiledProgram
-from .ir.check import check_program
 from .ir.errors import StitchError, StitchWarning
 from .ir.extent import bucket_tops, planning_values
 from .ir.fold import fold_bound, fold_values
 from .ir.graph import Graph
 from .ir.interp import bind_weights
 from .ir.memory import check_memory, checkpoint, memory_budget
-from .ir.parse import parse_file, parse_program
-from .ir.program import Pos, Program
 from .ir.recursion import allows_deep_recursion
+from .programs import check_entry, read_file, read_program  # noqa: F401 (callers read them from here too)
 from .rewrite.check.on_load import refuse_unsound
 from .rewrite.egraph_data import EGraphData
 from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
@@ -49,38 +47,6 @@ from .schedule.search import SearchResult
 from .schedule.target import Target, load_target
 
 # -- parse and check --------------------------------------------------------------------------
-
-
-def read_program(source: str | Path) -> Program:
-    """A program from `.ir` text (a string holding a func) or from the path of a `.ir` file."""
-    if isinstance(source, str) and "func" in source and "{" in source:
-        return parse_program(source, "<string>")
-    return read_file(source)
-
-
-def read_file(path: str | Path) -> Program:
-    """The program in a `.ir` file; a file that defines no func is an error at its first line."""
-    program = parse_file(path)
-    if not program.funcs:
-        hint = "a program is one or more `func NAME(PARAMS) -> TYPE { ... }`"
-        raise StitchError("the file defines no func", Pos(str(path), 1, 1), program.source, hint)
-    return program
-
-
-def check_entry(program: Program, entry: str | None = None, filename: str | None = None) -> Graph:
-    """The checked graph of the func named `entry` (default: the first); every func is checked.
-
-    `filename`, when given, names the file in the error for an unknown entry."""
-    graphs = check_program(program)
-    if not graphs:
-        raise StitchError("the program defines no func")
-    if entry is None:
-        return next(iter(graphs.values()))
-    if entry not in graphs:
-        if filename is not None:
-            raise StitchError(f"{filename}: no func named '{entry}' (the file defines {', '.join(graphs)})")
-        raise StitchError(f"no func named '{entry}' (the program defines {', '.join(graphs)})")
-    return graphs[entry]
 
 
 # -- rules --------------------------------------------------------------------------------------

@@ -190,3 +190,32 @@ def test_P28_import_says_what_it_wrote(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"wrote {ir}: func ") and "inputs keyed hidden_states" in err[0]
     assert err[1].startswith(f"wrote {npz} (") and ir.exists() and npz.exists()
+
+
+# Commands that need no e-graph start without the compiler: egglog (0.6 s of a process's start on
+# this machine), hypothesis (the rule checker's) and numpy where it is not used. Each command runs in
+# a fresh interpreter, which then lists what it imported.
+LIGHT_COMMANDS = {
+    "check": (["check", "{ir}"], ("egglog", "hypothesis", "numpy")),
+    "fmt": (["fmt", "{ir}"], ("egglog", "hypothesis", "numpy")),
+    "eval": (["eval", "{ir}"], ("egglog", "hypothesis")),
+    "--version": (["--version"], ("egglog", "hypothesis", "numpy")),
+    "--help": (["--help"], ("egglog", "hypothesis", "numpy")),
+}
+
+
+@pytest.mark.parametrize("command", sorted(LIGHT_COMMANDS))
+def test_commands_without_an_egraph_do_not_import_the_compiler(command, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    ir = tmp_path / "f.ir"
+    ir.write_text("func f(x: f32[4]) -> f32[4] {\n  return abs(neg(x))\n}\n")
+    argv, absent = LIGHT_COMMANDS[command]
+    argv = [a.format(ir=ir) for a in argv]
+    code = ("import json, sys\nfrom stitch.engine.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(m.split('.')[0] for m in sys.modules)))\n" % argv)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert not loaded & set(absent), (command, sorted(loaded & set(absent)))

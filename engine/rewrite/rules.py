@@ -214,7 +214,8 @@ def operand_offsets(spec: OpSpec, call: PCall) -> tuple[int, ...]:
 @cache
 def rules_parser() -> Lark:
     return Lark.open(
-        str(GRAMMAR_DIR / "rules.lark"), parser="lalr", propagate_positions=True, maybe_placeholders=False
+        str(GRAMMAR_DIR / "rules.lark"), parser="lalr", propagate_positions=True, maybe_placeholders=False,
+        cache=True,  # (as engine/ir/parse.py's ir_parser)
     )
 
 

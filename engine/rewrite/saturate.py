@@ -20,10 +20,11 @@ from egglog import bindings as eb
 from ..ir.errors import StitchError
 from ..ir.extent import planning_values
 from ..ir.graph import Graph
+from ..ir.memory import over_budget
 from ..ir.program import INT_DTYPES
-from ..ir.memory import default_budget, over_budget
 from .egraph import PRELUDE, graph_to_egglog
 from .egraph_data import EGraphData
+from .limits import Limits  # noqa: F401 (callers read it from here too)
 from .rulecompile import base_rule_name, compile_rule_file
 from .rules import RuleFile
 
@@ -32,17 +33,6 @@ T_CONSTRUCTORS = (
     "Gather", "Iota",
     "Global", "Shared", "Local", "Inline",
 )
-
-
-@dataclass(frozen=True)
-class Limits:
-    iterations: int = 12
-    nodes: int = 20_000
-    seconds: float = 1.0
-    match_limit: int = 2_000
-    # bytes the compiling process may hold (memory.py); saturation stops at half, leaving the rest
-    # for extraction and lowering, which stop with an error beyond it
-    memory: float = default_budget()
 
 
 @dataclass
