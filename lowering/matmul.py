@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from ..engine.schedule.index import affine
 from .loops import Accumulate, Checked, For, Ix, Load, Op, Select, index_vars, loads, map_indices
 
-BLOCKED_DTYPES = ("f32", "f64")  # the accumulators a register-blocked micro-kernel is written for
+BLOCKED_DTYPES = ("f32", "f64", "i32")  # the accumulators a register-blocked micro-kernel is written for
 ONE_ROW = "st_one_row"  # the row loop of a product written without one
 
 

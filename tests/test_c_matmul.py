@@ -218,3 +218,25 @@ def test_a_packed_right_operand_walked_in_chunks_packs_one_chunk_at_a_time(cache
     inputs = random_inputs(f.graph, 3)
     for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
         assert compare(got, want) == ""
+
+
+@needs_cc
+@pytest.mark.parametrize("vector_bytes", [32, 64])
+@pytest.mark.parametrize("i, k, j", [(7, 5, 37), (33, 64, 130), (1, 96, 72)])
+def test_an_integer_product_runs_the_micro_kernel_and_wraps_as_the_reference(i, k, j, vector_bytes, cache,
+                                                                           monkeypatch):
+    """u8 activations less their zero point times i8 weights, in i32 (ONNX's MatMulInteger): the
+    micro-kernel's blocks give the reference's values bit for bit, and an i32 sum that overflows
+    wraps the same (the order of an integer sum does not change it)."""
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: vector_bytes)
+    text = (f"func f(a: u8[{i}, {k}], b: i8[{k}, {j}], za: u8[], big: i32[{i}, {k}]) -> (i32[{i}, {j}], i32[{i}, {j}]) "
+            f"{{\n  return matmul(sub(cast(a, dtype=i32), cast(za, dtype=i32)), cast(b, dtype=i32)), "
+            f"matmul(big, cast(b, dtype=i32))\n}}\n")
+    f = stitch.compile(text, cache_dir=cache)
+    if i > 1 and j >= 70:
+        assert "st_vi32 c0_0" in f.native.source_path.read_text()
+    rng = np.random.default_rng(5)
+    inputs = {"a": rng.integers(0, 256, (i, k), dtype=np.uint8), "b": rng.integers(-128, 128, (k, j), dtype=np.int8),
+              "za": np.array(131, np.uint8), "big": rng.integers(2**24, 2**31 - 1, (i, k), dtype=np.int32)}
+    for got, want in zip(f(**inputs), evaluate(f.graph, inputs)):
+        assert got.dtype == np.int32 and np.array_equal(got, want)

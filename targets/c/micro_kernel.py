@@ -11,8 +11,9 @@ extensions, so the block shape does not depend on what the auto-vectorizer
 decides) across the whole k loop: per k, NV vector loads of B, MR scalars of A
 (computed once per row and k however complex A is: the softmax in attention is
 an A) and MR*NV fused multiply-adds. Leftover rows and vectors run as smaller
-blocks, leftover columns as the scalar nest. Only float C: integer matmuls keep
-the plain loops.
+blocks, leftover columns as the scalar nest. C of f32, f64 or i32 (an integer
+product, as an ONNX MatMulInteger's: a multiply and an add per lane, wrapping as
+every integer op does; other integer dtypes keep the plain loops).
 
 The blocks' order follows A (the cost model's `panel_bytes` prices each): an A
 read where it is goes panel by panel of B's columns, every block of rows
@@ -39,9 +40,9 @@ from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
 from . import tuning
 from .emit import KernelWriter
 
-VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64"}
+VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64", "i32": "st_vi32"}
 assert tuple(VECTOR_TYPES) == BLOCKED_DTYPES
-C_FLOAT = {"f32": "float", "f64": "double"}
+C_ELEMENT = {"f32": "float", "f64": "double", "i32": "int32_t"}
 MAX_ROWS = MICRO_ROWS  # rows of C in one register block (the cost model prices its panel reads by it)
 
 
@@ -70,7 +71,8 @@ def vector_names(dtype: str, width: int, full: int) -> tuple[str, str]:
 def _typedefs(width: int, full: int) -> str:
     out = []
     kinds = [(t, c, *vector_names(t, width, full)) for t, c in (("f32", "float"), ("f64", "double"))]
-    for t, c, name, _ in kinds:
+    integer = [(t, c, *vector_names(t, width, full)) for t, c in (("i32", "int32_t"),)]
+    for t, c, name, _ in kinds + integer:
         out.append(f"typedef {c} {name} __attribute__((vector_size({width}), aligned({dtype_bytes(t)}), "
                    f"may_alias));\n")
     intrinsic, guard = _FMA_INTRINSICS.get(width, (None, None))
@@ -85,6 +87,8 @@ def _typedefs(width: int, full: int) -> str:
         out.append(f"static inline {name} {fma}({c} a, {name} b, {name} c) {{ return a * b + c; }}\n")
     if intrinsic:
         out.append("#endif\n")
+    for t, c, name, fma in integer:  # (wraps: the C is compiled with -fwrapv)
+        out.append(f"static inline {name} {fma}({c} a, {name} b, {name} c) {{ return a * b + c; }}\n")
     return "".join(out)
 
 
@@ -379,7 +383,7 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
     if not _computed(nest.a):
         return []
     k = nest.k
-    lines = [f"{pad}{C_FLOAT[dtype]} a_pre[{rows}][{span.steps}] __attribute__((aligned(64)));"]
+    lines = [f"{pad}{C_ELEMENT[dtype]} a_pre[{rows}][{span.steps}] __attribute__((aligned(64)));"]
     if not _along_k(nest):  # rows inside: each k reads one place for all the rows (a conv's taps
         # first: k walks channels 32 KB apart, the rows neighbouring positions), not a line per row
         lines.append(f"{pad}{span.loop(k)} {{")
@@ -427,7 +431,7 @@ def _tile(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: int, 
           a_pre: str | None, span: _KSpan, ahead: _Ahead = _Ahead()) -> list[str]:
     """One rows x nv-vector block of C in registers across the whole k loop."""
     vt, lanes = vec.type, vec.lanes
-    ct = C_FLOAT[dtype]
+    ct = C_ELEMENT[dtype]
     i, j, k = nest.i.var, nest.j.var, nest.k
     c = {(r, v): f"c{r}_{v}" for r in range(rows) for v in range(nv)}
 
