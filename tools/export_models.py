@@ -2,6 +2,7 @@
 
     python3 tools/export_models.py                    # the fixtures: tests/fixtures/models/NAME-EXPORTER.{onnx,npz}
     python3 tools/export_models.py --size bench -o DIR  # the benchmark sizes (hidden 768, 12 heads, sequence 128)
+    python3 tools/export_models.py --quantized        # tests/fixtures/models/quantized/NAME.{onnx,npz}
 
 Needs `pip install torch==2.13.0` (the CPU build; a bare `pip install torch`
 pulls several GB of CUDA) and `pip install '.[models]'` (transformers,
@@ -22,13 +23,24 @@ dynamic axis (`dynamic_shapes` for dynamo, `dynamic_axes` for torchscript): GPT-
 sequence, and a decoder step (one new token) whose key/value cache of `past` positions is an input.
 Their npz holds the inputs and onnxruntime's outputs at several sizes, keyed `SYMBOL=N/NAME` and
 `SYMBOL=N/output:NAME` (`seq=7/input_ids`).
+
+The quantized fixtures (`QUANTIZED`, in tests/fixtures/models/quantized/, written by `--quantized` or named
+in `--only`) are single-operator models built with onnx.helper (DequantizeLinear, QuantizeLinear,
+DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, com.microsoft MatMulNBits and GatherBlockQuantized)
+and three whole models quantized by onnxruntime's own quantizers: the 2-layer GPT-2 decoder step by
+MatMulNBitsQuantizer, GPT2Model by quantize_dynamic with int8 and with uint8 weights. Their npz also holds,
+keyed `value:NAME`, every input and output of a quantized operator that is neither a graph input nor a graph
+output, from a second session that returns them (onnxruntime fuses some of these operators when nothing
+else reads their outputs). The semantics they were checked against: docs/reference/quantized-onnx.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import io
+import logging
 import sys
 import zipfile
 import zlib
@@ -538,12 +550,13 @@ def run_onnxruntime(model_bytes: bytes, feeds: dict[str, np.ndarray], threads: i
 
 
 def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """np.savez with fixed timestamps (numpy stamps each member with the current time)."""
+    """np.savez with fixed timestamps (numpy stamps each member with the current time); a scalar stays a
+    scalar (np.ascontiguousarray would make it 1-D)."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for key, value in arrays.items():
             member = io.BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(value), allow_pickle=False)
+            np.lib.format.write_array(member, np.asarray(value, order="C"), allow_pickle=False)
             info = zipfile.ZipInfo(key + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             z.writestr(info, member.getvalue())
@@ -574,18 +587,398 @@ def write_fixture(out: Path, name: str, exporter: str, size: Size) -> str:
     return f"{stem}: {len(data):,} bytes, {len(model.graph.node)} nodes, ops {' '.join(ops)}"
 
 
+# -- quantized operators: (ModelProto, {key prefix: feeds}, a note) from a seeded generator ------------------
+
+
+QUANTIZED_OPS = ("DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul",
+                 "MatMulNBits", "GatherBlockQuantized")
+
+
+def integer_type(name: str):
+    """The numpy type of `u8`, `i8`, `int4` or `uint4` (the 4-bit ones are ml_dtypes', which onnx requires)."""
+    import ml_dtypes
+
+    return {"u8": np.uint8, "i8": np.int8, "int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4}[name]
+
+
+def random_integers(rng: np.random.Generator, name: str, shape) -> np.ndarray:
+    """Integers drawn uniformly from the whole range of type `name`."""
+    low, high = {"u8": (0, 256), "i8": (-128, 128), "int4": (-8, 8), "uint4": (0, 16)}[name]
+    return rng.integers(low, high, shape).astype(integer_type(name))
+
+
+def random_scales(rng: np.random.Generator, shape) -> np.ndarray:
+    return (0.005 + 0.045 * rng.random(shape)).astype(np.float32)
+
+
+def onnx_graph_model(nodes, inputs: dict, outputs: dict, initializers: dict):
+    """A ModelProto at opset 21 and IR version 10 (int4, uint4 and blocked quantization need both), with
+    com.microsoft 1 where a node is in that domain: `inputs` and `initializers` {name: example array},
+    `outputs` {name: numpy type} (shapes left to the runtime)."""
+    from onnx import helper, numpy_helper
+
+    def info(name, dtype, shape):
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape)
+
+    graph = helper.make_graph(nodes, "g", [info(k, v.dtype, v.shape) for k, v in inputs.items()],
+                              [info(k, t, None) for k, t in outputs.items()],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()])
+    opsets = [helper.make_opsetid("", 21)]
+    if any(n.domain == "com.microsoft" for n in nodes):
+        opsets.append(helper.make_opsetid("com.microsoft", 1))
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="tools/export_models.py")
+    model.ir_version = 10
+    return model
+
+
+@contextlib.contextmanager
+def quiet():
+    """Logging silenced (onnxruntime's quantizers log every node at INFO, and quantize_dynamic warns on the
+    root logger that the model was not pre-processed)."""
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def dequantize_linear_case(rng, dtype: str, axis: int | None = None, block: int = 0, zero_point: bool = True,
+                           shape=(64, 96)):
+    """A bare DequantizeLinear of a constant weight (the model's output is the dequantized tensor): per tensor
+    (axis None), per axis, or in blocks of `block` along `axis`."""
+    from onnx import helper
+
+    if axis is None:
+        params = ()
+    elif block:
+        params = tuple(-(-d // block) if i == axis else d for i, d in enumerate(shape))
+    else:
+        params = (shape[axis],)
+    inits = {"x": random_integers(rng, dtype, shape), "x_scale": random_scales(rng, params)}
+    if zero_point:
+        inits["x_zero_point"] = random_integers(rng, dtype, params)
+    attrs = {} if axis is None else {"axis": axis, **({"block_size": block} if block else {})}
+    node = helper.make_node("DequantizeLinear", list(inits), ["y"], **attrs)
+    return onnx_graph_model([node], {}, {"y": np.float32}, inits), {"": {}}, ""
+
+
+def quantize_linear_case(rng, dtype: str, axis: int | None = None, zero_point: bool = True, shape=(8, 64)):
+    """QuantizeLinear of an input. Per tensor, the scale is 1/32 and the input has exact ties (halves of the
+    scale) and values beyond the type's range; per axis, random scales."""
+    from onnx import helper
+
+    params = () if axis is None else (shape[axis],)
+    if axis is None:
+        scale = np.array(1 / 32, np.float32)
+        x = (np.rint(rng.standard_normal(shape) * 2 * 100) / 2 / 32).astype(np.float32)  # many k + 0.5
+        x.flat[:4] = [1e3, -1e3, 300.0, -300.0]
+    else:
+        scale = random_scales(rng, params)
+        x = (rng.standard_normal(shape) * 2).astype(np.float32)
+    inits = {"y_scale": scale}
+    if zero_point:
+        inits["y_zero_point"] = random_integers(rng, dtype, params) // 4  # near the middle: both ends saturate
+        if dtype == "u8":
+            inits["y_zero_point"] += 96
+    attrs = {} if axis is None else {"axis": axis}
+    node = helper.make_node("QuantizeLinear", ["x", *inits], ["y"], **attrs)
+    out = integer_type(dtype) if zero_point else np.uint8
+    return onnx_graph_model([node], {"x": x}, {"y": out}, inits), {"": {"x": x}}, ""
+
+
+def dynamic_quantize_linear_case(rng, positive: bool = False):
+    """DynamicQuantizeLinear of an input f32[4, 64]: values of both signs, or all positive (the range
+    always includes 0, so the zero point is then 0)."""
+    from onnx import helper
+
+    x = (rng.standard_normal((4, 64)) * 1.5 + (3 if positive else 0.5)).astype(np.float32)
+    if positive:
+        x = np.abs(x) + np.float32(0.25)
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "y_scale", "y_zero_point"])
+    model = onnx_graph_model([node], {"x": x}, {"y": np.uint8, "y_scale": np.float32, "y_zero_point": np.uint8}, {})
+    return model, {"": {"x": x}}, ""
+
+
+def matmul_integer_case(rng, b_type: str, b_zero_point: bool):
+    """MatMulInteger of u8 activations [5, 64] (an input) with a zero point, and a constant weight [64, 32] of
+    `b_type`, with a zero point per column if asked."""
+    from onnx import helper
+
+    a = random_integers(rng, "u8", (5, 64))
+    inits = {"b": random_integers(rng, b_type, (64, 32)), "a_zero_point": np.array(121, np.uint8)}
+    if b_zero_point:
+        inits["b_zero_point"] = random_integers(rng, b_type, (32,)) // 8 + (112 if b_type == "u8" else 0)
+    node = helper.make_node("MatMulInteger", ["a", "b", "a_zero_point", *(["b_zero_point"] if b_zero_point else [])],
+                            ["y"])
+    return onnx_graph_model([node], {"a": a}, {"y": np.int32}, inits), {"": {"a": a}}, ""
+
+
+def quantize_dynamic_matmul_case(rng, weight_type: str, per_channel: bool):
+    """What onnxruntime.quantization.quantize_dynamic makes of a MatMul of an input f32[5, 64] and a constant
+    weight [64, 32]: DynamicQuantizeLinear of the input, MatMulInteger with the quantized weight, Cast to
+    float and a Mul by the product of both scales."""
+    import tempfile
+
+    import onnx
+    from onnx import helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    x = rng.standard_normal((5, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 32)) / 8).astype(np.float32)
+    model = onnx_graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])], {"x": x}, {"y": np.float32}, {"w": w})
+    with tempfile.TemporaryDirectory() as tmp, quiet():
+        quantize_dynamic(model, Path(tmp) / "q.onnx", weight_type=QuantType[weight_type], per_channel=per_channel)
+        quantized = onnx.load(Path(tmp) / "q.onnx")
+    return quantized, {"": {"x": x}}, ""
+
+
+def qlinear_matmul_case(rng, a_type: str, b_type: str, per_column: bool):
+    """QLinearMatMul of activations [5, 64] (an input) and a constant weight [64, 32], the output of a's type;
+    b's scale and zero point per column if asked. y_scale is chosen so that few outputs saturate."""
+    from onnx import helper
+
+    a = random_integers(rng, a_type, (5, 64))
+    params = (32,) if per_column else ()
+    mid = {"u8": 128, "i8": 0}
+    inits = {"a_scale": np.array(0.02, np.float32), "a_zero_point": np.array(mid[a_type] + 3, integer_type(a_type)),
+             "b": random_integers(rng, b_type, (64, 32)), "b_scale": random_scales(rng, params) / 4,
+             "b_zero_point": (random_integers(rng, "i8", params).astype(np.int32) // 32 + mid[b_type]).astype(
+                 integer_type(b_type)),
+             "y_scale": np.array(0.25, np.float32), "y_zero_point": np.array(mid[a_type] - 5, integer_type(a_type))}
+    names = ["a", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"]
+    node = helper.make_node("QLinearMatMul", names, ["y"])
+    return onnx_graph_model([node], {"a": a}, {"y": integer_type(a_type)}, inits), {"": {"a": a}}, ""
+
+
+def matmul_nbits_case(rng, bits: int, k: int, block: int, zero_point: bool, accuracy: int, m: int, n: int = 96,
+                      flat: bool = False):
+    """A float MatMul of an input f32[m, k] and a weight [k, n] ~ N(0, 1/k) made a com.microsoft MatMulNBits by
+    onnxruntime's MatMulNBitsQuantizer (symmetric: no zero_points input; else asymmetric, with them).
+    `flat`: scales and zero points reshaped to one dimension, the other layout MatMulNBits accepts."""
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((k, n)) / k ** 0.5).astype(np.float32)
+    model = onnx_graph_model([helper.make_node("MatMul", ["a", "w"], ["y"])], {"a": a}, {"y": np.float32}, {"w": w})
+    with quiet():
+        quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=not zero_point,
+                                         accuracy_level=accuracy or None)
+        quantizer.process()
+    quantized = quantizer.model.model
+    if flat:
+        for init in quantized.graph.initializer:
+            if init.name.endswith(("_scales", "_zero_points")):
+                init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).reshape(-1), init.name))
+    return quantized, {"": {"a": a}}, ""
+
+
+def gather_block_quantized_case(rng, form: str, zero_point: bool):
+    """A Gather of rows of an embedding table f32[128, 64] by i64 ids [2, 5] (one negative) made a
+    com.microsoft GatherBlockQuantized (4 bits, blocks of 32 along the hidden axis) by onnxruntime's
+    MatMulNBitsQuantizer: symmetric without zero points (int4 data), asymmetric with them (uint4 data and
+    zero points). `form` u8: the same levels as uint8 with bits=4, two to a byte, the low nibble first (the
+    zero points packed likewise; without them, the int4 levels plus 8, the zero point uint8 data defaults to)."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    table = rng.standard_normal((128, 64)).astype(np.float32)
+    ids = rng.integers(0, 128, (2, 5)).astype(np.int64)
+    ids[1, 2] = -3
+    node = helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)
+    model = onnx_graph_model([node], {"ids": ids}, {"y": np.float32}, {"table": table})
+    with quiet():
+        quantizer = MatMulNBitsQuantizer(model, bits=4, block_size=32, is_symmetric=not zero_point,
+                                         op_types_to_quantize=("Gather",), quant_axes=(("Gather", 1),))
+        quantizer.process()
+    quantized = quantizer.model.model
+    if form == "u8":
+        (gather,) = quantized.graph.node
+        inits = {i.name: i for i in quantized.graph.initializer}
+        for name in gather.input:
+            if name in inits and inits[name].data_type in (TensorProto.INT4, TensorProto.UINT4):
+                levels = numpy_helper.to_array(inits[name]).astype(np.int32)
+                levels = (levels + 8 if inits[name].data_type == TensorProto.INT4 else levels).astype(np.uint8)
+                packed = levels[..., 0::2] | (levels[..., 1::2] << 4)
+                inits[name].CopyFrom(numpy_helper.from_array(packed, name))
+        gather.attribute.append(helper.make_attribute("bits", 4))
+    return quantized, {"": {"ids": ids}}, ""
+
+
+def gpt2_step_matmul_nbits(rng):
+    """The 2-layer GPT-2 decoder step of `decoder_step` at fixture size, exported by dynamo with the cache
+    length `past` dynamic, its Gemm made MatMul and Add by onnxruntime's replace_gemm_with_matmul (the
+    rewrite quantize_dynamic does itself; MatMulNBitsQuantizer quantizes MatMul only), then every MatMul with a
+    constant weight made a MatMulNBits by MatMulNBitsQuantizer (4 bits, block 32, symmetric: no zero points).
+    The float export is checked against torch eager at each stored past length."""
+    import torch
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    from onnxruntime.quantization.onnx_model import ONNXModel
+    from transformers import GPT2Model
+
+    name, s = "gpt2_step_2layers", SIZES["fixture"]
+    config = gpt2_config(s)
+    config.n_layer = 2
+    torch.manual_seed(seed_of(name))
+    model = GPT2Model(config)
+    randomize(model, seed_of(name))
+    module, inputs_at, axes, outputs = decoder_step(model, s, s.batch)
+    exported = export_dynamic(module, inputs_at(5, rng), axes, outputs, "dynamo", config.n_positions - 1)
+    ONNXModel(exported).replace_gemm_with_matmul()
+    float_bytes = exported.SerializeToString()
+    with quiet():
+        quantizer = MatMulNBitsQuantizer(exported, bits=4, block_size=32, is_symmetric=True)
+        quantizer.process()
+    quantized = quantizer.model.model
+    runs, worst = {}, 0.0
+    for n in (1, 7, 33):
+        inputs = inputs_at(n, rng)
+        with torch.no_grad():
+            want = [t.numpy() for t in module(*inputs.values())]
+        feeds = {k: v.numpy() for k, v in inputs.items()}
+        for r, w in zip(run_onnxruntime(float_bytes, feeds), want, strict=True):
+            np.testing.assert_allclose(r, w, rtol=1e-3, atol=1e-4, err_msg=f"{name} float export, past={n}")
+        got = run_onnxruntime(quantized.SerializeToString(), feeds)
+        worst = max(worst, max(float(np.abs(g - w).max()) for g, w in zip(got, want)))
+        runs[f"past={n}/"] = feeds
+    return quantized, runs, f"max |quantized - float| {worst:.3f}"
+
+
+def gpt2_model_quantize_dynamic(rng, weight_type: str):
+    """The fixture gpt2_model-dynamo (the same seeded GPT2Model, export and input ids) quantized by
+    onnxruntime.quantization.quantize_dynamic with `weight_type` weights (QInt8: symmetric int8, zero point 0;
+    QUInt8: asymmetric uint8), one scale a tensor."""
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    _, feeds, outputs, model = export_one("gpt2_model", "dynamo", SIZES["fixture"])
+    with tempfile.TemporaryDirectory() as tmp, quiet():
+        quantize_dynamic(model, Path(tmp) / "q.onnx", weight_type=QuantType[weight_type])
+        quantized = onnx.load(Path(tmp) / "q.onnx")
+    got = run_onnxruntime(quantized.SerializeToString(), feeds)
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got, outputs))
+    return quantized, {"": feeds}, f"max |quantized - float| {worst:.3f}"
+
+
+def quantized_cases() -> dict:
+    """name -> a builder of (the model, {key prefix: feeds}, a note) from a seeded generator."""
+    from functools import partial as p
+
+    cases = {}
+    for dtype, zero_point in (("u8", True), ("u8", False), ("i8", True), ("i8", False)):
+        cases[f"dequantize_linear-per_tensor-{dtype}{'' if zero_point else '-no_zero_point'}"] = p(
+            dequantize_linear_case, dtype=dtype, zero_point=zero_point)
+    for axis, dtype, zero_point in ((0, "i8", True), (0, "u8", False), (1, "u8", True), (1, "i8", False)):
+        cases[f"dequantize_linear-per_axis{axis}-{dtype}{'' if zero_point else '-no_zero_point'}"] = p(
+            dequantize_linear_case, dtype=dtype, axis=axis, zero_point=zero_point)
+    for axis in (0, 1):
+        for dtype in ("int4", "uint4", "i8", "u8"):
+            for zero_point in (True, False):
+                cases[f"dequantize_linear-blocked_axis{axis}-{dtype}{'' if zero_point else '-no_zero_point'}"] = p(
+                    dequantize_linear_case, dtype=dtype, axis=axis, block=32, zero_point=zero_point)
+    cases["dequantize_linear-blocked_axis1-int4-partial_block"] = p(  # the last block of each row partial
+        dequantize_linear_case, dtype="int4", axis=1, block=32, shape=(64, 80))
+    cases["quantize_linear-per_tensor-u8"] = p(quantize_linear_case, dtype="u8")
+    cases["quantize_linear-per_tensor-u8-no_zero_point"] = p(quantize_linear_case, dtype="u8", zero_point=False)
+    cases["quantize_linear-per_tensor-i8"] = p(quantize_linear_case, dtype="i8")
+    cases["quantize_linear-per_axis0-u8"] = p(quantize_linear_case, dtype="u8", axis=0)
+    cases["quantize_linear-per_axis1-i8"] = p(quantize_linear_case, dtype="i8", axis=1)
+    cases["dynamic_quantize_linear"] = p(dynamic_quantize_linear_case)
+    cases["dynamic_quantize_linear-positive"] = p(dynamic_quantize_linear_case, positive=True)
+    cases["matmul_integer-u8_i8-a_zero_point"] = p(matmul_integer_case, b_type="i8", b_zero_point=False)
+    cases["matmul_integer-u8_u8-zero_points"] = p(matmul_integer_case, b_type="u8", b_zero_point=True)
+    cases["matmul_integer-quantize_dynamic-qint8"] = p(quantize_dynamic_matmul_case, weight_type="QInt8",
+                                                       per_channel=False)
+    cases["matmul_integer-quantize_dynamic-quint8_per_channel"] = p(quantize_dynamic_matmul_case,
+                                                                    weight_type="QUInt8", per_channel=True)
+    cases["qlinear_matmul-u8_u8"] = p(qlinear_matmul_case, a_type="u8", b_type="u8", per_column=False)
+    cases["qlinear_matmul-u8_i8-per_column"] = p(qlinear_matmul_case, a_type="u8", b_type="i8", per_column=True)
+    cases["qlinear_matmul-i8_i8"] = p(qlinear_matmul_case, a_type="i8", b_type="i8", per_column=False)
+    # (bits, K, block, zero points, accuracy_level, rows of the activation)
+    for bits, k, block, zero_point, accuracy, m in (
+            (4, 128, 32, False, 0, 1), (4, 128, 32, True, 0, 5), (4, 128, 16, False, 0, 5), (4, 128, 16, True, 0, 1),
+            (4, 256, 128, True, 0, 1), (4, 256, 128, False, 0, 5), (4, 128, 32, False, 4, 1), (4, 128, 32, True, 4, 5),
+            (4, 256, 128, True, 4, 5), (4, 72, 32, True, 0, 5), (4, 72, 32, False, 4, 1),
+            (8, 128, 32, False, 0, 1), (8, 128, 32, True, 0, 5), (8, 128, 16, True, 0, 1), (8, 256, 128, False, 0, 5),
+            (8, 128, 32, True, 4, 1), (8, 72, 32, True, 0, 5)):
+        tag = f"{bits}bit-k{k}-block{block}{'-zp' if zero_point else ''}-acc{accuracy}-m{m}"
+        cases[f"matmul_nbits-{tag}"] = p(matmul_nbits_case, bits=bits, k=k, block=block, zero_point=zero_point,
+                                          accuracy=accuracy, m=m)
+    cases["matmul_nbits-4bit-k128-block32-zp-acc0-m5-flat_scales"] = p(
+        matmul_nbits_case, bits=4, k=128, block=32, zero_point=True, accuracy=0, m=5, flat=True)
+    cases["gather_block_quantized-int4"] = p(gather_block_quantized_case, form="int4", zero_point=False)
+    cases["gather_block_quantized-uint4-zp"] = p(gather_block_quantized_case, form="uint4", zero_point=True)
+    cases["gather_block_quantized-u8_bits4"] = p(gather_block_quantized_case, form="u8", zero_point=False)
+    cases["gather_block_quantized-u8_bits4-zp"] = p(gather_block_quantized_case, form="u8", zero_point=True)
+    cases["gpt2_step_2layers-matmul_nbits-dynamo"] = p(gpt2_step_matmul_nbits)
+    cases["gpt2_model-quantize_dynamic_qint8-dynamo"] = p(gpt2_model_quantize_dynamic, weight_type="QInt8")
+    cases["gpt2_model-quantize_dynamic_quint8-dynamo"] = p(gpt2_model_quantize_dynamic, weight_type="QUInt8")
+    return cases
+
+
+QUANTIZED = quantized_cases()
+
+
+def watched_values(model) -> list[str]:
+    """The inputs and outputs of the model's quantized operators that are neither graph inputs, graph outputs
+    nor initializers, in the order the nodes name them."""
+    known = {i.name for i in model.graph.initializer} | {v.name for v in model.graph.input}
+    known |= {v.name for v in model.graph.output} | {""}
+    names = [t for n in model.graph.node if n.op_type in QUANTIZED_OPS for t in (*n.input, *n.output)]
+    return list(dict.fromkeys(t for t in names if t not in known))
+
+
+def write_quantized_fixture(out: Path, name: str) -> str:
+    """NAME.onnx and its npz: each run's inputs, onnxruntime's outputs and the watched values."""
+    import copy
+
+    from onnx import helper
+
+    model, runs, note = QUANTIZED[name](np.random.default_rng(seed_of(name)))
+    strip_metadata(model)
+    data = model.SerializeToString()
+    watched = watched_values(model)
+    instrumented = copy.deepcopy(model)
+    instrumented.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in watched)
+    arrays = {}
+    for prefix, feeds in runs.items():
+        outputs = run_onnxruntime(data, feeds)
+        arrays |= {f"{prefix}{k}": v for k, v in feeds.items()}
+        arrays |= {f"{prefix}output:{o.name}": v for o, v in zip(model.graph.output, outputs)}
+        if watched:
+            values = run_onnxruntime(instrumented.SerializeToString(), feeds)[len(model.graph.output):]
+            arrays |= {f"{prefix}value:{t}": v for t, v in zip(watched, values)}
+    (out / f"{name}.onnx").write_bytes(data)
+    save_npz(out / f"{name}.npz", arrays)
+    ops = sorted({n.op_type for n in model.graph.node})
+    return (f"quantized/{name}: {len(data):,} bytes, {len(model.graph.node)} nodes, ops {' '.join(ops)}"
+            + (f"; {note}" if note else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", choices=sorted(SIZES), default="fixture")
     ap.add_argument("-o", "--out", type=Path, default=FIXTURES)
-    ap.add_argument("--only", help="comma-separated model names (default: all)")
+    ap.add_argument("--only", help="comma-separated model names (default: all, or all quantized with --quantized)")
     ap.add_argument("--exporters", default=",".join(EXPORTERS))
+    ap.add_argument("--quantized", action="store_true",
+                    help="write the quantized fixtures (QUANTIZED, always at fixture size) into OUT/quantized")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    names = args.only.split(",") if args.only else list(MODELS) + list(DYNAMIC)
+    names = args.only.split(",") if args.only else list(QUANTIZED) if args.quantized else list(MODELS) + list(DYNAMIC)
     (args.out / "dynamic").mkdir(exist_ok=True)
     failed = 0
     for name in names:
+        if name in QUANTIZED:
+            (args.out / "quantized").mkdir(exist_ok=True)
+            try:
+                print(write_quantized_fixture(args.out / "quantized", name), flush=True)
+            except Exception as err:  # report every fixture that fails, then exit 1
+                failed += 1
+                print(f"{name}: FAILED: {type(err).__name__}: {str(err)[:2000]}", flush=True)
+            continue
         for exporter in args.exporters.split(","):
             try:
                 if name in DYNAMIC:
