@@ -20,8 +20,15 @@ a step reads every weight once (the token embedding table once more, as the tied
 cache, so its time is at least (weight bytes + cache bytes) / read bandwidth, the bandwidth a C read
 loop draws from a 512 MiB array with the same thread count, measured in each round (`read_bandwidth`).
 
+The quantized variants (--quantized, both by default): the same export through onnxruntime's own
+quantizers, `4-bit` (MatMulNBitsQuantizer: 4 bits, blocks of 32, symmetric, after Gemm is made
+MatMul) and `int8` (quantize_dynamic), each run by stitch (its import of that model) and by
+onnxruntime; their tokens are compared with stitch's of the same model, their bound counts the
+model's own weight bytes.
+
 Needs torch (`pip install torch==2.13.0`, the CPU build) and `pip install '.[models]'`. Run:
 python3 bench/decode.py [--layers 2,12] [--threads 1,2] [--tokens 128] [--prompt 16] [--rounds 3] [--no-compile]
+                        [--quantized 4-bit,int8]
 """
 
 from __future__ import annotations
@@ -64,6 +71,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--prompt", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
+    ap.add_argument("--quantized", default="4-bit,int8",
+                    help="quantized variants to run beside f32 (stitch and onnxruntime on the same model): 4-bit "
+                         "(MatMulNBitsQuantizer, block 32, symmetric), int8 (quantize_dynamic); '' for none")
     return ap.parse_args()
 
 
@@ -166,6 +176,38 @@ def export(step, layers: int, example: list) -> bytes:
     return program.model_proto.SerializeToString()
 
 
+def quantize(model: bytes, kind: str) -> bytes:
+    """The exported step quantized by onnxruntime's own tools: `4-bit` MatMulNBitsQuantizer (4 bits, blocks
+    of 32 along K, symmetric) after replace_gemm_with_matmul (it quantizes MatMul only, and GPT-2's
+    projections export as Gemm); `int8` quantize_dynamic (int8 weights, activations quantized per call)."""
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    from onnxruntime.quantization.onnx_model import ONNXModel
+
+    proto = onnx.load_from_string(model)
+    if kind == "4-bit":
+        ONNXModel(proto).replace_gemm_with_matmul()
+        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=32, is_symmetric=True)
+        quantizer.process()
+        return quantizer.model.model.SerializeToString()
+    assert kind == "int8", kind
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save(proto, f"{tmp}/f32.onnx")
+        quantize_dynamic(f"{tmp}/f32.onnx", f"{tmp}/int8.onnx", weight_type=QuantType.QInt8)
+        return open(f"{tmp}/int8.onnx", "rb").read()
+
+
+def initializer_bytes(model: bytes) -> int:
+    """The bytes of a model's weights a step reads: every initializer but the position table (one row read)."""
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    return sum(onnx.numpy_helper.to_array(t).nbytes for t in proto.graph.initializer if "wpe" not in t.name)
+
+
 def prefill(lm, prompt: int):
     """(the last prompt token, every layer's cache of the prompt's other tokens) by torch eager."""
     import numpy as np
@@ -193,8 +235,9 @@ def generate(step_fn, token: int, cache: list, tokens: int) -> tuple[list[int], 
     return out, times
 
 
-def engines(step, model: bytes, layers: int, threads: int, with_compile: bool, compiled):
-    """name -> step function (ids, cache arrays) -> (logits, *present arrays), all numpy."""
+def engines(step, model: bytes, layers: int, threads: int, with_compile: bool, compiled, variants: dict):
+    """name -> step function (ids, cache arrays) -> (logits, *present arrays), all numpy. `variants`:
+    kind -> the quantized model (stitch's compile of it in `compiled` under "stitch KIND")."""
     import numpy as np
     import torch
 
@@ -237,7 +280,18 @@ def engines(step, model: bytes, layers: int, threads: int, with_compile: bool, c
            "torch eager": torch_step(step)}
     if with_compile:
         out["torch.compile"] = torch_step(compiled["torch.compile"])
+    for kind, quantized in variants.items():
+        out[f"stitch {kind}"] = _stitch_step(*compiled[f"stitch {kind}"], inputs)
+        out[f"onnxruntime {kind}"] = _ort_step(onnxruntime_session(quantized, threads), inputs)
     return out
+
+
+def _stitch_step(program, imported, inputs: list[str]):
+    return lambda ids, cache: program(**{imported.inputs[k]: v for k, v in zip(inputs, [ids, *cache])})
+
+
+def _ort_step(session, inputs: list[str]):
+    return lambda ids, cache: session(dict(zip(inputs, [ids, *cache])))
 
 
 def call_overhead(program, feeds: dict, calls: int = 2000) -> float:
@@ -304,6 +358,21 @@ def main() -> int:
         mean_past = args.prompt - 1 + (args.tokens - 1) / 2
         cache_bytes = 2 * layers * HEADS * mean_past * (HIDDEN // HEADS) * 4
         step_bytes = weight_bytes + cache_bytes
+        variants, bytes_of, same_as = {}, {}, {}  # quantized kind -> model; engine -> its bytes; -> its reference
+        for kind in [k for k in args.quantized.split(",") if k]:
+            variants[kind] = quantize(model, kind)
+            start = time.perf_counter()
+            try:
+                q = import_onnx(variants[kind])
+                compiled[f"stitch {kind}"] = (stitch.compile(q.text, weights=q.weights), q)
+            except Exception as err:  # a variant stitch cannot take yet: said, and the rest still run
+                print(f"(stitch {kind}: not run: {type(err).__name__}: {str(err).splitlines()[0][:300]})")
+                del variants[kind]
+                continue
+            compile_s[f"stitch {kind}"] = time.perf_counter() - start
+            for engine in (f"stitch {kind}", f"onnxruntime {kind}"):
+                bytes_of[engine] = initializer_bytes(variants[kind]) + cache_bytes
+                same_as[engine] = f"stitch {kind}"
         for threads in [int(t) for t in args.threads.split(",")]:
             torch.set_num_threads(threads)
             stitch.set_num_threads(threads)
@@ -315,26 +384,31 @@ def main() -> int:
                     fn(torch.tensor([[token]]), *[torch.from_numpy(np.concatenate([c, c[:, :, :1]], 2)) for c in cache])
                 compiled["torch.compile"] = fn
                 compile_s["torch.compile"] = time.perf_counter() - start
-            fns = engines(step, model, layers, threads, not args.no_compile, compiled)
+            fns = engines(step, model, layers, threads, not args.no_compile, compiled, variants)
             for fn in fns.values():  # warm: one step each
                 fn(np.array([[token]], np.int64), cache)
             steps: dict[str, list[float]] = {k: [] for k in fns}
             tokens: dict[str, list[int]] = {}
-            bounds = []
+            bandwidths = []
             for _ in range(args.rounds):
-                bounds.append(step_bytes / probe.bandwidth(threads))
+                bandwidths.append(probe.bandwidth(threads))
                 for name, fn in fns.items():
                     got, times = generate(fn, token, cache, args.tokens)
                     tokens.setdefault(name, got)
                     steps[name].append(statistics.median(times))
-            bound_ms = statistics.median(bounds) * 1e3
+            bandwidth = statistics.median(bandwidths)
             for name in fns:
                 ms = statistics.median(steps[name]) * 1e3
-                first = next((i for i, (a, b) in enumerate(zip(tokens[name], tokens["stitch"])) if a != b), None)
+                reference = same_as.get(name, "stitch")
+                first = next((i for i, (a, b) in enumerate(zip(tokens[name], tokens[reference])) if a != b), None)
                 same = "yes" if first is None else f"no: first differs at token {first}"
+                if reference != "stitch":
+                    same += f" (as {reference}'s)"
                 cs = compile_s.get(name)
+                read = bytes_of.get(name, step_bytes)
+                bound_ms = read / bandwidth * 1e3
                 print(f"| {layers} | {threads} | {name} | {'-' if cs is None else f'{cs:.1f}'} | {ms:.2f} | "
-                      f"{1e3 / ms:.0f} | {step_bytes / 1e9:.3f} | {bound_ms:.2f} | {bound_ms / ms:.2f} | {same} |",
+                      f"{1e3 / ms:.0f} | {read / 1e9:.3f} | {bound_ms:.2f} | {bound_ms / ms:.2f} | {same} |",
                       flush=True)
         feeds = dict(zip(names(layers)[0], [np.array([[token]], np.int64), *cache]))
         overhead = call_overhead(program, {imported.inputs[k]: v for k, v in feeds.items()})
