@@ -12,6 +12,7 @@ from .onnx_builder import FOLD_LIMIT, NOT_FOLDED, Builder, Known, Node, Unsuppor
 from .onnx_math import MATH_CONVERTERS
 from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
 from .onnx_nn import NN_CONVERTERS
+from .onnx_quantized import MICROSOFT_CONVERTERS
 from .onnx_shapes import RULES, shape_rule
 
 CONVERTERS = {**MATH_CONVERTERS, **NN_CONVERTERS, **MOVEMENT_CONVERTERS}
@@ -19,8 +20,12 @@ CONVERTERS = {**MATH_CONVERTERS, **NN_CONVERTERS, **MOVEMENT_CONVERTERS}
 
 def translate(b: Builder, proto, ins: list[Value | None]) -> list[Value]:
     """The output values of one node: evaluated now when its inputs are all known, else emitted."""
+    if proto.domain == "com.microsoft" and proto.op_type in MICROSOFT_CONVERTERS:
+        node = Node(proto, b.opset)
+        return MICROSOFT_CONVERTERS[proto.op_type](b, node, ins)
     if proto.domain not in ("", "ai.onnx"):
-        raise Unsupported("op", f"op domain '{proto.domain}' (stitch imports the default ONNX domain)")
+        raise Unsupported("op", f"op domain '{proto.domain}' (stitch imports the default ONNX domain and "
+                                f"com.microsoft's {', '.join(MICROSOFT_CONVERTERS)})")
     node = Node(proto, b.opset)
     check_schema(node, ins)
     convert = CONVERTERS.get(node.op_type)
@@ -77,6 +82,8 @@ def check_schema(node: Node, ins: list[Value | None]) -> None:
 
 
 def is_supported(proto) -> bool:
+    if proto.domain == "com.microsoft":
+        return proto.op_type in MICROSOFT_CONVERTERS
     return proto.domain in ("", "ai.onnx") and (proto.op_type in CONVERTERS or proto.op_type in RULES)
 
 
