@@ -39,7 +39,9 @@ def _nibbles(b: Builder, packed, n: int, count: int, hint: str):
     wide = b.op("reshape", [packed], hint, shape=(n, count // 2, 1))
     wide = b.op("broadcast_to", [wide], hint, shape=(n, count // 2, 2))
     wide = b.op("reshape", [wide], hint, shape=(n, count))
-    position = b.op("iota", [], hint, shape=(n, count), axis=1, dtype="i32")
+    # the shift of a position, one row broadcast over the columns: shared by every weight of this K, it is
+    # K bytes if a schedule makes it a tensor (nibble_dot.py reads the pattern, not the values)
+    position = b.op("iota", [], hint, shape=(1, count), axis=1, dtype="i32")
     shift = b.op("cast", [b.op("mul", [b.op("bitand", [position, _const(1)], hint), _const(4)], hint)], hint,
                  dtype="u8")
     return b.op("bitand", [b.op("shr", [wide, shift], hint), _const(15)], hint)
