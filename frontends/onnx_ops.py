@@ -12,10 +12,13 @@ from .onnx_builder import FOLD_LIMIT, NOT_FOLDED, Builder, Known, Node, Unsuppor
 from .onnx_math import MATH_CONVERTERS
 from .onnx_movement import MOVEMENT_CONVERTERS, NUMPY_FOLDERS
 from .onnx_nn import NN_CONVERTERS
+from .onnx_quant import QUANT_CONVERTERS, QUANT_MICROSOFT_CONVERTERS
 from .onnx_quantized import MICROSOFT_CONVERTERS
 from .onnx_shapes import RULES, shape_rule
 
-CONVERTERS = {**MATH_CONVERTERS, **NN_CONVERTERS, **MOVEMENT_CONVERTERS}
+CONVERTERS = {**MATH_CONVERTERS, **NN_CONVERTERS, **MOVEMENT_CONVERTERS, **QUANT_CONVERTERS}
+MICROSOFT_CONVERTERS = {**MICROSOFT_CONVERTERS, **QUANT_MICROSOFT_CONVERTERS}
+NOT_FOLDED.update(QUANT_CONVERTERS)  # a quantized weight stays packed: never dequantized at import time
 
 
 def translate(b: Builder, proto, ins: list[Value | None]) -> list[Value]:
