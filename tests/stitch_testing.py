@@ -54,6 +54,7 @@ from stitch.engine.ir.program import (
 from stitch.targets import cpu
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"  # the .ir programs every stage runs
+QUANTIZED = Path(__file__).resolve().parent / "fixtures" / "models" / "quantized"  # tools/export_models.py --quantized
 HAVE_CC = cpu.compiler() is not None
 needs_cc = pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
 
@@ -637,3 +638,18 @@ def dim_args(path) -> list[str]:
     graph = next(iter(check_program(parse_file(path)).values()))
     return [a for name, n in example_sizes(graph).items() for a in ("--dim", f"{name}={n}")]
 
+
+def quantized_fixture(stem: str):
+    """(the ONNX model, {run: {name: array}}) of a quantized fixture: inputs by name, onnxruntime's
+    outputs as `output:NAME`, its quantized operators' other values as `value:NAME`; a run is the npz
+    key's prefix (`past=7` of `past=7/NAME`, '' for none). Needs onnx."""
+    import numpy as np
+    import onnx
+
+    model = onnx.load(QUANTIZED / f"{stem}.onnx")
+    runs: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(QUANTIZED / f"{stem}.npz") as data:
+        for key in data.files:
+            run, _, name = key.rpartition("/")
+            runs.setdefault(run, {})[name] = data[key]
+    return model, runs

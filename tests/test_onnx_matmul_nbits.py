@@ -5,31 +5,18 @@ compiled and run on both targets against onnxruntime's recorded outputs; the wei
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import stitch
 from stitch.engine.ir.interp import evaluate
-from stitch_testing import needs_cc
+from stitch_testing import QUANTIZED, needs_cc, quantized_fixture
 
 onnx = pytest.importorskip("onnx")
 from quantized_reference import matmul_nbits  # noqa: E402
 from stitch.frontends.onnx_import import import_onnx  # noqa: E402
 
-QUANTIZED = Path(__file__).resolve().parent / "fixtures" / "models" / "quantized"
 CASES = sorted(p.stem for p in QUANTIZED.glob("matmul_nbits-*.onnx"))
 STEP = "gpt2_step_2layers-matmul_nbits-dynamo"
-
-
-def load(stem: str):
-    model = onnx.load(QUANTIZED / f"{stem}.onnx")
-    runs: dict[str, dict[str, np.ndarray]] = {}
-    with np.load(QUANTIZED / f"{stem}.npz") as data:
-        for key in data.files:
-            run, _, name = key.rpartition("/")
-            runs.setdefault(run, {})[name] = data[key]
-    return model, runs
 
 
 def accuracy_level(model) -> int:
@@ -47,7 +34,7 @@ def test_matmul_nbits_matches_onnxruntime(stem, target, tmp_path):
     """At accuracy_level 0 within 2e-6 of the output's scale (onnxruntime sums in f32 in its own order);
     at 4 onnxruntime quantizes the activations and stitch does not: there stitch matches the reference
     computed with f32 activations, and onnxruntime within 1.5% of the scale."""
-    model, runs = load(stem)
+    model, runs = quantized_fixture(stem)
     imported = import_onnx(model)
     weights = {name: np.asarray(w) for name, w in imported.weights.items()}
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
@@ -78,7 +65,7 @@ def test_matmul_nbits_matches_onnxruntime(stem, target, tmp_path):
 def test_the_four_bit_weight_is_imported_packed():
     """The program's weights are B's bytes as stored (half a byte an element) and the scales: no
     unpacked or dequantized copy, and the reference interpreter computes onnxruntime's outputs from them."""
-    model, runs = load("matmul_nbits-4bit-k128-block32-acc0-m1")
+    model, runs = quantized_fixture("matmul_nbits-4bit-k128-block32-acc0-m1")
     imported = import_onnx(model)
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     dtypes = sorted(str(np.asarray(w).dtype) for w in imported.weights.values())

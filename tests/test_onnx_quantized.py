@@ -22,7 +22,6 @@ are float sums: the dequantized weight's MatMul and the GPT-2 models, whose f32 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,25 +40,13 @@ from quantized_reference import (  # noqa: E402
 from stitch.engine.ir.check import check_program  # noqa: E402
 from stitch.engine.ir.interp import evaluate  # noqa: E402
 from stitch.frontends.onnx_import import OnnxImportError, import_onnx  # noqa: E402
-from stitch_testing import needs_cc  # noqa: E402
+from stitch_testing import QUANTIZED, needs_cc, quantized_fixture  # noqa: E402
 
-QUANTIZED = Path(__file__).resolve().parent / "fixtures" / "models" / "quantized"
 STEMS = sorted(p.stem for p in QUANTIZED.glob("*.onnx"))
 WHOLE_MODELS = [s for s in STEMS if s.startswith("gpt2")]
 SINGLE = [s for s in STEMS if s not in WHOLE_MODELS and not s.startswith("matmul_nbits")]
 RTOL, ATOL = 1e-3, 1e-4  # the GPT-2 models' float parts, as tests/test_onnx_models.py
 RNG = np.random.default_rng(7)
-
-
-def load_fixture(stem: str):
-    """(the model, {run: {name: array}}): inputs by name, onnxruntime's outputs as `output:NAME`."""
-    model = onnx.load(QUANTIZED / f"{stem}.onnx")
-    runs: dict[str, dict[str, np.ndarray]] = {}
-    with np.load(QUANTIZED / f"{stem}.npz") as data:
-        for key in data.files:
-            run, _, name = key.rpartition("/")
-            runs.setdefault(run, {})[name] = data[key]
-    return model, runs
 
 
 def interpret(imported, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -307,7 +294,7 @@ CASES = hand_built()
 
 
 def test_the_fixtures_are_there():
-    ops = {n.op_type for s in SINGLE for n in load_fixture(s)[0].graph.node}
+    ops = {n.op_type for s in SINGLE for n in quantized_fixture(s)[0].graph.node}
     assert ops >= {"DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul",
                    "GatherBlockQuantized"}, ops
     assert len(SINGLE) >= 43 and len(WHOLE_MODELS) == 3
@@ -318,7 +305,7 @@ def test_every_fixture_matches_onnxruntime_on_the_interpreter(stem):
     """Bit for bit but for float sums: the GPT-2 models at tests/test_onnx_models.py's tolerance (measured
     7.2e-7; their integer products are exact on both sides), MatMulNBits within 2e-6 of the output's scale
     at accuracy_level 0 and 1.5% at 4 (onnxruntime rounds the activations to int8 there, stitch does not)."""
-    model, runs = load_fixture(stem)
+    model, runs = quantized_fixture(stem)
     imported = import_onnx(model)
     level = max((a.i for n in model.graph.node for a in n.attribute if a.name == "accuracy_level"), default=0)
     for run, arrays in runs.items():
@@ -402,7 +389,7 @@ def merged(parts: list[tuple[str, object, dict, list]]):
 def parts() -> list[tuple[str, object, dict, list, float]]:
     out = []
     for stem in SINGLE:
-        model, runs = load_fixture(stem)
+        model, runs = quantized_fixture(stem)
         (arrays,) = runs.values()
         feeds = {i.name: arrays[i.name] for i in model.graph.input}
         out.append((stem, model, feeds, [arrays[f"output:{o.name}"] for o in model.graph.output], 0.0))
@@ -434,7 +421,7 @@ def test_quantize_dynamic_gpt2_compiles(stem, request, tmp_path):
     embedding's Gather and DequantizeLinear) on cpu: 10 s each, so with --long only."""
     if not request.config.getoption("long"):
         pytest.skip("compiles a whole model (--long)")
-    model, runs = load_fixture(stem)
+    model, runs = quantized_fixture(stem)
     imported = import_onnx(model)
     program = stitch.compile(imported.text, weights=imported.weights, target="cpu", cache_dir=tmp_path)
     for arrays in runs.values():
@@ -450,7 +437,7 @@ def test_quantize_dynamic_gpt2_compiles(stem, request, tmp_path):
 def test_the_weights_are_the_stored_bytes(stem):
     """No float weight of the data's size (the dequantized tensor is computed where it is read, never at
     import), and a 4-bit initializer is one u8 weight holding its raw bytes as stored."""
-    model, _ = load_fixture(stem)
+    model, _ = quantized_fixture(stem)
     imported = import_onnx(model)
     data = next(t for t in model.graph.initializer if t.name == model.graph.node[0].input[0])
     size = int(np.prod(data.dims))

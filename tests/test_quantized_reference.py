@@ -14,8 +14,6 @@ Needs numpy and onnx only; a fixture that is not there is skipped.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -23,8 +21,9 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import helper, numpy_helper  # noqa: E402
 from quantized_reference import evaluate_node  # noqa: E402
+from stitch_testing import QUANTIZED, quantized_fixture  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "models" / "quantized"
+FIXTURES = QUANTIZED
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.onnx"))
 QUANTIZED_OPS = {"DequantizeLinear", "QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul",
                  "MatMulNBits", "GatherBlockQuantized"}
@@ -43,14 +42,8 @@ def load(name: str):
     """(the model, its initializers, {key prefix: the npz's arrays of that prefix, the prefix removed})."""
     if not (FIXTURES / f"{name}.npz").exists():
         pytest.skip(f"{name}.npz is not there")
-    model = onnx.load(FIXTURES / f"{name}.onnx")
+    model, runs = quantized_fixture(name)
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    runs: dict[str, dict[str, np.ndarray]] = {}
-    with np.load(FIXTURES / f"{name}.npz") as data:
-        for key in data.files:
-            head, _, rest = key.partition("/")
-            prefix, rest = (head, rest) if "=" in head else ("", key)  # `past=7/NAME` or `NAME`
-            runs.setdefault(prefix, {})[rest] = data[key]
     return model, inits, runs
 
 
