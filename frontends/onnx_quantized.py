@@ -17,34 +17,9 @@ level-4 ones by its activation rounding, about 1% of the output's scale).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..engine.ir.program import FLOAT_DTYPES
-from .onnx_builder import Builder, Known, Unsupported, invalid
-
-
-def _const(value) -> Known:
-    return Known(np.asarray(value))
-
-
-def _per_block(b: Builder, x, n: int, blocks: int, block: int, hint: str):
-    """[n, blocks] -> [n, blocks * block], each block's value repeated along it (an index map)."""
-    x = b.op("reshape", [x], hint, shape=(n, blocks, 1))
-    x = b.op("broadcast_to", [x], hint, shape=(n, blocks, block))
-    return b.op("reshape", [x], hint, shape=(n, blocks * block))
-
-
-def _nibbles(b: Builder, packed, n: int, count: int, hint: str):
-    """u8 [n, count / 2] two 4-bit values a byte, the low one first -> u8 [n, count], one a byte."""
-    wide = b.op("reshape", [packed], hint, shape=(n, count // 2, 1))
-    wide = b.op("broadcast_to", [wide], hint, shape=(n, count // 2, 2))
-    wide = b.op("reshape", [wide], hint, shape=(n, count))
-    # the shift of a position, one row broadcast over the columns: shared by every weight of this K, it is
-    # K bytes if a schedule makes it a tensor (nibble_dot.py reads the pattern, not the values)
-    position = b.op("iota", [], hint, shape=(1, count), axis=1, dtype="i32")
-    shift = b.op("cast", [b.op("mul", [b.op("bitand", [position, _const(1)], hint), _const(4)], hint)], hint,
-                 dtype="u8")
-    return b.op("bitand", [b.op("shr", [wide, shift], hint), _const(15)], hint)
+from .onnx_builder import Builder, Unsupported, invalid
+from .onnx_quant import const, spread, unpack
 
 
 def convert_matmul_nbits(b: Builder, node, ins):
@@ -70,23 +45,23 @@ def convert_matmul_nbits(b: Builder, node, ins):
         raise invalid(f"MatMulNBits' scales must be {dt} [{n * blocks}], got {b.type_of(scales)}")
     hint = node.out
     flat = b.op("reshape", [packed], hint, shape=(n, padded * bits // 8))
-    q = _nibbles(b, flat, n, padded, hint) if bits == 4 else flat
+    q = unpack(b, flat, (n, padded), 4, hint) if bits == 4 else flat
     levels = b.op("cast", [q], hint, dtype=dt)
     if zero is None:
-        offset = _const(float(2 ** (bits - 1)))
+        offset = const(float(2 ** (bits - 1)))
     elif b.type_of(zero).dtype == dt:  # zero points of the scales' dtype: one a block, as they are
-        offset = _per_block(b, b.op("reshape", [zero], hint, shape=(n, blocks)), n, blocks, block, hint)
+        offset = spread(b, b.op("reshape", [zero], hint, shape=(n, blocks)), (n, padded), 1, block, "zero point", hint)
     elif b.type_of(zero).dtype == "u8":
         per_column = (blocks + 1) // 2 * 2 if bits == 4 else blocks
         zq = b.op("reshape", [zero], hint, shape=(n, per_column * bits // 8))
         if bits == 4:
-            zq = _nibbles(b, zq, n, per_column, hint)
+            zq = unpack(b, zq, (n, per_column), 4, hint)
             if per_column != blocks:
                 zq = b.emit("slice", [zq], hint, axes=(1,), starts=(0,), ends=(blocks,))
-        offset = _per_block(b, b.op("cast", [zq], hint, dtype=dt), n, blocks, block, hint)
+        offset = spread(b, b.op("cast", [zq], hint, dtype=dt), (n, padded), 1, block, "zero point", hint)
     else:
         raise invalid(f"MatMulNBits' zero points must be u8 or {dt}, got {b.type_of(zero)}")
-    scale = _per_block(b, b.op("reshape", [scales], hint, shape=(n, blocks)), n, blocks, block, hint)
+    scale = spread(b, b.op("reshape", [scales], hint, shape=(n, blocks)), (n, padded), 1, block, "scales", hint)
     w = b.op("mul", [b.op("sub", [levels, offset], hint), scale], hint)
     if padded != k:
         w = b.emit("slice", [w], hint, axes=(1,), starts=(0,), ends=(k,))
