@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...engine.ir.interp import ELEMENTWISE, np_dtype
-from ...engine.schedule.index import FloorDiv, Indirect, Ix, Mod
+from ...engine.schedule.index import Ix, indirect
+from ...lowering.execute import TileRun
 from ...lowering.loops import Accumulate, For, IndexValue, Lit, Load, Op, index_vars, loads
 from .dot import one_row_product
 from .emit import KernelWriter
@@ -120,8 +120,8 @@ def _runs(w: KernelWriter, ld: Load, k: For, per_element: int) -> bool:
     """The load's element moves one place per `per_element` steps of k, from wherever it starts."""
     ks = np.arange(k.extent, dtype=np.int64)
     flat = w.flat_index(ld.buffer, ld.index)
-    at = _values(flat, {k.var: ks})
-    return at is not None and np.array_equal(np.broadcast_to(at - _values(flat, {k.var: 0}), ks.shape),
+    at = _values(flat, k.var, ks)
+    return at is not None and np.array_equal(np.broadcast_to(at - _values(flat, k.var, 0), ks.shape),
                                              ks // per_element)
 
 
@@ -141,9 +141,9 @@ def _block_invariant(w: KernelWriter, e, k: For) -> bool:
     ks = np.arange(k.extent, dtype=np.int64)
     for ld in loads(e):
         flat = w.flat_index(ld.buffer, ld.index)
-        values = _values(flat, {k.var: ks})
+        values = _values(flat, k.var, ks)
         if values is None or not np.array_equal(np.broadcast_to(values, ks.shape),
-                                                np.broadcast_to(_values(flat, {k.var: ks - ks % BLOCK}), ks.shape)):
+                                                np.broadcast_to(_values(flat, k.var, ks - ks % BLOCK), ks.shape)):
             return False
     return all(isinstance(x, (Load, Lit, Op)) for x in _leaves(e))
 
@@ -158,40 +158,23 @@ def _leaves(e):
             yield x
 
 
-def _values(ix: Ix, env: dict):
-    """`ix` with the axes in `env` at their values (arrays broadcast) and every other axis at 0;
-    None where it reads a tensor (a gather)."""
-    total = ix.const
-    for t, c in ix.terms:
-        if isinstance(t, str):
-            total = total + c * env.get(t, 0)
-        elif isinstance(t, (FloorDiv, Mod)):
-            inner = _values(t.x, env)
-            if inner is None:
-                return None
-            total = total + c * (inner // t.d if isinstance(t, FloorDiv) else inner % t.d)
-        else:
-            assert isinstance(t, Indirect)
-            return None
-    return total
+def _values(ix: Ix, k: str, at):
+    """`ix` at k = `at` (an array of positions, or one), every other loop variable at 0, as the numpy
+    executor evaluates an index (lowering/execute.py); None where it reads a tensor (a gather)."""
+    if indirect(ix):
+        return None
+    return TileRun({}, set()).index(ix, {v: 0 for v in index_vars(ix)} | {k: at}, {})
 
 
 def _evaluate(e, var: str, ks: np.ndarray):
-    """An expression of literals and positions along `var` (an iota) at every k; None where it
-    reads memory."""
-    if isinstance(e, Lit):
-        return np.asarray(e.value, dtype=np_dtype(e.dtype))
-    if isinstance(e, IndexValue):
-        if set(index_vars(e.ix)) - {var}:
-            return None
-        return np.asarray(_values(e.ix, {var: ks})).astype(np_dtype(e.dtype))
-    if isinstance(e, Op):
-        args = [_evaluate(a, var, ks) for a in e.args]
-        if any(a is None for a in args):
-            return None
-        with np.errstate(all="ignore"):
-            return ELEMENTWISE[e.op](args, np_dtype(e.dtype))
-    return None
+    """An expression of literals and positions along `var` (an iota) at every k, as the numpy executor
+    evaluates it; None where it reads memory or another loop's position."""
+    if any(True for _ in loads(e)) or any(isinstance(x, IndexValue) and index_vars(x.ix) - {var} for x in _leaves(e)):
+        return None
+    if not all(isinstance(x, (Lit, IndexValue)) for x in _leaves(e)):
+        return None
+    with np.errstate(all="ignore"):
+        return TileRun({}, set()).expr(e, {var: ks}, {})
 
 
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
