@@ -101,3 +101,39 @@ def test_the_weight_is_read_packed(tmp_path):
     loops = print_loops(stitch.compile(text, weights=values, cache_dir=tmp_path).loops)
     assert loops.startswith("program f(x: f32[1, 256], b: u8[40, 128], s: f32[40, 8]) -> out0\n  bound b, s\n"), loops
     assert "f_bind" not in loops and "pack" not in loops, loops
+
+
+def two_products(k: int, n1: int, n2: int) -> str:
+    """Two 4-bit products of the same K, each with its weight's own nibble shift: the e-graph makes the
+    two shifts (an iota's cone) one value."""
+    body = []
+    for name, n in (("a", n1), ("b", n2)):
+        body.append(f"""  {name}w = reshape(broadcast_to(reshape({name}, shape=[{n}, {k // 2}, 1]), shape=[{n}, {k // 2}, 2]),
+               shape=[{n}, {k}])
+  {name}q = bitand(shr({name}w, cast(mul(bitand(iota(shape=[1, {k}], axis=1), 1), 4), dtype=u8)), 15)
+  {name}s = reshape(broadcast_to(reshape({name}s_, shape=[{n}, {k // 32}, 1]), shape=[{n}, {k // 32}, 32]),
+               shape=[{n}, {k}])
+  {name}y = matmul(x, transpose(mul(sub(cast({name}q, dtype=f32), 8.0), {name}s), perm=[1, 0]))""")
+    return (f"func f(x: f32[1, {k}], a: u8[{n1}, {k // 2}], as_: f32[{n1}, {k // 32}], b: u8[{n2}, {k // 2}], "
+            f"bs_: f32[{n2}, {k // 32}]) -> (f32[1, {n1}], f32[1, {n2}]) {{\n" + "\n".join(body)
+            + "\n  return ay, by\n}\n")
+
+
+def test_a_shift_two_products_share_stays_in_each(tmp_path):
+    """The schedule neither stores nor holds a value computed from indices alone (search.py's
+    INDEX_ONLY_INLINE): held once for both products (the cost model's marginally cheaper answer),
+    neither would take the recognizer, which reads the shift as an expression of k."""
+    text = two_products(256, 48, 20)
+    program = stitch.compile(text, cache_dir=tmp_path)
+    graph = program.graph
+    for kernel in program.compiled.schedule.kernels:
+        for inst in kernel.instances:
+            if inst.key in kernel.index_only:
+                assert inst.hold.value == "inline", (inst.node.op, inst.hold)
+    values = weights(graph, 3)
+    x = {"x": values.pop("x")}
+    bound = stitch.compile(text, weights=values, cache_dir=tmp_path)
+    if AVX512:
+        source = bound.native.source_path.read_text()
+        assert len(re.findall(r"st_k \+= 32", source)) >= 4, source  # each product's groups of columns and its last
+    assert differences(bound(**x), evaluate(graph, x | values), graph) == []

@@ -278,6 +278,17 @@ class Kernel:
                 out.setdefault(inst.gathered, inst.key)
         return out
 
+    @cached_property
+    def index_only(self) -> frozenset[int]:
+        """The instances computed from indices and literals alone (an iota's cone, read no tensor):
+        two kernels computing one are not joined by it (merge.py), each recomputes it."""
+        out: set[int] = set()
+        for inst in self.ordered():
+            if inst.node.op == "iota" or (inst.operands and inst.node.op not in ("param", "gather") and all(
+                    ref.kind is RefKind.CONST or (ref.held and ref.key in out) for ref in inst.operands)):
+                out.add(inst.key)
+        return frozenset(out)
+
     def inlined(self, key: int) -> list[int]:
         """`key` and the instances its expression computes inline (through inline operands, each once)."""
         seen: dict[int, None] = {}

@@ -71,7 +71,8 @@ def _joins(kernels: list[Kernel]) -> list[tuple[int, int]]:
     first: dict[str, int] = {}
     joins = []
     for i, k in enumerate(kernels):
-        for cid in dict.fromkeys(inst.cid for inst in k.instances if inst.node.op not in ("param", "const")):
+        for cid in dict.fromkeys(inst.cid for inst in k.instances
+                                 if inst.node.op not in ("param", "const") and inst.key not in k.index_only):
             j = first.setdefault(cid, i)
             if j != i:
                 joins.append((j, i))

@@ -72,6 +72,14 @@ RANK_LAST = 9  # above every other rank of either table
 RANK_INJECTIVE = {Placement.GLOBAL: 0, Placement.INLINE: 0, Placement.LOCAL: 1, Placement.SHARED: 2}
 RANK_OTHER = {Placement.GLOBAL: 0, Placement.LOCAL: 0, Placement.SHARED: 1, Placement.INLINE: RANK_LAST}
 assert set(RANK_INJECTIVE) == set(RANK_OTHER) == set(Placement)
+# A value computed from indices and literals alone (an iota's cone) is read inline everywhere, as an
+# index map is: it reads no memory, so holding or storing it saves only its index arithmetic, and
+# inline its readers see it as an expression of their loop variables. A 4-bit weight's nibble shift,
+# `(k % 2) * 4`, is one value every product of the same K shares; held once (the model's marginally
+# cheaper answer) each product falls back to plain loops, 20-30x slower than the one-row product
+# that unpacks the nibbles in registers (targets/c/nibble_dot.py), which needs the shift as an
+# expression of k.
+INDEX_ONLY_INLINE = True
 
 
 @dataclass
@@ -117,6 +125,7 @@ class Space:
         self.params = {cid for cid, nodes in data.classes.items() if nodes[0].op == "param"}
         self.outputs = {self.value_of(root) for root in data.roots}
         self.twice = self._computed_twice()  # classes that may be computed in two instances
+        self.index_only = self._index_only()
         self.options: dict[str, list[ENode]] = {cid: self._narrow(cid) for cid in self.value_classes}
         self.form_cache: dict[tuple, Kernel] = {}
         self.price_cache: dict[Kernel, KernelCost] = {}
@@ -206,9 +215,48 @@ class Space:
         types = self.data.types
         return cid in types and value in types and math.prod(types[value].shape) < math.prod(types[cid].shape)
 
+    def _index_only(self) -> set[str]:
+        """The value classes computed from indices and literals alone (an iota's cone: a 4-bit weight's
+        shift `(k % 2) * 4`, a causal mask's `i >= j`): every e-node reads no tensor."""
+        out: set[str] = set()
+        grew = True
+        while grew:
+            grew = False
+            for cid in self.value_classes:
+                if cid in out:
+                    continue
+                nodes = self.data.classes[cid]
+                if all(n.op in ("iota", "const") or (n.op != "param" and is_injective(n.op) and n.children
+                                                     and all(self.edge(c).value in out or self.is_literal(c)
+                                                             for c in n.children))
+                       for n in nodes):
+                    out.add(cid)
+                    grew = True
+        # (a literal is read as its placement says: only the values computed from one are narrowed)
+        return {cid for cid in out if any(n.op != "const" for n in self.data.classes[cid])}
+
+    def is_literal(self, child: str) -> bool:
+        return all(n.op == "const" for n in self.data.classes[self.edge(child).value])
+
+    def _inline_only(self, node: ENode) -> bool:
+        """Whether `node` reads every index-only value inline (the policy's INDEX_ONLY_INLINE)."""
+        return all(edge.placement is Placement.INLINE or edge.value not in self.index_only
+                   for edge in map(self.edge, node.children))
+
+    def start_signature(self, node: ENode) -> tuple:
+        """The signature of the option standing for `node` (a start the tree extraction chose): its own,
+        with an index-only value fused where the narrowing keeps only that (INDEX_ONLY_INLINE)."""
+        op, attrs, edges = self.signature(node)
+        if INDEX_ONLY_INLINE:
+            edges = tuple((is_global and value not in self.index_only, value) for is_global, value in edges)
+        return op, attrs, edges
+
     def _narrow(self, cid: str) -> list[ENode]:
         best: dict[tuple, ENode] = {}
-        for n in self.data.classes[cid]:
+        nodes = self.data.classes[cid]
+        if INDEX_ONLY_INLINE:
+            nodes = [n for n in nodes if self._inline_only(n)] or nodes
+        for n in nodes:
             op, attrs, edges = self.signature(n)
             kinds = tuple(kind if self.keeps_placement(cid, n, value) else None
                           for kind, value in map(self.edge, n.children))
@@ -377,7 +425,7 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
         for n in opts:
             table.setdefault(space.signature(n), []).append(n)
         by_sig[cid] = table
-    values = {cid: by_sig[cid][space.signature(start[cid])][0] for cid in space.value_classes if cid in start}
+    values = {cid: by_sig[cid][space.start_signature(start[cid])][0] for cid in space.value_classes if cid in start}
     unfused = space.full_choice(values)
     fused = space.full_choice(_most_fused(space, values))
     # priced first (kernels cached by their contents), so only the start taken is built as a state
@@ -614,7 +662,8 @@ class _State:
             inputs = set()
             for r in group:
                 k = per_root[r]
-                values |= {inst.cid for inst in k.instances if inst.node.op not in ("param", "const")}
+                values |= {inst.cid for inst in k.instances
+                           if inst.node.op not in ("param", "const") and inst.key not in k.index_only}
                 inputs |= {rd.cid for rd in k.reads if rd.shared}
             grown = False
             for i, k in enumerate(self.kernels):
