@@ -169,10 +169,16 @@ def packed_operand(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
             return ()
     elif not right.inline:
         return ()  # held on chip over its own axes
-    if read_along_sum(kernel, inst, columns):
+    if read_along_sum(kernel, inst, columns) or one_row(kernel, inst):
         return ()
     axes = index_axes(inst.operand_index[1])
     return tuple(a for a in axes if a not in columns) + tuple(a for a in axes if a in columns)
+
+
+def one_row(kernel: Kernel, inst: Instance) -> bool:
+    """Whether matmul `inst` makes one row (its rows' axes, if any, of extent 1): it reads each
+    element of its right operand once, so a packed copy would only add a write and a read."""
+    return len(inst.index) >= 2 and all(kernel.extents.get(a, 1) == 1 for a in inst.index[-2].axes())
 
 
 def read_along_sum(kernel: Kernel, inst: Instance, columns: tuple[str, ...]) -> bool:
@@ -182,7 +188,7 @@ def read_along_sum(kernel: Kernel, inst: Instance, columns: tuple[str, ...]) -> 
     by its last index (`q . k^T`) and a packed 4-bit weight read a byte per two positions
     (`b[n, k // 2]`) with its block's scale (`s[n, k // 32]`): targets/c/dot.py and
     targets/c/nibble_dot.py sum each column along its run."""
-    if len(inst.index) < 2 or any(kernel.extents.get(a, 1) != 1 for a in inst.index[-2].axes()):
+    if not one_row(kernel, inst):
         return False
     summed = inst.operand_index[1][-2]
     axes = tuple(summed.axes())
