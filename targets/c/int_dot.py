@@ -1,0 +1,155 @@
+"""A product of one row in 32-bit integers whose right operand is a weight of bytes read along the
+columns: each pair of k one AVX-512 VNNI instruction per 16 columns (a STATEMENTS recognizer).
+
+    for k reduce { for j { C[.., j] += A(k) * cast(B(k, j), i32) } }
+
+B is an i8 or u8 weight contiguous along j (MatMulInteger's [K, N], what onnxruntime's
+quantize_dynamic writes), A an i32 value of k alone (the activation quantized per call, less its zero
+point), C an i32 accumulator contiguous along j. Written plainly, every element is a widening, a
+32-bit multiply and an add, with C loaded and stored for each k. Here, where every A(k) fits in 16
+bits (checked first, over the K values: a u8 activation less its zero point does), two rows of B are
+widened to 16 bits and interleaved, and `vpdpwssd` adds both rows' products into 16 columns' sums
+at once; C is touched once per group of columns. Integer sums wrap as the loops' do, in any order:
+the result is the loops' bit for bit. Where A does not fit, or the machine has no VNNI, the loops
+run as written.
+
+Where it applies is the plan's choice (engine/schedule/kernel.py, `one_row`: the operand of a
+product of one row is not packed); tests/test_c_int_dot.py holds it to its plain-loop twin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...lowering.loops import Accumulate, For, Load, Op, loads
+from ...lowering.matmul import affine, contiguous_in, expr_uses, uses_var
+from .emit import KernelWriter
+
+HALF = 32  # columns of one 16-bit widening of 32 bytes: two sums of 16 columns
+GROUP = 4  # halves side by side: 128 columns, 8 accumulators, two cache lines of each row
+ROWS = 1024  # rows of B per block (even): A's pairs for a block on the stack, 4 KB
+# unpacklo/hi_epi16 interleave within 128-bit lanes: the low sum's dword i is column 8*(i//4) + i%4 of
+# the 32, the high sum's 8*(i//4) + 4 + i%4; these put columns 0..15 and 16..31 back in order
+_ORDER = [[(16 if (c % 8) >= 4 else 0) + 4 * (c // 8) + c % 4 for c in range(lo, lo + 16)] for lo in (0, 16)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    k: For
+    j: For
+    acc: Accumulate
+    a: object  # A(k): i32, no j
+    b: Op  # cast(the bytes, i32)
+    taken: int = 1
+
+
+def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
+    if w.vector_bytes < 64:
+        return None
+    k = stmts[at]
+    if not (isinstance(k, For) and k.kind == "reduce" and len(k.body) == 1 and isinstance(k.extent, int)):
+        return None
+    j = k.body[0]
+    if not (isinstance(j, For) and len(j.body) == 1 and isinstance(j.body[0], Accumulate)
+            and isinstance(j.extent, int) and j.extent >= HALF):
+        return None
+    acc = j.body[0]
+    v = acc.value
+    if not (acc.op == "sum" and w.buffers[acc.buffer].dtype == "i32" and isinstance(v, Op) and v.op == "mul"
+            and len(v.args) == 2 and v.dtype == "i32"):
+        return None
+    if not (contiguous_in(acc.index, j.var) and not uses_var(acc.index, k.var) and all(affine(ix) for ix in acc.index)):
+        return None
+    if acc.buffer in {ld.buffer for ld in loads(v)}:
+        return None
+    for a, b in (v.args, v.args[::-1]):
+        if expr_uses(a, j.var) or not (isinstance(b, Op) and b.op == "cast" and b.dtype == "i32"):
+            continue
+        src = b.args[0]
+        if (isinstance(src, Load) and w.buffers[src.buffer].dtype in ("i8", "u8") and contiguous_in(src.index, j.var)
+                and all(affine(ix) for ix in src.index) and _dtype(w, a) == "i32"):
+            return Plan(k, j, acc, a, b)
+    return None
+
+
+def _dtype(w: KernelWriter, e) -> str | None:
+    if isinstance(e, Load):
+        return w.buffers[e.buffer].dtype
+    return getattr(e, "dtype", None)
+
+
+def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
+    """The range check of A, then groups of GROUP halves of columns, one half at a time, and the columns
+    left over as written; the loops as written where A does not fit in 16 bits."""
+    k, j = plan.k, plan.j
+    n_k, n_j = k.extent, j.extent
+    target = w.access(plan.acc.buffer, plan.acc.index)
+    a_one = w.expr(plan.a)
+    src = plan.b.args[0]
+    b_one = w.expr(plan.b)
+    ctype = "int8_t" if w.buffers[src.buffer].dtype == "i8" else "uint8_t"
+    widen = "_mm512_cvtepi8_epi16" if ctype == "int8_t" else "_mm512_cvtepu8_epi16"
+    p = pad + "  "
+
+    def row(at_k: str, at_j: str) -> str:
+        return f"({{ const int64_t {k.var} = {at_k}, {j.var} = {at_j}; (const {ctype} *)&{w.access(src.buffer, src.index)}; }})"
+
+    def plain(first: str, q: str) -> list[str]:
+        return [f"{q}for (int64_t {k.var} = 0; {k.var} < {n_k}; ++{k.var}) {{",
+                f"{q}  const int32_t st_a = {a_one};",
+                f"{q}  for (int64_t {j.var} = {first}; {j.var} < {n_j}; ++{j.var}) {target} += st_a * {b_one};",
+                f"{q}}}"]
+
+    def group(halves: int, q: str) -> list[str]:
+        """The columns st_j .. st_j + HALF * halves - 1 over the block's rows, added into C."""
+        sums = [f"c{h}{s}" for h in range(halves) for s in "lh"]
+        out = [f"{q}__m512i {', '.join(f'{c} = _mm512_setzero_si512()' for c in sums)};",
+               f"{q}for (int64_t st_k = st_k0; st_k < st_k1; st_k += 2) {{",
+               f"{q}  const __m512i st_pair = _mm512_set1_epi32(st_pairs[(st_k - st_k0) / 2]);",
+               f"{q}  const {ctype} *st_r0 = {row('st_k', 'st_j')};",
+               f"{q}  const {ctype} *st_r1 = st_k + 1 < {n_k} ? {row('st_k + 1', 'st_j')} : st_r0;"]
+        for h in range(halves):
+            out += [f"{q}  {{ const __m512i x = {widen}(_mm256_loadu_si256((const __m256i *)(st_r0 + {HALF * h})));",
+                    f"{q}    const __m512i y = {widen}(_mm256_loadu_si256((const __m256i *)(st_r1 + {HALF * h})));",
+                    f"{q}    c{h}l = _mm512_dpwssd_epi32(c{h}l, _mm512_unpacklo_epi16(x, y), st_pair);",
+                    f"{q}    c{h}h = _mm512_dpwssd_epi32(c{h}h, _mm512_unpackhi_epi16(x, y), st_pair); }}"]
+        out.append(f"{q}}}")
+        for h in range(halves):
+            for part, order in enumerate(_ORDER):
+                idx = ", ".join(str(i) for i in reversed(order))
+                out += [f"{q}{{ const int64_t {j.var} = st_j + {HALF * h + 16 * part}; int32_t *st_c = &{target};",
+                        f"{q}  _mm512_storeu_si512(st_c, _mm512_add_epi32(_mm512_loadu_si512(st_c), "
+                        f"_mm512_permutex2var_epi32(c{h}l, _mm512_set_epi32({idx}), c{h}h))); }}"]
+        return out
+
+    w.lines.append(f"{pad}{{ int st_fits = 1;")
+    w.lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {n_k}; ++{k.var}) {{ const int32_t st_a = {a_one}; "
+                   f"st_fits &= (st_a >= -32768) & (st_a <= 32767); }}")
+    w.lines.append("#if defined(__AVX512VNNI__) && defined(__AVX512BW__)")
+    w.lines.append(f"{pad}if (st_fits) {{")
+    # A's pairs made once per block of ROWS rows, not once per group of columns (blocks of 8-64 rows,
+    # to keep B's rows in the nearest cache from group to group, measured no faster)
+    w.lines.append(f"{p}for (int64_t st_k0 = 0; st_k0 < {n_k}; st_k0 += {ROWS}) {{")
+    q = p + "  "
+    w.lines += [f"{q}const int64_t st_k1 = st_k0 + {ROWS} < {n_k} ? st_k0 + {ROWS} : {n_k};",
+                f"{q}int32_t st_pairs[{ROWS // 2}];  /* A's pairs of k as two 16-bit halves, the odd k's 0 past the end */",
+                f"{q}for (int64_t st_k = st_k0; st_k < st_k1; st_k += 2) {{",
+                f"{q}  int32_t st_a0, st_a1 = 0;",
+                f"{q}  {{ const int64_t {k.var} = st_k; st_a0 = {a_one}; }}",
+                f"{q}  if (st_k + 1 < {n_k}) {{ const int64_t {k.var} = st_k + 1; st_a1 = {a_one}; }}",
+                f"{q}  st_pairs[(st_k - st_k0) / 2] = (int32_t)((uint32_t)(uint16_t)st_a0 | ((uint32_t)(uint16_t)st_a1 << 16));",
+                f"{q}}}",
+                f"{q}int64_t st_j = 0;",
+                f"{q}for (; st_j + {HALF * GROUP} <= {n_j}; st_j += {HALF * GROUP}) {{"]
+    w.lines += group(GROUP, q + "  ")
+    w.lines.append(f"{q}}}")
+    w.lines.append(f"{q}for (; st_j + {HALF} <= {n_j}; st_j += {HALF}) {{")
+    w.lines += group(1, q + "  ")
+    w.lines.append(f"{q}}}")
+    w.lines.append(f"{p}}}")
+    w.lines += plain(f"{n_j - n_j % HALF}", p)
+    w.lines.append(f"{pad}}} else")
+    w.lines.append("#endif")
+    w.lines.append(f"{pad}{{")
+    w.lines += plain("0", p)
+    w.lines.append(f"{pad}}} }}")
