@@ -68,3 +68,17 @@ def test_the_recognizer_computes_what_the_plain_loops_compute(case, tmp_path, mo
         for program in (taken, plain):
             (got,) = program(**values)
             np.testing.assert_array_equal(got, reference[0], err_msg=case)
+
+
+def test_a_bound_weight_is_prefetched_block_by_block(tmp_path):
+    """A bound weight laid out tile by tile (lowering/bind.py) has its rows one after the other: the
+    next block of rows is prefetched, and the sums are still the reference's."""
+    text = quantized(77, 1280, "i8")
+    graph = stitch.compile(text, cache_dir=tmp_path).graph
+    values = inputs(graph, 5, 0)
+    weight = {"b": values.pop("b")}
+    bound = stitch.compile(text, weights=weight, cache_dir=tmp_path)
+    if AVX512:
+        assert "__builtin_prefetch(st_pf" in bound.native.source_path.read_text()
+    (got,) = bound(**values)
+    np.testing.assert_array_equal(got, evaluate(graph, values | weight)[0])
