@@ -499,6 +499,7 @@ class _State:
             return
         self.kernels: list[Kernel] = merged
         self.member = self._members()
+        self.kernel_of = {r: i for i, k in enumerate(self.kernels) for r in k.roots}
 
     def _readers(self) -> dict[str, list[str]]:
         """value -> the value classes reading it (any placement), over what the choice reaches."""
@@ -550,6 +551,7 @@ class _State:
         self.choice, self.roots, self.per_root, self.kernels = move.choice, move.roots, move.per_root, move.kernels
         self.readers = self._readers()
         self.member = self._members()
+        self.kernel_of = {r: i for i, k in enumerate(self.kernels) for r in k.roots}
 
     def try_fuse(self, producer: str, by_sig) -> bool:
         move = self.best_move(producer, by_sig)
@@ -622,10 +624,12 @@ class _State:
         choice, changed = trial
         space = self.space
         self.space.evaluated += 1
-        try:
-            roots, _, _ = find_roots(space.data, choice)
-        except CyclicChoice:
-            return None
+        roots = self._roots_after(choice, changed, producer)
+        if roots is None:
+            try:
+                roots, _, _ = find_roots(space.data, choice)
+            except CyclicChoice:
+                return None
         affected = set()
         for consumer in changed:
             affected |= self.member.get(consumer, set())
@@ -633,7 +637,8 @@ class _State:
         per_root = {r: (space.form(choice, r) if r in affected or r not in self.per_root else self.per_root[r])
                     for r in roots}
         # the merged kernels the move can change: those holding an affected root, closed over joins
-        touched = {i for i, k in enumerate(self.kernels) if any(r in affected or r not in per_root for r in k.roots)}
+        touched = {self.kernel_of[r] for r in affected if r in self.kernel_of}
+        touched |= {self.kernel_of[r] for r in self.roots if r not in per_root}
         group_roots = {r for i in touched for r in self.kernels[i].roots if r in per_root}
         stored = self._stored()
         group_roots |= {r for r in per_root if r not in stored}
@@ -650,6 +655,27 @@ class _State:
         if math.isnan(cost - old):
             return None
         return Move(cost - old, choice, roots, per_root, kernels)
+
+    def _roots_after(self, choice: Choice, changed: set[str], producer: str) -> list[str] | None:
+        """The roots of `choice`, a move from this state's choice that only fuses edges reading
+        `producer` (each changed consumer reads the same values, none through a new global edge): this
+        state's roots, less the producer where nothing reads it from global memory any more. The
+        values and their order are unchanged, so no walk of the program is needed (find_roots per
+        move made the search quadratic in the program). None where the move is not of that kind."""
+        edge = self.space.edge
+        for consumer in changed:
+            old, new = self.choice[consumer].children, choice[consumer].children
+            if len(old) != len(new):
+                return None
+            for a, b in zip(map(edge, old), map(edge, new)):
+                if a.value != b.value or (b.placement is Placement.GLOBAL and a.placement is not Placement.GLOBAL):
+                    return None
+        if producer not in self.roots or producer in self.outputs:
+            return self.roots
+        for consumer in dict.fromkeys(self.readers.get(producer, ())):
+            if any(e.value == producer and e.placement is Placement.GLOBAL for e in map(edge, choice[consumer].children)):
+                return self.roots
+        return [r for r in self.roots if r != producer]
 
     def _stored(self) -> set[str]:
         return {cid for k in self.kernels for cid in k.roots}
