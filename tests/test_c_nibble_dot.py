@@ -120,7 +120,7 @@ def two_products(k: int, n1: int, n2: int) -> str:
 
 
 def test_a_shift_two_products_share_stays_in_each(tmp_path):
-    """The schedule neither stores nor holds a value computed from indices alone (search.py's
+    """The schedule neither stores nor holds a value computed from indices alone (space.py's
     INDEX_ONLY_INLINE): held once for both products (the cost model's marginally cheaper answer),
     neither would take the recognizer, which reads the shift as an expression of k."""
     text = two_products(256, 48, 20)

@@ -1,0 +1,280 @@
+"""The narrowed space of a schedule search: each value class's options and kernel pricing with caches.
+
+Of the e-nodes of a class that compute the same op on the same values with the same kernel
+boundaries (which operands are `global`), narrowing keeps the one whose placements rank lowest,
+the cost model's dominant answer (search.py's module docstring says why); where the answer depends
+on more than the edge (`Space.keeps_placement`), every placement is kept for the search to price.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.memory import checkpoint
+from ..ir.ops import is_elementwise, is_injective
+from ..rewrite.egraph_data import Choice, EGraphData, ENode
+from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
+from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
+from .facts import FREE_OPS
+from .form import Edge, build_schedule, form_kernel
+from .kernel import CyclicChoice, Kernel, Schedule
+from .target import Target
+
+# -- the narrowing's policy ----------------------------------------------------------------
+
+# Narrowing keeps, of the e-nodes that differ only in how a fused operand is held, the one
+# whose placements rank lowest, edge by edge (the cost model's dominant answer, module
+# docstring). An injective producer is best recomputed where it is read (`inline`: no buffer,
+# one op per element read), then forwarded tile by tile (`local`), then held for the tile
+# (`shared`). Any other producer (a reduction, a matmul, an input) is best `local` or in
+# global memory (which only ties with a shared read of an input one class reads: that joins
+# no kernel), then `shared`; recomputing it at each use (`inline`, which only a user's rule
+# can ask for) would redo a whole reduction per element, so it ranks after everything.
+RANK_LAST = 9  # above every other rank of either table
+RANK_INJECTIVE = {Placement.GLOBAL: 0, Placement.INLINE: 0, Placement.LOCAL: 1, Placement.SHARED: 2}
+RANK_OTHER = {Placement.GLOBAL: 0, Placement.LOCAL: 0, Placement.SHARED: 1, Placement.INLINE: RANK_LAST}
+assert set(RANK_INJECTIVE) == set(RANK_OTHER) == set(Placement)
+# A value computed from indices and literals alone (an iota's cone) is read inline everywhere, as an
+# index map is: it reads no memory, so holding or storing it saves only its index arithmetic, and
+# inline its readers see it as an expression of their loop variables. A 4-bit weight's nibble shift,
+# `(k % 2) * 4`, is one value every product of the same K shares; held once (the model's marginally
+# cheaper answer) each product falls back to plain loops, 20-30x slower than the one-row product
+# that unpacks the nibbles in registers (targets/c/nibble_dot.py), which needs the shift as an
+# expression of k.
+INDEX_ONLY_INLINE = True
+
+
+class Space:
+    """The narrowed options of every value e-class, and kernel pricing with caches."""
+
+    def __init__(self, data: EGraphData, target: Target):
+        self.data = data
+        self.target = target
+        self.placement_choice: Choice = {}
+        self.value_classes: list[str] = []
+        for cid, nodes in data.classes.items():
+            if nodes[0].is_placement:
+                self.placement_choice[cid] = nodes[0]
+            else:
+                self.value_classes.append(cid)
+        # per class: which kinds of e-node it holds (True = injective); read for every edge while narrowing
+        self.kinds = {cid: frozenset(is_injective(n.op) for n in nodes) for cid, nodes in data.classes.items()}
+        # per class: whether an injective e-node of it does arithmetic (recomputing it costs ops)
+        self.computes = {cid: any(is_injective(n.op) and n.op not in FREE_OPS for n in nodes)
+                         for cid, nodes in data.classes.items()}
+        self.consumers = self._consumer_classes()
+        self.params = {cid for cid, nodes in data.classes.items() if nodes[0].op == "param"}
+        self.outputs = {self.value_of(root) for root in data.roots}
+        self.twice = self._computed_twice()  # classes that may be computed in two instances
+        self.index_only = self._index_only()
+        self.options: dict[str, list[ENode]] = {cid: self._narrow(cid) for cid in self.value_classes}
+        self.form_cache: dict[tuple, Kernel] = {}
+        self.price_cache: dict[Kernel, KernelCost] = {}
+        self.evaluated = 0
+
+    def value_of(self, cid: str) -> str:
+        """The value class a class stands for (a placement class's operand)."""
+        node = self.data.classes[cid][0]
+        return node.children[0] if node.is_placement else cid
+
+    def edge(self, child: str) -> Edge:
+        """The edge a placement class stands for (every operand of an e-node is one)."""
+        pnode = self.data.classes[child][0]
+        return Edge(PLACEMENT_OF_NAME[pnode.op], pnode.children[0])
+
+    def _consumer_classes(self) -> dict[str, set[str]]:
+        """For each value class, the classes with an e-node reading it."""
+        out: dict[str, set[str]] = {}
+        for cid in self.value_classes:
+            for n in self.data.classes[cid]:
+                for child in n.children:
+                    out.setdefault(self.edge(child).value, set()).add(cid)
+        return out
+
+    def is_global(self, placement: Placement, value: str) -> bool:
+        """A kernel boundary: a global edge, or a shared read of an input only one class reads."""
+        if placement is Placement.GLOBAL:
+            return True
+        return value in self.params and len(self.consumers.get(value, ())) < 2
+
+    def signature(self, node: ENode) -> tuple:
+        edges = tuple((self.is_global(*edge), edge.value) for edge in map(self.edge, node.children))
+        return node.op, node.attrs, edges
+
+    def rank(self, node: ENode) -> tuple:
+        out = []
+        for edge in map(self.edge, node.children):
+            injective = self.kinds[edge.value] == {True}
+            out.append((RANK_INJECTIVE if injective else RANK_OTHER)[edge.placement])
+        return tuple(out)
+
+    def keeps_placement(self, cid: str, node: ENode, value: str) -> bool:
+        """The edge from `value` into `node` (of class `cid`) keeps every placement apart, as the rank
+        decides nothing there: the producer's class mixes kinds of e-node (the best placement depends
+        on its choice), or it is injective arithmetic whose value is needed more than once per
+        element (an output, read by several classes, re-read by this one: a matmul's operand, a
+        broadcast one, or read by a class that may itself be computed twice), where holding it once
+        may beat recomputing it per read."""
+        if self.mixes_kinds(value):
+            return True
+        if not self.computes[value]:
+            return False
+        return (value in self.outputs or len(self.consumers.get(value, ())) > 1 or self._rereads(cid, node, value)
+                or cid in self.twice)  # (each instance of the consumer reads the edge)
+
+    def _computed_twice(self) -> set[str]:
+        """The classes that may be computed in two instances: an output another class reads (once as
+        its own root, once inline where it is read), a class read by several classes or re-read per
+        element of a larger consumer (a broadcast condition), and what any of them reads fused."""
+        twice = set()
+        for c in self.value_classes:
+            readers = len(self.consumers.get(c, ()))
+            if readers > 1 or (c in self.outputs and readers > 0):
+                twice.add(c)
+            for n in self.data.classes[c]:  # read again per element of a larger consumer
+                twice.update(edge.value for edge in map(self.edge, n.children) if self._rereads(c, n, edge.value))
+        stack = list(twice)
+        while stack:
+            for n in self.data.classes[stack.pop()]:
+                for child in n.children:
+                    edge = self.edge(child)
+                    if edge.placement is not Placement.GLOBAL and edge.value not in twice:
+                        twice.add(edge.value)
+                        stack.append(edge.value)
+        return twice
+
+    def mixes_kinds(self, value: str) -> bool:
+        """The class holds injective and other e-nodes: the best placement of its edges depends on
+        which is chosen."""
+        return len(self.kinds[value]) > 1
+
+    def _rereads(self, cid: str, node: ENode, value: str) -> bool:
+        if node.op == "matmul":
+            return True
+        if node.op != "broadcast_to" and not is_elementwise(node.op):
+            return False
+        types = self.data.types
+        return cid in types and value in types and math.prod(types[value].shape) < math.prod(types[cid].shape)
+
+    def _index_only(self) -> set[str]:
+        """The value classes computed from indices and literals alone (an iota's cone: a 4-bit weight's
+        shift `(k % 2) * 4`, a causal mask's `i >= j`): every e-node reads no tensor."""
+        out: set[str] = set()
+        grew = True
+        while grew:
+            grew = False
+            for cid in self.value_classes:
+                if cid in out:
+                    continue
+                nodes = self.data.classes[cid]
+                if all(n.op in ("iota", "const") or (n.op != "param" and is_injective(n.op) and n.children
+                                                     and all(self.edge(c).value in out or self.is_literal(c)
+                                                             for c in n.children))
+                       for n in nodes):
+                    out.add(cid)
+                    grew = True
+        # (a literal is read as its placement says: only the values computed from one are narrowed)
+        return {cid for cid in out if any(n.op != "const" for n in self.data.classes[cid])}
+
+    def is_literal(self, child: str) -> bool:
+        return all(n.op == "const" for n in self.data.classes[self.edge(child).value])
+
+    def _inline_only(self, node: ENode) -> bool:
+        """Whether `node` reads every index-only value inline (the policy's INDEX_ONLY_INLINE)."""
+        return all(edge.placement is Placement.INLINE or edge.value not in self.index_only
+                   for edge in map(self.edge, node.children))
+
+    def start_signature(self, node: ENode) -> tuple:
+        """The signature of the option standing for `node` (a start the tree extraction chose): its own,
+        with an index-only value fused where the narrowing keeps only that (INDEX_ONLY_INLINE)."""
+        op, attrs, edges = self.signature(node)
+        if INDEX_ONLY_INLINE:
+            edges = tuple((is_global and value not in self.index_only, value) for is_global, value in edges)
+        return op, attrs, edges
+
+    def _narrow(self, cid: str) -> list[ENode]:
+        best: dict[tuple, ENode] = {}
+        nodes = self.data.classes[cid]
+        if INDEX_ONLY_INLINE:
+            nodes = [n for n in nodes if self._inline_only(n)] or nodes
+        for n in nodes:
+            op, attrs, edges = self.signature(n)
+            kinds = tuple(kind if self.keeps_placement(cid, n, value) else None
+                          for kind, value in map(self.edge, n.children))
+            sig = (op, attrs, edges, kinds)
+            if sig not in best or self.rank(n) < self.rank(best[sig]):
+                best[sig] = n
+        # fewer global edges first: the exhaustive search meets fused schedules early
+        return sorted(best.values(), key=lambda n: (-sum(not g for g, _ in self.signature(n)[2]), self.rank(n)))
+
+    def space_size(self, cap: int) -> int:
+        """Points of the narrowed space, counting the classes some option reachable from the
+        roots reads (a value no output needs chooses nothing); stops counting above `cap`."""
+        size = 1
+        for cid in self.reachable():
+            size *= len(self.options[cid])
+            if size > cap:
+                return size
+        return size
+
+    def reachable(self) -> list[str]:
+        seen = dict.fromkeys(self.value_of(root) for root in self.data.roots)
+        stack = list(seen)
+        while stack:
+            for n in self.options[stack.pop()]:
+                for child in n.children:
+                    value = self.edge(child)[1]
+                    if value not in seen:
+                        seen[value] = None
+                        stack.append(value)
+        return list(seen)
+
+    def full_choice(self, values: Choice) -> Choice:
+        choice = dict(self.placement_choice)
+        choice.update(values)
+        return choice
+
+    # -- pricing -----------------------------------------------------------------
+
+    def walk_key(self, choice: Choice, root: str) -> tuple:
+        """What a root's kernel depends on: the e-nodes chosen for the values its walk reaches."""
+        seen: list[tuple[str, int]] = []
+        visited: set[str] = set()
+        stack = [root]
+        while stack:
+            cid = stack.pop()
+            if cid in visited:
+                continue
+            visited.add(cid)
+            node = choice[cid]
+            seen.append((cid, id(node)))
+            for child in node.children:
+                edge = self.edge(child)
+                if edge.placement is not Placement.GLOBAL:
+                    stack.append(edge.value)
+        return (root, tuple(seen))
+
+    def form(self, choice: Choice, root: str) -> Kernel:
+        key = self.walk_key(choice, root)
+        kernel = self.form_cache.get(key)
+        if kernel is None:
+            checkpoint("extraction (the schedule search)")
+            kernel = form_kernel(self.data, choice, root)
+            self.form_cache[key] = kernel
+        return kernel
+
+    def price_kernel(self, kernel: Kernel) -> KernelCost:
+        cost = self.price_cache.get(kernel)
+        if cost is None:
+            cost = kernel_cost(kernel, self.data.types, self.target)
+            self.price_cache[kernel] = cost
+        return cost
+
+    def price(self, choice: Choice) -> tuple[ScheduleCost | None, Schedule | None]:
+        self.evaluated += 1
+        try:
+            schedule = build_schedule(self.data, choice, form=lambda r: self.form(choice, r))
+        except CyclicChoice:
+            return None, None
+        costs = [self.price_kernel(k) for k in schedule.kernels]
+        return schedule_cost(schedule, self.target, costs), schedule
