@@ -263,6 +263,11 @@ class Kernel:
         return {a.name: a.kind for a in self.axes}
 
     @cached_property
+    def read_values(self) -> frozenset[str]:
+        """The global values it reads."""
+        return frozenset(r.cid for r in self.reads)
+
+    @cached_property
     def inputs(self) -> dict[str, list[Read]]:
         """The global values it reads, each with its reads, in first-read order."""
         out: dict[str, list[Read]] = {}

@@ -332,10 +332,9 @@ def order_kernels(kernels: list[Kernel], outputs: set[str]) -> list[Kernel]:
     """Kernels in an order where each runs after the kernels whose values it reads; a cycle among
     them (two kernels each reading what the other writes) denotes no runnable program."""
     writer = {cid: i for i, k in enumerate(kernels) for cid in k.roots}
-    deps = [{writer[r.cid] for r in k.reads if r.cid in writer and writer[r.cid] != i}
-            for i, k in enumerate(kernels)]
+    deps = [{writer[c] for c in k.read_values if c in writer and writer[c] != i} for i, k in enumerate(kernels)]
     for i, k in enumerate(kernels):
-        if any(writer.get(r.cid) == i for r in k.reads):
+        if any(writer.get(c) == i for c in k.read_values):
             raise CyclicChoice(k.root)
     order: list[int] = []
     state = [0] * len(kernels)

@@ -79,7 +79,10 @@ class Move:
     choice: Choice
     roots: list[str]  # the values that end a kernel
     per_root: dict[str, Kernel]  # each root's kernel, before merging
-    kernels: list[Kernel]  # the merged kernels, in run order
+    kernels: list[Kernel] | None  # the merged kernels, in run order (None: it does not pay, never taken)
+    same_values: bool = False  # it only fused edges: every value reads what it read before
+    removed: frozenset = frozenset()  # the merged kernels it replaces ...
+    added: tuple = ()  # ... by these
 
 
 def order_key(cost: ScheduleCost | None) -> tuple:
@@ -168,7 +171,7 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
         for n in opts:
             table.setdefault(space.signature(n), []).append(n)
         by_sig[cid] = table
-    values = {cid: by_sig[cid][space.start_signature(start[cid])][0] for cid in space.value_classes if cid in start}
+    values = {cid: space.start_option(cid, start[cid], by_sig[cid]) for cid in space.value_classes if cid in start}
     unfused = space.full_choice(values)
     fused = space.full_choice(_most_fused(space, values))
     # priced first (kernels cached by their contents), so only the start taken is built as a state
@@ -242,7 +245,31 @@ class _State:
             return
         self.kernels: list[Kernel] = merged
         self.member = self._members()
-        self.kernel_of = {r: i for i, k in enumerate(self.kernels) for r in k.roots}
+        self._index_kernels()
+
+    def _index_kernels(self) -> None:
+        """Which merged kernel writes each root, computes each value, reads each input shared: a move
+        looks up the kernels it touches (`_evaluate`, `_close`) instead of scanning them all."""
+        self.kernel_of: dict[str, Kernel] = {}
+        self.computed_in: dict[str, set[Kernel]] = {}
+        self.shared_in: dict[str, set[Kernel]] = {}
+        for k in self.kernels:
+            self._index(k, True)
+        self.position = {k: i for i, k in enumerate(self.kernels)}  # (the run order: sums in it)
+
+    def _index(self, k: Kernel, add: bool) -> None:
+        for r in k.roots:
+            if add:
+                self.kernel_of[r] = k
+            elif self.kernel_of.get(r) is k:
+                del self.kernel_of[r]
+        for table, cids in ((self.computed_in, {inst.cid for inst in k.instances}),
+                            (self.shared_in, {rd.cid for rd in k.reads if rd.shared})):
+            for cid in cids:
+                if add:
+                    table.setdefault(cid, set()).add(k)
+                else:
+                    table[cid].discard(k)
 
     def _readers(self) -> dict[str, list[str]]:
         """value -> the value classes reading it (any placement), over what the choice reaches."""
@@ -291,10 +318,25 @@ class _State:
         return best if best is not None and best.delta < 0 else None
 
     def take(self, move: Move) -> None:
+        old = self.per_root
         self.choice, self.roots, self.per_root, self.kernels = move.choice, move.roots, move.per_root, move.kernels
-        self.readers = self._readers()
-        self.member = self._members()
-        self.kernel_of = {r: i for i, k in enumerate(self.kernels) for r in k.roots}
+        if not move.same_values:
+            self.readers = self._readers()
+            self.member = self._members()
+        else:  # the values read are the same: only the re-formed roots' kernels change who computes what
+            for r, k in old.items():
+                if move.per_root.get(r) is not k:
+                    for inst in k.instances:
+                        self.member.get(inst.cid, set()).discard(r)
+            for r, k in move.per_root.items():
+                if old.get(r) is not k:
+                    for inst in k.instances:
+                        self.member.setdefault(inst.cid, set()).add(r)
+        for k in move.removed:
+            self._index(k, False)
+        for k in move.added:
+            self._index(k, True)
+        self.position = {k: i for i, k in enumerate(self.kernels)}  # (the run order: sums in it)
 
     def try_fuse(self, producer: str, by_sig) -> bool:
         move = self.best_move(producer, by_sig)
@@ -368,6 +410,7 @@ class _State:
         space = self.space
         self.space.evaluated += 1
         roots = self._roots_after(choice, changed, producer)
+        same_values = roots is not None
         if roots is None:
             try:
                 roots, _, _ = find_roots(space.data, choice)
@@ -382,22 +425,27 @@ class _State:
         # the merged kernels the move can change: those holding an affected root, closed over joins
         touched = {self.kernel_of[r] for r in affected if r in self.kernel_of}
         touched |= {self.kernel_of[r] for r in self.roots if r not in per_root}
-        group_roots = {r for i in touched for r in self.kernels[i].roots if r in per_root}
-        stored = self._stored()
+        group_roots = {r for k in touched for r in k.roots if r in per_root}
+        stored = self.kernel_of  # the roots written now
         group_roots |= {r for r in per_root if r not in stored}
         group_roots |= affected & set(per_root)
         group_roots = self._close(group_roots, per_root, touched)
-        rest = [k for i, k in enumerate(self.kernels) if i not in touched]
         try:
             new = merge_kernels([per_root[r] for r in roots if r in group_roots], self.outputs)
-            kernels = order_kernels(rest + new, self.outputs)
         except CyclicChoice:
             return None
-        old = sum(space.price_kernel(self.kernels[i]).price.cycles for i in touched)
+        old = sum(space.price_kernel(k).price.cycles for k in sorted(touched, key=self.position.__getitem__))
         cost = sum(space.price_kernel(k).price.cycles for k in new)
         if math.isnan(cost - old):
             return None
-        return Move(cost - old, choice, roots, per_root, kernels)
+        if cost - old >= 0:  # never taken: the whole program's kernels are not ordered for it
+            return Move(cost - old, choice, roots, per_root, None, same_values)
+        rest = [k for k in self.kernels if k not in touched]
+        try:
+            kernels = order_kernels(rest + new, self.outputs)
+        except CyclicChoice:
+            return None
+        return Move(cost - old, choice, roots, per_root, kernels, same_values, frozenset(touched), tuple(new))
 
     def _roots_after(self, choice: Choice, changed: set[str], producer: str) -> list[str] | None:
         """The roots of `choice`, a move from this state's choice that only fuses edges reading
@@ -420,10 +468,7 @@ class _State:
                 return self.roots
         return [r for r in self.roots if r != producer]
 
-    def _stored(self) -> set[str]:
-        return {cid for k in self.kernels for cid in k.roots}
-
-    def _close(self, group: set[str], per_root: dict[str, Kernel], touched: set[int]) -> set[str]:
+    def _close(self, group: set[str], per_root: dict[str, Kernel], touched: set[Kernel]) -> set[str]:
         """`group` with every merged kernel that computes a value the group computes, or reads one of
         its shared inputs (those may join it); `touched` grows with them."""
         while True:
@@ -434,14 +479,11 @@ class _State:
                 values |= {inst.cid for inst in k.instances
                            if inst.node.op not in ("param", "const") and inst.key not in k.index_only}
                 inputs |= {rd.cid for rd in k.reads if rd.shared}
-            grown = False
-            for i, k in enumerate(self.kernels):
-                if i in touched:
-                    continue
-                if any(inst.cid in values for inst in k.instances) or any(
-                        rd.shared and rd.cid in inputs for rd in k.reads):
-                    touched.add(i)
-                    group |= {r for r in k.roots if r in per_root}
-                    grown = True
-            if not grown:
+            found = {k for cid in values for k in self.computed_in.get(cid, ())}
+            found |= {k for cid in inputs for k in self.shared_in.get(cid, ())}
+            found -= touched
+            for k in found:
+                touched.add(k)
+                group |= {r for r in k.roots if r in per_root}
+            if not found:
                 return group

@@ -71,6 +71,7 @@ class Space:
         self.form_cache: dict[tuple, Kernel] = {}
         self.price_cache: dict[Kernel, KernelCost] = {}
         self.evaluated = 0
+        self.last_priced: tuple | None = None
 
     def value_of(self, cid: str) -> str:
         """The value class a class stands for (a placement class's operand)."""
@@ -184,13 +185,21 @@ class Space:
         return all(edge.placement is Placement.INLINE or edge.value not in self.index_only
                    for edge in map(self.edge, node.children))
 
-    def start_signature(self, node: ENode) -> tuple:
-        """The signature of the option standing for `node` (a start the tree extraction chose): its own,
-        with an index-only value fused where the narrowing keeps only that (INDEX_ONLY_INLINE)."""
+    def start_option(self, cid: str, node: ENode, by_sig: dict[tuple, list[ENode]]) -> ENode:
+        """The option standing for `node` (a start the tree extraction chose) among class `cid`'s
+        (`by_sig`: its options by signature): the one of its signature, with an index-only value fused
+        where the narrowing keeps only that (INDEX_ONLY_INLINE); where the e-graph has no such e-node
+        (no placement of another edge reads the same way), the first option of the same op on the
+        same values (options are sorted most fused first)."""
         op, attrs, edges = self.signature(node)
         if INDEX_ONLY_INLINE:
             edges = tuple((is_global and value not in self.index_only, value) for is_global, value in edges)
-        return op, attrs, edges
+        found = by_sig.get((op, attrs, edges))
+        if found:
+            return found[0]
+        values = tuple(v for _, v in edges)
+        return next(n for n in self.options[cid]
+                    if (n.op, n.attrs) == (op, attrs) and tuple(v for _, v in self.signature(n)[2]) == values)
 
     def _narrow(self, cid: str) -> list[ENode]:
         best: dict[tuple, ENode] = {}
@@ -271,10 +280,17 @@ class Space:
         return cost
 
     def price(self, choice: Choice) -> tuple[ScheduleCost | None, Schedule | None]:
+        """The schedule of a whole choice and its cost; the last choice priced is remembered (the
+        greedy search prices its end state twice, a whole-program build each time)."""
+        if self.last_priced is not None and self.last_priced[0] is choice:
+            return self.last_priced[1]
         self.evaluated += 1
         try:
             schedule = build_schedule(self.data, choice, form=lambda r: self.form(choice, r))
         except CyclicChoice:
-            return None, None
-        costs = [self.price_kernel(k) for k in schedule.kernels]
-        return schedule_cost(schedule, self.target, costs), schedule
+            result = None, None
+        else:
+            costs = [self.price_kernel(k) for k in schedule.kernels]
+            result = schedule_cost(schedule, self.target, costs), schedule
+        self.last_priced = (choice, result)
+        return result
