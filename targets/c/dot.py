@@ -37,10 +37,10 @@ class Plan:
     taken: int = 1
 
 
-def one_row_product(w: KernelWriter, stmt) -> tuple[For, For, Accumulate, list[tuple]] | None:
+def one_row_product(w: KernelWriter, stmt, dtype: str = "f32") -> tuple[For, For, Accumulate, list[tuple]] | None:
     """(k, j, the accumulation, its (A, B) factor pairs) where `stmt` is
-    `for k reduce { for j { C[.., j] += A(k) * B(j, k) } }` in f32 with AVX-512 (this module's shape
-    and nibble_dot.py's); else None."""
+    `for k reduce { for j { C[.., j] += A(k) * B(j, k) } }` in `dtype` with AVX-512 (this module's
+    shape and nibble_dot.py's in f32, int_dot.py's in i32); else None."""
     if w.vector_bytes < 64:
         return None
     k = stmt
@@ -51,8 +51,8 @@ def one_row_product(w: KernelWriter, stmt) -> tuple[For, For, Accumulate, list[t
         return None
     acc = j.body[0]
     v = acc.value
-    if not (acc.op == "sum" and w.buffers[acc.buffer].dtype == "f32" and isinstance(v, Op) and v.op == "mul"
-            and len(v.args) == 2 and v.dtype == "f32"):
+    if not (acc.op == "sum" and w.buffers[acc.buffer].dtype == dtype and isinstance(v, Op) and v.op == "mul"
+            and len(v.args) == 2 and v.dtype == dtype):
         return None
     if not contiguous_in(acc.index, j.var) or uses_var(acc.index, k.var):
         return None

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...lowering.loops import Accumulate, For, Load, Op, loads
-from ...lowering.matmul import affine, contiguous_in, expr_uses, uses_var
+from ...lowering.loops import Accumulate, For, Load, Op
+from ...lowering.matmul import affine, contiguous_in
+from .dot import one_row_product
 from .emit import KernelWriter
 
 HALF = 32  # columns of one 16-bit widening of 32 bytes: two sums of 16 columns
@@ -48,26 +49,15 @@ class Plan:
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
-    if w.vector_bytes < 64:
+    shape = one_row_product(w, stmts[at], "i32")
+    if shape is None:
         return None
-    k = stmts[at]
-    if not (isinstance(k, For) and k.kind == "reduce" and len(k.body) == 1 and isinstance(k.extent, int)):
+    k, j, acc, pairs = shape
+    if not (isinstance(k.extent, int) and isinstance(j.extent, int) and j.extent >= HALF
+            and all(affine(ix) for ix in acc.index)):
         return None
-    j = k.body[0]
-    if not (isinstance(j, For) and len(j.body) == 1 and isinstance(j.body[0], Accumulate)
-            and isinstance(j.extent, int) and j.extent >= HALF):
-        return None
-    acc = j.body[0]
-    v = acc.value
-    if not (acc.op == "sum" and w.buffers[acc.buffer].dtype == "i32" and isinstance(v, Op) and v.op == "mul"
-            and len(v.args) == 2 and v.dtype == "i32"):
-        return None
-    if not (contiguous_in(acc.index, j.var) and not uses_var(acc.index, k.var) and all(affine(ix) for ix in acc.index)):
-        return None
-    if acc.buffer in {ld.buffer for ld in loads(v)}:
-        return None
-    for a, b in (v.args, v.args[::-1]):
-        if expr_uses(a, j.var) or not (isinstance(b, Op) and b.op == "cast" and b.dtype == "i32"):
+    for a, b in pairs:
+        if not (isinstance(b, Op) and b.op == "cast" and b.dtype == "i32"):
             continue
         src = b.args[0]
         if (isinstance(src, Load) and w.buffers[src.buffer].dtype in ("i8", "u8") and contiguous_in(src.index, j.var)
