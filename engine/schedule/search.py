@@ -60,7 +60,6 @@ STEEPEST_LIMIT = 48
 GREEDY_ROUNDS = 4
 
 
-
 @dataclass
 class SearchResult:
     choice: Choice
@@ -464,7 +463,8 @@ class _State:
         if producer not in self.roots or producer in self.outputs:
             return self.roots
         for consumer in dict.fromkeys(self.readers.get(producer, ())):
-            if any(e.value == producer and e.placement is Placement.GLOBAL for e in map(edge, choice[consumer].children)):
+            edges = map(edge, choice[consumer].children)
+            if any(e.value == producer and e.placement is Placement.GLOBAL for e in edges):
                 return self.roots
         return [r for r in self.roots if r != producer]
 

@@ -86,7 +86,8 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     p = pad + "  "
 
     def row(at_k: str, at_j: str) -> str:
-        return f"({{ const int64_t {k.var} = {at_k}, {j.var} = {at_j}; (const {ctype} *)&{w.access(src.buffer, src.index)}; }})"
+        at = w.access(src.buffer, src.index)
+        return f"({{ const int64_t {k.var} = {at_k}, {j.var} = {at_j}; (const {ctype} *)&{at}; }})"
 
     def plain(first: str, q: str) -> list[str]:
         return [f"{q}for (int64_t {k.var} = 0; {k.var} < {n_k}; ++{k.var}) {{",
@@ -111,7 +112,8 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
                f"{q}  const {ctype} *st_r1 = st_k + 1 < {n_k} ? {row('st_k + 1', 'st_j')} : st_r0;"]
         if prefetch:  # a share of the next block's bytes, a few lines per pair of rows
             out.append(f"{q}  if (st_pf < st_pf_end) {{ " + " ".join(
-                f"__builtin_prefetch(st_pf + {64 * i}, 0, 3);" for i in range(prefetch // 64)) + f" st_pf += {prefetch}; }}")
+                f"__builtin_prefetch(st_pf + {64 * i}, 0, 3);" for i in range(prefetch // 64))
+                + f" st_pf += {prefetch}; }}")
         for h in range(halves):
             out += [f"{q}  {{ const __m512i x = {widen}(_mm256_loadu_si256((const __m256i *)(st_r0 + {HALF * h})));",
                     f"{q}    const __m512i y = {widen}(_mm256_loadu_si256((const __m256i *)(st_r1 + {HALF * h})));",
@@ -136,17 +138,19 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     w.lines.append(f"{p}for (int64_t st_k0 = 0; st_k0 < {n_k}; st_k0 += {ROWS}) {{")
     q = p + "  "
     w.lines += [f"{q}const int64_t st_k1 = st_k0 + {ROWS} < {n_k} ? st_k0 + {ROWS} : {n_k};",
-                f"{q}int32_t st_pairs[{ROWS // 2}];  /* A's pairs of k as two 16-bit halves, the odd k's 0 past the end */",
+                f"{q}int32_t st_pairs[{ROWS // 2}];  /* A's pairs of k as 16-bit halves; 0 past the end */",
                 f"{q}for (int64_t st_k = st_k0; st_k < st_k1; st_k += 2) {{",
                 f"{q}  int32_t st_a0, st_a1 = 0;",
                 f"{q}  {{ const int64_t {k.var} = st_k; st_a0 = {a_one}; }}",
                 f"{q}  if (st_k + 1 < {n_k}) {{ const int64_t {k.var} = st_k + 1; st_a1 = {a_one}; }}",
-                f"{q}  st_pairs[(st_k - st_k0) / 2] = (int32_t)((uint32_t)(uint16_t)st_a0 | ((uint32_t)(uint16_t)st_a1 << 16));",
+                f"{q}  st_pairs[(st_k - st_k0) / 2] = (int32_t)((uint32_t)(uint16_t)st_a0 "
+                f"| ((uint32_t)(uint16_t)st_a1 << 16));",
                 f"{q}}}",
                 f"{q}int64_t st_j = 0;"]
     if prefetch:
         w.lines += [f"{q}const char *st_pf = st_k1 < {n_k} ? (const char *){row('st_k1', '0')} : 0;",
-                    f"{q}const char *st_pf_end = st_pf ? st_pf + (st_k1 + {ROWS} < {n_k} ? {ROWS} : {n_k} - st_k1) * {n_j} : 0;"]
+                    f"{q}const char *st_pf_end = st_pf ? st_pf + "
+                    f"(st_k1 + {ROWS} < {n_k} ? {ROWS} : {n_k} - st_k1) * {n_j} : 0;"]
     w.lines.append(f"{q}for (; st_j + {HALF * GROUP} <= {n_j}; st_j += {HALF * GROUP}) {{")
     w.lines += group(GROUP, q + "  ")
     w.lines.append(f"{q}}}")
