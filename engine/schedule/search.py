@@ -147,13 +147,9 @@ def _most_fused(space: Space, values: Choice) -> Choice:
     """`values`' op structure with every edge fused, each with its best placement: the greedy
     search's other start (a long chain of injective ops is one kernel in one step, instead of one
     move per producer, each re-forming the growing kernel)."""
-
-    def structure(node: ENode) -> tuple:
-        op, attrs, edges = space.signature(node)
-        return op, attrs, tuple(v for _, v in edges)
-
     # options are sorted most fused first, best placements first
-    return {cid: next(n for n in space.options[cid] if structure(n) == structure(node)) for cid, node in values.items()}
+    return {cid: next(n for n in space.options[cid] if space.structure(n) == space.structure(node))
+            for cid, node in values.items()}
 
 
 def _greedy(space: Space, start: Choice) -> SearchResult:
@@ -425,8 +421,7 @@ class _State:
         touched = {self.kernel_of[r] for r in affected if r in self.kernel_of}
         touched |= {self.kernel_of[r] for r in self.roots if r not in per_root}
         group_roots = {r for k in touched for r in k.roots if r in per_root}
-        stored = self.kernel_of  # the roots written now
-        group_roots |= {r for r in per_root if r not in stored}
+        group_roots |= {r for r in per_root if r not in self.kernel_of}  # (roots not written now)
         group_roots |= affected & set(per_root)
         group_roots = self._close(group_roots, per_root, touched)
         try:

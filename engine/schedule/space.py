@@ -197,9 +197,11 @@ class Space:
         found = by_sig.get((op, attrs, edges))
         if found:
             return found[0]
-        values = tuple(v for _, v in edges)
-        return next(n for n in self.options[cid]
-                    if (n.op, n.attrs) == (op, attrs) and tuple(v for _, v in self.signature(n)[2]) == values)
+        return next(n for n in self.options[cid] if self.structure(n) == self.structure(node))
+
+    def structure(self, node: ENode) -> tuple:
+        """What `node` computes, its placements aside: its op, attributes and the values it reads."""
+        return node.op, node.attrs, tuple(self.edge(child).value for child in node.children)
 
     def _narrow(self, cid: str) -> list[ENode]:
         best: dict[tuple, ENode] = {}
