@@ -62,6 +62,16 @@ def one_row_product(w: KernelWriter, stmt, dtype: str = "f32") -> tuple[For, For
     return k, j, acc, pairs
 
 
+def column_steps(pad: str, end, steps: list[tuple[int, list[str]]]) -> list[str]:
+    """C walking the columns `st_j` .. `end` - 1 in steps of each width in turn, widest first, each
+    width's body (written for the columns st_j ..) as long as a whole step is left."""
+    out = []
+    for width, body in steps:
+        head = f"st_j + {width} <= {end}; st_j += {width}" if width > 1 else f"st_j < {end}; ++st_j"
+        out += [f"{pad}for (; {head}) {{", *body, f"{pad}}}"]
+    return out
+
+
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
     shape = one_row_product(w, stmts[at])
     if shape is None:
@@ -134,9 +144,5 @@ def _columns(w: KernelWriter, plan: Plan, pad: str, first, end, target: str, a_o
         return out
 
     w.lines.append(f"{pad}{{ int64_t st_j = {first};")
-    w.lines.append(f"{pad}for (; st_j + {DOT_COLUMNS} <= {end}; st_j += {DOT_COLUMNS}) {{")
-    w.lines += columns(DOT_COLUMNS, "st_j")
+    w.lines += column_steps(pad, end, [(DOT_COLUMNS, columns(DOT_COLUMNS, "st_j")), (1, columns(1, "st_j"))])
     w.lines.append(f"{pad}}}")
-    w.lines.append(f"{pad}for (; st_j < {end}; ++st_j) {{")
-    w.lines += columns(1, "st_j")
-    w.lines.append(f"{pad}}} }}")

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...lowering.loops import Accumulate, For, Load, Op
-from ...lowering.matmul import affine, contiguous_in
-from .dot import one_row_product
+from ...lowering.matmul import affine, contiguous_in, expr_dtype
+from .dot import column_steps, one_row_product
 from .emit import KernelWriter
 
 HALF = 32  # columns of one 16-bit widening of 32 bytes: two sums of 16 columns
@@ -61,15 +61,9 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
             continue
         src = b.args[0]
         if (isinstance(src, Load) and w.buffers[src.buffer].dtype in ("i8", "u8") and contiguous_in(src.index, j.var)
-                and all(affine(ix) for ix in src.index) and _dtype(w, a) == "i32"):
+                and all(affine(ix) for ix in src.index) and expr_dtype(a, lambda n: w.buffers[n].dtype) == "i32"):
             return Plan(k, j, acc, a, b)
     return None
-
-
-def _dtype(w: KernelWriter, e) -> str | None:
-    if isinstance(e, Load):
-        return w.buffers[e.buffer].dtype
-    return getattr(e, "dtype", None)
 
 
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
@@ -128,10 +122,11 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
                         f"_mm512_permutex2var_epi32(c{h}l, _mm512_set_epi32({idx}), c{h}h))); }}"]
         return out
 
-    w.lines.append(f"{pad}{{ int st_fits = 1;")
+    w.lines.append(f"{pad}{{")
+    w.lines.append("#if defined(__AVX512VNNI__) && defined(__AVX512BW__)")
+    w.lines.append(f"{pad}int st_fits = 1;")
     w.lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {n_k}; ++{k.var}) {{ const int32_t st_a = {a_one}; "
                    f"st_fits &= (st_a >= -32768) & (st_a <= 32767); }}")
-    w.lines.append("#if defined(__AVX512VNNI__) && defined(__AVX512BW__)")
     w.lines.append(f"{pad}if (st_fits) {{")
     # blocks of ROWS rows: A's pairs made once per block, B's rows stay in the nearest cache from group
     # to group, and the next block is prefetched
@@ -151,12 +146,7 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
         w.lines += [f"{q}const char *st_pf = st_k1 < {n_k} ? (const char *){row('st_k1', '0')} : 0;",
                     f"{q}const char *st_pf_end = st_pf ? st_pf + "
                     f"(st_k1 + {ROWS} < {n_k} ? {ROWS} : {n_k} - st_k1) * {n_j} : 0;"]
-    w.lines.append(f"{q}for (; st_j + {HALF * GROUP} <= {n_j}; st_j += {HALF * GROUP}) {{")
-    w.lines += group(GROUP, q + "  ")
-    w.lines.append(f"{q}}}")
-    w.lines.append(f"{q}for (; st_j + {HALF} <= {n_j}; st_j += {HALF}) {{")
-    w.lines += group(1, q + "  ")
-    w.lines.append(f"{q}}}")
+    w.lines += column_steps(q, n_j, [(HALF * GROUP, group(GROUP, q + "  ")), (HALF, group(1, q + "  "))])
     w.lines.append(f"{p}}}")
     w.lines += plain(f"{n_j - n_j % HALF}", p)
     w.lines.append(f"{pad}}} else")

@@ -35,7 +35,7 @@ import numpy as np
 from ...engine.schedule.index import Ix, indirect
 from ...lowering.execute import TileRun
 from ...lowering.loops import Accumulate, For, IndexValue, Lit, Load, Op, index_vars, loads
-from .dot import one_row_product
+from .dot import column_steps, one_row_product
 from .emit import KernelWriter
 
 BLOCK = 32  # k per step: one 16-byte load of nibbles, two of bytes
@@ -231,9 +231,6 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
         return out
 
     w.lines.append(f"{pad}{{ int64_t st_j = 0;")
-    w.lines.append(f"{pad}for (; st_j + {DOT_COLUMNS} <= {j.extent}; st_j += {DOT_COLUMNS}) {{")
-    w.lines += columns(DOT_COLUMNS, pad + "  ")
+    w.lines += column_steps(pad, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, pad + "  ")),
+                                            (1, columns(1, pad + "  "))])
     w.lines.append(f"{pad}}}")
-    w.lines.append(f"{pad}for (; st_j < {j.extent}; ++st_j) {{")
-    w.lines += columns(1, pad + "  ")
-    w.lines.append(f"{pad}}} }}")
