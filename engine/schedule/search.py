@@ -35,7 +35,7 @@ space.py's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import Placement
@@ -78,7 +78,7 @@ class Move:
     choice: Choice
     roots: list[str]  # the values that end a kernel
     per_root: dict[str, Kernel]  # each root's kernel, before merging
-    kernels: list[Kernel] | None  # the merged kernels, in run order (None: it does not pay, never taken)
+    kernels: list[Kernel] | None  # the merged kernels, in run order (None until best_move takes it)
     same_values: bool = False  # it only fused edges: every value reads what it read before
     removed: frozenset = frozenset()  # the merged kernels it replaces ...
     added: tuple = ()  # ... by these
@@ -300,7 +300,7 @@ class _State:
         when those kernels' cycles fall: a launch and the producer's round trip through global
         memory saved, against recomputation, a larger on-chip footprint (smaller tiles) or a
         kernel that no longer fits."""
-        best = None
+        paying = []
         placements = (Placement.SHARED,) if producer in self.space.params else (
             Placement.INLINE, Placement.LOCAL, Placement.SHARED)
         for placement in placements:
@@ -308,9 +308,18 @@ class _State:
             if trial is None:
                 continue
             move = self._evaluate(trial, producer)
-            if move is not None and (best is None or move.delta < best.delta):
-                best = move
-        return best if best is not None and best.delta < 0 else None
+            if move is not None and move.delta < 0:
+                paying.append(move)
+        # the cheapest that orders (the whole program's kernels are ordered only for it: a move whose
+        # kernels depend on each other denotes no program)
+        for move in sorted(paying, key=lambda m: m.delta):
+            try:
+                kernels = order_kernels([k for k in self.kernels if k not in move.removed] + list(move.added),
+                                        self.outputs)
+            except CyclicChoice:
+                continue
+            return replace(move, kernels=kernels)
+        return None
 
     def take(self, move: Move) -> None:
         old = self.per_root
@@ -415,8 +424,16 @@ class _State:
         for consumer in changed:
             affected |= self.member.get(consumer, set())
         affected.add(producer)
-        per_root = {r: (space.form(choice, r) if r in affected or r not in self.per_root else self.per_root[r])
-                    for r in roots}
+        if same_values:  # this state's roots, less the producer at most: a copy, re-formed where affected
+            per_root = dict(self.per_root)
+            if len(roots) < len(self.roots):
+                del per_root[producer]
+            for r in affected:
+                if r in per_root:
+                    per_root[r] = space.form(choice, r)
+        else:
+            per_root = {r: (space.form(choice, r) if r in affected or r not in self.per_root else self.per_root[r])
+                        for r in roots}
         # the merged kernels the move can change: those holding an affected root, closed over joins
         touched = {self.kernel_of[r] for r in affected if r in self.kernel_of}
         touched |= {self.kernel_of[r] for r in self.roots if r not in per_root}
@@ -432,14 +449,7 @@ class _State:
         cost = sum(space.price_kernel(k).price.cycles for k in new)
         if math.isnan(cost - old):
             return None
-        if cost - old >= 0:  # never taken: the whole program's kernels are not ordered for it
-            return Move(cost - old, choice, roots, per_root, None, same_values)
-        rest = [k for k in self.kernels if k not in touched]
-        try:
-            kernels = order_kernels(rest + new, self.outputs)
-        except CyclicChoice:
-            return None
-        return Move(cost - old, choice, roots, per_root, kernels, same_values, frozenset(touched), tuple(new))
+        return Move(cost - old, choice, roots, per_root, None, same_values, frozenset(touched), tuple(new))
 
     def _roots_after(self, choice: Choice, changed: set[str], producer: str) -> list[str] | None:
         """The roots of `choice`, a move from this state's choice that only fuses edges reading

@@ -14,6 +14,7 @@ from ..ir.memory import checkpoint
 from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
+from .canonical import kernel_shape, renamed_cost
 from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
 from .facts import FREE_OPS
 from .form import Edge, build_schedule, form_kernel
@@ -42,6 +43,9 @@ assert set(RANK_INJECTIVE) == set(RANK_OTHER) == set(Placement)
 # that unpacks the nibbles in registers (targets/c/nibble_dot.py), which needs the shift as an
 # expression of k.
 INDEX_ONLY_INLINE = True
+# Kernels of one shape (the same computation on other classes: a repeated layer's) are priced once,
+# the others renamed (canonical.py); off, each is priced (the tests compare the two).
+SHAPE_CACHE = True
 
 
 class Space:
@@ -70,6 +74,7 @@ class Space:
         self.options: dict[str, list[ENode]] = {cid: self._narrow(cid) for cid in self.value_classes}
         self.form_cache: dict[tuple, Kernel] = {}
         self.price_cache: dict[Kernel, KernelCost] = {}
+        self.shape_cache: dict[tuple, tuple[KernelCost, tuple[str, ...]]] = {}  # (canonical.py)
         self.evaluated = 0
         self.last_priced: tuple | None = None
 
@@ -275,9 +280,18 @@ class Space:
         return kernel
 
     def price_kernel(self, kernel: Kernel) -> KernelCost:
+        """The kernel's cheapest plan and price; a kernel of a shape priced before (another layer's
+        copy of it, canonical.py) is that one's, renamed."""
         cost = self.price_cache.get(kernel)
         if cost is None:
-            cost = kernel_cost(kernel, self.data.types, self.target)
+            shaped = kernel_shape(kernel, self.data.types) if SHAPE_CACHE else None
+            hit = self.shape_cache.get(shaped[0]) if shaped else None
+            if hit is not None:
+                cost = renamed_cost(hit[0], dict(zip(hit[1], shaped[1])))
+            else:
+                cost = kernel_cost(kernel, self.data.types, self.target)
+                if shaped:
+                    self.shape_cache[shaped[0]] = (cost, shaped[1])
             self.price_cache[kernel] = cost
         return cost
 

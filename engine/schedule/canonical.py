@@ -1,0 +1,81 @@
+"""Kernels equal up to which values they name: priced once.
+
+A transformer repeats one layer; its twelve copies form the same kernels over other e-classes (other
+weights, other activations of the same types). `kernel_shape` writes a kernel with its e-classes
+numbered in the order it meets them (parameters without their names), beside the types of those
+classes: two kernels of one shape are the same computation on other buffers, so the cost model's
+answer for one (its plan and price) is the other's with the classes renamed (`renamed_cost`). The
+search (space.py `Space.price_kernel`) prices a layer's kernels once and the other layers' by renaming.
+
+A kernel reading through a gather is not given a shape (None): its index terms are ordered by the
+text of the gathered class (index.py `_order`), so a renamed copy would not be the kernel the other
+layer forms. It is priced as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..rewrite.egraph_data import ENode
+from .cost import KernelCost
+from .kernel import Kernel, Read, Ref, RefKind, indirect_atoms
+
+Shape = tuple  # (the kernel's structure with its classes numbered, the types of those classes)
+
+
+def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple[str, ...]] | None:
+    """(the kernel's shape, its e-classes in the order numbered), or None where it has none (a gather)."""
+    number: dict[str, int] = {}
+
+    def cid(c: str) -> int:
+        n = number.get(c)
+        if n is None:
+            n = number[c] = len(number)
+        return n
+
+    def node(n: ENode) -> tuple:
+        attrs = n.attrs if n.op != "param" else ()  # (a parameter is a class like any other: its name aside)
+        return n.ctor, n.op, tuple(map(cid, n.children)), attrs
+
+    def ref(r: Ref) -> tuple:
+        return r.kind, cid(r.target) if r.kind is RefKind.GLOBAL else r.target, r.hold
+
+    def plain(index: tuple) -> bool:
+        return next(indirect_atoms(index), None) is None
+
+    roots = tuple(map(cid, kernel.roots))
+    instances = []
+    for inst in kernel.instances:
+        if not (plain(inst.index) and all(map(plain, inst.operand_index))
+                and all(plain((g.ix,)) for g in inst.guards)):
+            return None
+        instances.append((cid(inst.cid), node(inst.node), inst.index, inst.hold, inst.key,
+                          tuple(map(ref, inst.operands)), inst.operand_index, inst.owner, inst.guards))
+    reads = []
+    for r in kernel.reads:
+        if not plain(r.index):
+            return None
+        reads.append((cid(r.cid), r.index, r.owner, r.site, r.guards, r.shared))
+    names = tuple(number)
+    structure = (roots, kernel.stores, tuple(instances), tuple(reads), kernel.axes, kernel.problems)
+    return (structure, tuple(types.get(c) for c in names)), names
+
+
+def renamed_cost(cost: KernelCost, names: dict[str, str]) -> KernelCost:
+    """`cost` of a kernel, for the kernel of the same shape whose classes `names` maps it to.
+
+    A plan names classes where it says how inputs are read (resident, staged, streamed); everything
+    else in it (axes, tiles, instance keys) is the same in both kernels."""
+    plan = cost.plan
+    plan = replace(
+        plan, resident=frozenset(names[c] for c in plan.resident),
+        resident_in_place=frozenset(names[c] for c in plan.resident_in_place),
+        staged=tuple(replace(s, cid=names[s.cid]) for s in plan.staged),
+        streamed=tuple(((names[c], nest), tuple(_read(r, names) for r in reads))
+                       for (c, nest), reads in plan.streamed))
+    return KernelCost(plan, cost.price)
+
+
+def _read(r: Read, names: dict[str, str]) -> Read:
+    return Read(names[r.cid], r.index, r.owner, r.site, r.guards, r.shared)
+
