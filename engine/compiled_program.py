@@ -7,6 +7,7 @@ executor where no C compiler was found), the simulator on an accel target.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -36,7 +37,6 @@ class Compiled:
     report: RunReport
     data: EGraphData
     extracted: SearchResult
-    fusion_blocked: list[str]
     seconds: float
     # a symbolic program's schedules for its smaller size buckets (engine/ir/extent.py BUCKETS), each a
     # Compiled of the graph with its symbol's range cut at the bucket's top
@@ -45,6 +45,20 @@ class Compiled:
     @property
     def schedule(self) -> Schedule:
         return self.extracted.schedule
+
+    @cached_property
+    def fusion_blocked(self) -> list[str]:
+        """Why the most-fused schedule was not taken, where it has fewer kernels than the one taken:
+        the target's limits it breaks. Worked out when asked (`stitch compile` prints it): it builds
+        and prices a whole schedule, a second or so on a 12-layer model."""
+        from .schedule.cost import schedule_cost
+        from .schedule.extract import MOST_FUSED, extract_tree
+        from .schedule.form import build_schedule
+
+        fused = build_schedule(self.data, extract_tree(self.data, MOST_FUSED))
+        if len(fused.kernels) < len(self.cost.kernels):
+            return schedule_cost(fused, self.target).problems
+        return []
 
     @property
     def cost(self) -> ScheduleCost:

@@ -40,9 +40,7 @@ from .rewrite.egraph_data import EGraphData
 from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
 from .rewrite.saturate import EGraphRun, Limits, RunReport
 from .rewrite.symbols import unsupported
-from .schedule.cost import schedule_cost
-from .schedule.extract import MOST_FUSED, extract_schedule, extract_tree
-from .schedule.form import build_schedule
+from .schedule.extract import extract_schedule
 from .schedule.search import SearchResult
 from .schedule.target import Target, load_target
 
@@ -151,21 +149,16 @@ def _progress(report: RunReport, limit: str) -> str:
 # -- extract ------------------------------------------------------------------------------------
 
 
-def extract(graph: Graph, data: EGraphData, target: Target) -> tuple[SearchResult, list[str]]:
-    """The cheapest schedule for `target`, and why the most-fused alternative was refused (when it was).
-
-    No feasible schedule (every one exceeds the target's capacity) is an error."""
+def extract(graph: Graph, data: EGraphData, target: Target) -> SearchResult:
+    """The cheapest schedule for `target`; no feasible schedule (every one exceeds the target's
+    capacity) is an error."""
     extracted = extract_schedule(data, target)
-    fused = build_schedule(data, extract_tree(data, MOST_FUSED))
-    blocked = []
-    if len(fused.kernels) < len(extracted.cost.kernels):  # priced only then: it costs a search step
-        blocked = schedule_cost(fused, target).problems
     if not extracted.cost.feasible:
         raise StitchError(
             f"no schedule of '{graph.name}' fits target '{target.name}': " + "; ".join(extracted.cost.problems),
             hint="raise onchip_bytes in the target description, or split the program",
         )
-    return extracted, blocked
+    return extracted
 
 
 @allows_deep_recursion
@@ -181,13 +174,12 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limi
         smaller = [(top, run.data(top)) for top in (bucket_tops(graph.symbols) if buckets else [])]
         run.release()  # (not on an error: an e-graph a failed run leaves is not loaded again)
         checkpoint("reading the saturated e-graph")
-        extracted, blocked = extract(graph, data, target)
+        extracted = extract(graph, data, target)
         variants = []
         for top, at_top in smaller:  # one schedule per size bucket (extent.py BUCKETS), the same e-graph
             bucket = replace(graph, symbols={name: (lo, top) for name, (lo, _) in graph.symbols.items()})
-            found, why = extract(bucket, at_top, target)
-            variants.append(Compiled(bucket, target, report, at_top, found, why, 0.0))
-    return Compiled(graph, target, report, data, extracted, blocked, time.perf_counter() - start, variants)
+            variants.append(Compiled(bucket, target, report, at_top, extract(bucket, at_top, target), 0.0))
+    return Compiled(graph, target, report, data, extracted, time.perf_counter() - start, variants)
 
 
 # -- lower and build ----------------------------------------------------------------------------

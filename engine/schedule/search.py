@@ -314,12 +314,32 @@ class _State:
         # kernels depend on each other denotes no program)
         for move in sorted(paying, key=lambda m: m.delta):
             try:
-                kernels = order_kernels([k for k in self.kernels if k not in move.removed] + list(move.added),
-                                        self.outputs)
+                kernels = self._reordered(move)
             except CyclicChoice:
                 continue
             return replace(move, kernels=kernels)
         return None
+
+    def _reordered(self, move: Move) -> list[Kernel]:
+        """The run order after `move`: the kernels it replaces span a window of the present order;
+        only the window is ordered again, with the new kernels in it. The kernels before the window
+        read nothing the move writes (their writers came before them, none of those replaced), and the
+        kernels after it come after whatever the window writes; so the window's order is the whole's
+        unless a new kernel reads a value written after the window: then the whole is ordered again.
+        Raises CyclicChoice where the new kernels and the window's depend on each other."""
+        position = self.position
+        if not move.removed:
+            return order_kernels(self.kernels + list(move.added), self.outputs)
+        lo = min(position[k] for k in move.removed)
+        hi = max(position[k] for k in move.removed)
+        for k in move.added:
+            for cid in k.read_values:
+                writer = self.kernel_of.get(cid)
+                if writer is not None and writer not in move.removed and position[writer] > hi:
+                    return order_kernels([k for k in self.kernels if k not in move.removed] + list(move.added),
+                                         self.outputs)
+        window = [k for k in self.kernels[lo:hi + 1] if k not in move.removed] + list(move.added)
+        return self.kernels[:lo] + order_kernels(window, self.outputs) + self.kernels[hi + 1:]
 
     def take(self, move: Move) -> None:
         old = self.per_root
