@@ -96,6 +96,20 @@ def test_a_renamed_plan_is_the_plan_of_the_kernel_it_is_renamed_to(graph):
                 first[shaped[0]] = (kernel, shaped[1])
 
 
+@settings(max_examples=25, deadline=None)
+@given(graphs())
+def test_a_program_twice_side_by_side_gets_the_schedule_forming_and_pricing_each_kernel_gives(graph):
+    """Walks, joins and prices of the second copy come renamed from the first's (space.py): the
+    schedule is the one the search finds with every kernel formed, joined and priced apart."""
+    twice = doubled(graph)
+    for target in (CPU, ACCEL):
+        with pytest.MonkeyPatch.context() as mp:
+            apart, _ = compiled(twice, target, False, mp)
+            once, _ = compiled(twice, target, True, mp)
+        assert once.schedule.kernels == apart.schedule.kernels
+        assert once.cost.kernels == apart.cost.kernels
+
+
 def test_kernels_reading_through_a_gather_have_no_shape():
     text = """func f(t: f32[16, 8], i: i64[4]) -> f32[4, 8] {
   return exp(gather(t, i, axis=0))

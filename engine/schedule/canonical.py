@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..rewrite.egraph_data import ENode
 from .cost import KernelCost
-from .kernel import Kernel, Read, Ref, RefKind, indirect_atoms
+from .kernel import Instance, Kernel, Read, Ref, RefKind
 
 Shape = tuple  # (the kernel's structure with its classes numbered, the types of those classes)
 
@@ -26,7 +26,29 @@ Shape = tuple  # (the kernel's structure with its classes numbered, the types of
 def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple[str, ...]] | None:
     """(the kernel's shape, its e-classes in the order numbered), or None where it has none (a gather)."""
     number: dict[str, int] = {}
+    structure = _structure(kernel, number)
+    if structure is None:
+        return None
+    names = tuple(number)
+    return (structure, tuple(types.get(c) for c in names)), names
 
+
+def group_shape(kernels: list[Kernel], types: dict, outputs: set[str]) -> tuple[Shape, tuple[str, ...]] | None:
+    """The shape of kernels taken together (one numbering: which reads which), with which of their
+    classes are outputs: what merging them depends on (merge.py `merge_kernels`)."""
+    number: dict[str, int] = {}
+    structures = []
+    for kernel in kernels:
+        structure = _structure(kernel, number)
+        if structure is None:
+            return None
+        structures.append(structure)
+    names = tuple(number)
+    return (tuple(structures), tuple(types.get(c) for c in names), tuple(c in outputs for c in names)), names
+
+
+def _structure(kernel: Kernel, number: dict[str, int]) -> tuple | None:
+    """The kernel with its classes numbered by `number` (extended as they are met); None for a gather."""
     def cid(c: str) -> int:
         n = number.get(c)
         if n is None:
@@ -40,25 +62,25 @@ def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple[str, ...]] |
     def ref(r: Ref) -> tuple:
         return r.kind, cid(r.target) if r.kind is RefKind.GLOBAL else r.target, r.hold
 
-    def plain(index: tuple) -> bool:
-        return next(indirect_atoms(index), None) is None
-
+    if any(inst.node.op == "gather" for inst in kernel.instances):
+        return None  # (its Indirect atoms, the only index terms naming a class, come from its gathers)
     roots = tuple(map(cid, kernel.roots))
-    instances = []
-    for inst in kernel.instances:
-        if not (plain(inst.index) and all(map(plain, inst.operand_index))
-                and all(plain((g.ix,)) for g in inst.guards)):
-            return None
-        instances.append((cid(inst.cid), node(inst.node), inst.index, inst.hold, inst.key,
-                          tuple(map(ref, inst.operands)), inst.operand_index, inst.owner, inst.guards))
-    reads = []
-    for r in kernel.reads:
-        if not plain(r.index):
-            return None
-        reads.append((cid(r.cid), r.index, r.owner, r.site, r.guards, r.shared))
-    names = tuple(number)
-    structure = (roots, kernel.stores, tuple(instances), tuple(reads), kernel.axes, kernel.problems)
-    return (structure, tuple(types.get(c) for c in names)), names
+    instances = tuple((cid(inst.cid), node(inst.node), inst.index, inst.hold, inst.key, tuple(map(ref, inst.operands)),
+                       inst.operand_index, inst.owner, inst.guards) for inst in kernel.instances)
+    reads = tuple((cid(r.cid), r.index, r.owner, r.site, r.guards, r.shared) for r in kernel.reads)
+    return roots, kernel.stores, instances, reads, kernel.axes, kernel.problems
+
+
+def renamed_kernel(kernel: Kernel, names: dict[str, str], nodes: dict[str, ENode]) -> Kernel:
+    """`kernel` over the classes `names` maps its own to, each instance computing its class by the
+    e-node `nodes` gives: the kernel those classes form, where they have `kernel`'s shape."""
+    def ref(r: Ref) -> Ref:
+        return Ref(RefKind.GLOBAL, names[r.target]) if r.kind is RefKind.GLOBAL else r
+
+    instances = tuple(Instance(names[i.cid], nodes[names[i.cid]], i.index, i.hold, i.key, tuple(map(ref, i.operands)),
+                               i.operand_index, i.owner, i.guards) for i in kernel.instances)
+    return Kernel(tuple(names[c] for c in kernel.roots), kernel.stores, instances,
+                  tuple(_read(r, names) for r in kernel.reads), kernel.axes, kernel.problems)
 
 
 def renamed_cost(cost: KernelCost, names: dict[str, str]) -> KernelCost:

@@ -108,12 +108,13 @@ def find_roots(data: EGraphData, choice: dict[str, ENode]) -> tuple[list[str], l
     return roots, outputs, params
 
 
-def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None) -> Schedule:
-    """Kernels of a choice, producers before consumers (`form(root)` forms one root's kernel)."""
+def build_schedule(data: EGraphData, choice: dict[str, ENode], form=None, join=None) -> Schedule:
+    """Kernels of a choice, producers before consumers (`form(root)` forms one root's kernel, `join`
+    joins two: merge.py `merge_kernels`)."""
     roots, outputs, params = find_roots(data, choice)
     constants = {cid: choice[cid].attr("value") for cid in outputs if choice[cid].op == "const"}
     form = form or (lambda r: form_kernel(data, choice, r))
-    kernels = merge_kernels([form(r) for r in roots], set(outputs))
+    kernels = merge_kernels([form(r) for r in roots], set(outputs), join)
     return Schedule(kernels, outputs, data.types, params, constants)
 
 

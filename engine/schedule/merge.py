@@ -3,7 +3,7 @@
 A value held (`shared`/`local`) by two kernels, a root that another kernel computes, and an input
 two kernels read through `shared` edges join those kernels into one (DESIGN: a kernel is a group of
 ops joined by non-global edges). The second kernel's axes are renamed so the common value sits at
-the same index in both (`_merge`), matched through gathered indices too: a gather's Indirect atom
+the same index in both (`merge_pair`), matched through gathered indices too: a gather's Indirect atom
 names the indices tensor and where it is read (`maps.GatherRef`), not the gather, so two kernels
 reading one token's row share its axes. A kernel may so write several values (`Kernel.roots`): a
 value fused into a kernel and needed elsewhere is written by the kernel that computes it.
@@ -18,13 +18,15 @@ from .kernel import Axis, AxisKind, CyclicChoice, Hold, Instance, Kernel, Read, 
 from .maps import GatherRef, Guard
 
 
-def merge_kernels(kernels: list[Kernel], outputs: set[str]) -> list[Kernel]:
+def merge_kernels(kernels: list[Kernel], outputs: set[str], join=None) -> list[Kernel]:
     """Kernels joined into one where they compute the same value (or one computes another's root),
     or where both read an input through `shared` edges; in producer-first order.
 
     A join is made only when the two kernels' axes can be matched up on the common value
     (`_unify`) and the result does not make two kernels each wait for the other; otherwise each
-    computes the value itself (recomputation)."""
+    computes the value itself (recomputation). `join(a, b)` joins two (`merge_pair`, or the
+    search's memo of it: space.py `Space.join`)."""
+    join = join or merge_pair
     group = list(range(len(kernels)))
     merged: dict[int, Kernel] = dict(enumerate(kernels))
     writer = {cid: i for i, k in enumerate(kernels) for cid in k.roots}
@@ -38,7 +40,7 @@ def merge_kernels(kernels: list[Kernel], outputs: set[str]) -> list[Kernel]:
         # other), or two kernels would each wait for the other (a longer cycle): both need a path
         if _reaches(reads_from, gi, gj) or _reaches(reads_from, gj, gi):
             continue
-        joined = _merge(merged[gi], merged[gj])
+        joined = join(merged[gi], merged[gj])
         if joined is None:
             continue
         group = [gi if g == gj else g for g in group]
@@ -99,7 +101,7 @@ def _full(inst: Instance) -> bool:
     return True
 
 
-def _merge(a: Kernel, b: Kernel) -> Kernel | None:
+def merge_pair(a: Kernel, b: Kernel) -> Kernel | None:
     """One kernel doing the work of both: b's axes renamed so that a value both compute (or an
     input both read through `shared` edges) sits at the same index in both, instances
     deduplicated; None when no renaming keeps every stored value whole."""

@@ -234,7 +234,7 @@ class _State:
         self.per_root = {r: space.form(choice, r) for r in roots}
         self.readers = self._readers()
         try:
-            merged = merge_kernels([self.per_root[r] for r in roots], self.outputs)
+            merged = merge_kernels([self.per_root[r] for r in roots], self.outputs, space.join)
         except CyclicChoice:
             self.kernels = None
             return
@@ -462,7 +462,7 @@ class _State:
         group_roots |= affected & set(per_root)
         group_roots = self._close(group_roots, per_root, touched)
         try:
-            new = merge_kernels([per_root[r] for r in roots if r in group_roots], self.outputs)
+            new = merge_kernels([per_root[r] for r in roots if r in group_roots], self.outputs, space.join)
         except CyclicChoice:
             return None
         old = sum(space.price_kernel(k).price.cycles for k in sorted(touched, key=self.position.__getitem__))

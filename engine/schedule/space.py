@@ -14,11 +14,12 @@ from ..ir.memory import checkpoint
 from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
-from .canonical import kernel_shape, renamed_cost
+from .canonical import group_shape, kernel_shape, renamed_cost, renamed_kernel
 from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
 from .facts import FREE_OPS
 from .form import Edge, build_schedule, form_kernel
 from .kernel import CyclicChoice, Kernel, Schedule
+from .merge import merge_pair
 from .target import Target
 
 # -- the narrowing's policy ----------------------------------------------------------------
@@ -74,7 +75,10 @@ class Space:
         self.options: dict[str, list[ENode]] = {cid: self._narrow(cid) for cid in self.value_classes}
         self.form_cache: dict[tuple, Kernel] = {}
         self.price_cache: dict[Kernel, KernelCost] = {}
-        self.shape_cache: dict[tuple, tuple[KernelCost, tuple[str, ...]]] = {}  # (canonical.py)
+        # the same by shape (canonical.py): a kernel, a kernel's price, merged kernels
+        self.form_shapes: dict[tuple, tuple[Kernel, tuple[str, ...]]] = {}
+        self.shape_cache: dict[tuple, tuple[KernelCost, tuple[str, ...]]] = {}
+        self.merge_shapes: dict[tuple, tuple[Kernel | None, tuple[str, ...]]] = {}
         self.evaluated = 0
         self.last_priced: tuple | None = None
 
@@ -270,14 +274,75 @@ class Space:
                     stack.append(edge.value)
         return (root, tuple(seen))
 
+    def walk_shape(self, choice: Choice, root: str) -> tuple[tuple, tuple[str, ...]] | None:
+        """`walk_key` up to which classes the walk meets (canonical.py): each e-node reached with
+        its classes numbered in the order met, how each operand is read (its placement; a literal's
+        value; whether a parameter), the types of the classes numbered. None where it meets a gather
+        (canonical.py: such kernels have no shape)."""
+        number: dict[str, int] = {}
+
+        def num(c: str) -> int:
+            n = number.get(c)
+            if n is None:
+                n = number[c] = len(number)
+            return n
+
+        nodes = []
+        visited: set[str] = set()
+        stack = [root]
+        while stack:
+            cid = stack.pop()
+            if cid in visited:
+                continue
+            visited.add(cid)
+            node = choice[cid]
+            if node.op == "gather":
+                return None
+            operands = []
+            for child in node.children:
+                edge = self.edge(child)
+                vnode = choice[edge.value]
+                kind = (vnode.op, vnode.attrs) if vnode.op == "const" else vnode.op == "param"
+                operands.append((edge.placement, num(edge.value), kind))
+                if edge.placement is not Placement.GLOBAL:
+                    stack.append(edge.value)
+            nodes.append((num(cid), node.ctor, node.op, node.attrs if node.op != "param" else (), tuple(operands)))
+        names = tuple(number)
+        return (tuple(nodes), tuple(self.data.types.get(c) for c in names)), names
+
     def form(self, choice: Choice, root: str) -> Kernel:
+        """The kernel of `root`'s walk under `choice`; a walk of a shape formed before (another
+        layer's) gives that kernel, renamed."""
         key = self.walk_key(choice, root)
         kernel = self.form_cache.get(key)
         if kernel is None:
             checkpoint("extraction (the schedule search)")
-            kernel = form_kernel(self.data, choice, root)
+            shaped = self.walk_shape(choice, root) if SHAPE_CACHE else None
+            hit = self.form_shapes.get(shaped[0]) if shaped else None
+            if hit is not None:
+                kernel = renamed_kernel(hit[0], dict(zip(hit[1], shaped[1])), choice)
+            else:
+                kernel = form_kernel(self.data, choice, root)
+                if shaped:
+                    self.form_shapes[shaped[0]] = (kernel, shaped[1])
             self.form_cache[key] = kernel
         return kernel
+
+    def join(self, a: Kernel, b: Kernel) -> Kernel | None:
+        """merge.py `merge_pair(a, b)`; two kernels of a shape joined before (another layer's) give
+        that join, renamed."""
+        shaped = group_shape([a, b], {}, set()) if SHAPE_CACHE else None
+        if shaped is None:
+            return merge_pair(a, b)
+        hit = self.merge_shapes.get(shaped[0], False)
+        if hit is False:
+            joined = merge_pair(a, b)
+            self.merge_shapes[shaped[0]] = (joined, shaped[1])
+            return joined
+        if hit[0] is None:
+            return None
+        nodes = {inst.cid: inst.node for k in (a, b) for inst in k.instances}
+        return renamed_kernel(hit[0], dict(zip(hit[1], shaped[1])), nodes)
 
     def price_kernel(self, kernel: Kernel) -> KernelCost:
         """The kernel's cheapest plan and price; a kernel of a shape priced before (another layer's
@@ -302,7 +367,7 @@ class Space:
             return self.last_priced[1]
         self.evaluated += 1
         try:
-            schedule = build_schedule(self.data, choice, form=lambda r: self.form(choice, r))
+            schedule = build_schedule(self.data, choice, form=lambda r: self.form(choice, r), join=self.join)
         except CyclicChoice:
             result = None, None
         else:
