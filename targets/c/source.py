@@ -1,4 +1,5 @@
-"""LoopProgram -> one C translation unit: the prelude, one function per kernel, `stitch_main`.
+"""LoopProgram -> one C translation unit: the prelude, one function per kernel (kernels the same up to
+names share one, share.py), `stitch_main`.
 
 `stitch_main(void **buffers)` runs the kernels in order on the global buffers the caller owns
 (parameters, intermediates, outputs, in the order `buffer_order` gives) and returns 0, 1 when
@@ -17,6 +18,7 @@ from . import recognizers, tuning
 from .emit import PROTO, KernelWriter, Recognizer, ident, kernel_name, signature
 from .micro_kernel import vector_typedefs
 from .prelude import C_TYPES, ERROR_SLOT, PRELUDE, PROFILE, RUNNER, RUNNER_DEFINITION, VECTOR_EXP
+from .share import RenderedKernel, share_functions
 from .tiles import render_kernel
 
 
@@ -41,9 +43,10 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
     machine's vector width (it shapes the matmul blocks); `table` the recognizers the printer
     tries (recognizers.RECOGNIZERS, read when called, by default).
 
-    Kernels over PART_BYTES of source in all are dealt into up to `max_parts` groups of about equal
-    size, each under `#if STITCH_PART == i` (stitch_main in part 0), so the compiler can build the
-    parts in parallel (`cpu.build`); compiled without STITCH_PART defined, the file is one unit."""
+    Kernel functions (one for the kernels share.py finds the same) over PART_BYTES of source in all
+    are dealt into up to `max_parts` groups of about equal size, each under `#if STITCH_PART == i`
+    (stitch_main in part 0), so the compiler can build the parts in parallel (`cpu.build`); compiled
+    without STITCH_PART defined, the file is one unit."""
     table = recognizers.RECOGNIZERS if table is None else table
     globals_ = buffer_order(program)
     position = {b.name: i for i, b in enumerate(globals_)}
@@ -55,14 +58,19 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
         used = {b.name: b for b in uses[k.name]}
         streamed = {name for name in program.outputs if name in used and used[name].nbytes >= tuning.STREAM_BYTES}
         writer = KernelWriter(k, used, vector_bytes, streamed, table, program.symbols)
-        kernels.append((k.name, render_kernel(writer, signature(uses[k.name]))))
-    parts = min(max_parts, sum(len(text) for _, text in kernels) // tuning.PART_BYTES + 1)
+        text = render_kernel(writer, signature(uses[k.name]))
+        kernels.append(RenderedKernel(kernel_name(k.name), text, tuple(ident(b.name) for b in uses[k.name]),
+                                      tuple(ident(b.name) for b in k.allocs)))
+    # identical layers: one function for the kernels whose C is the same up to names (share.py)
+    called = share_functions(kernels)
+    defined = [(k, signature(uses[n.name])) for k, n, f in zip(kernels, program.kernels, called) if f == k.function]
+    parts = min(max_parts, sum(len(k.text) for k, _ in defined) // tuning.PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes), VECTOR_EXP if vector_bytes == 64 else "", RUNNER]
     # a symbol's value: one global of the library, set by stitch_main (calls into one library hold
     # its lock, targets/cpu.py), read by every kernel's extents
     out += [f"{PROTO} extern long long {c_symbol_value(name)};" for name in program.symbols]
-    out += [f"{PROTO} int {kernel_name(name)}({signature(uses[name])});" for name, _ in kernels]
-    for part, group in enumerate(_deal(kernels, parts)):
+    out += [f"{PROTO} int {k.function}({params});" for k, params in defined]
+    for part, group in enumerate(_deal([(k.function, k.text) for k, _ in defined], parts)):
         out.append(_part_guard(part, parts))
         out += [text for _, text in group]
         out.append("#endif" if parts > 1 else "")
@@ -77,8 +85,8 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
     out.append("  st_error_site = -1;")
     for i, b in enumerate(globals_):
         out.append(f"  {C_TYPES[b.dtype]} *{ident(b.name)} = ({C_TYPES[b.dtype]} *)b[{i}];")
-    for i, k in enumerate(program.kernels):
-        out.append(f"  ST_CALL({i}, {kernel_name(k.name)}({', '.join(ident(b.name) for b in uses[k.name])}));")
+    for i, (k, function) in enumerate(zip(program.kernels, called)):  # (profile slot i: kernel i, shared or not)
+        out.append(f"  ST_CALL({i}, {function}({', '.join(ident(b.name) for b in uses[k.name])}));")
         if program.checks:  # a gather read an index out of range: stop, the caller reports it
             out.append("  if (st_error_site >= 0) return 2;")
     out.append("  return 0;")
