@@ -1,15 +1,18 @@
-"""Kernels equal up to which values they name: priced once.
+"""Kernels equal up to which values they name: formed, joined and priced once.
 
 A transformer repeats one layer; its twelve copies form the same kernels over other e-classes (other
 weights, other activations of the same types). `kernel_shape` writes a kernel with its e-classes
 numbered in the order it meets them (parameters without their names), beside the types of those
 classes: two kernels of one shape are the same computation on other buffers, so the cost model's
-answer for one (its plan and price) is the other's with the classes renamed (`renamed_cost`). The
-search (space.py `Space.price_kernel`) prices a layer's kernels once and the other layers' by renaming.
+answer for one (its plan and price) is the other's with the classes renamed (`renamed_cost`).
+`group_shape` does the same for kernels taken together (two kernels joined: merge.py `merge_pair`),
+and `renamed_kernel` turns one kernel of a shape into another's. The search (space.py `Space.form`,
+`Space.join`, `Space.price_kernel`) so works out a layer's kernels once and the other layers' by
+renaming.
 
 A kernel reading through a gather is not given a shape (None): its index terms are ordered by the
 text of the gathered class (index.py `_order`), so a renamed copy would not be the kernel the other
-layer forms. It is priced as it is.
+layer forms. It is worked out as it is.
 """
 
 from __future__ import annotations
