@@ -184,7 +184,8 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
             else:
                 _first_improvement(end, lambda: list(reversed(end.roots)) + shared_inputs, by_sig, GREEDY_ROUNDS)
             ends.append(end)
-        state = min(ends, key=lambda end: order_key(space.price(end.choice)[0]))  # the first of equals
+        # the first of equals (one end: nothing to compare, no whole program to build)
+        state = ends[0] if len(ends) == 1 else min(ends, key=lambda end: order_key(space.price(end.choice)[0]))
         state.fine = True  # then hold fused values another way where it pays
         _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1)
     cost, schedule = space.price(state.choice)
