@@ -33,6 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..engine.ir.extent import is_symbolic
+from ..engine.ir.interp import aligned_copy, aligned_empty, np_dtype
 from ..engine.schedule.index import affine, interval, symbolic
 from .loops import (
     Buffer,
@@ -44,6 +45,7 @@ from .loops import (
     Stmt,
     Store,
     flat_index,
+    index_loads,
     index_vars,
     leaves,
     loads,
@@ -205,14 +207,116 @@ def _nest(loops: list[For], leaf: Stmt) -> Stmt:
 
 def bind(program: LoopProgram, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The arrays a bound program's kernels read besides the call's inputs: its prologue's blocks,
-    made once from `weights` (by the numpy executor), and its own copy of each bound parameter a
-    kernel still reads (a later change to the caller's array changes nothing)."""
-    from ..engine.ir.interp import aligned_copy
-    from .execute import execute
-
+    made once from `weights` (`run_prologue`), and its own copy of each bound parameter a kernel
+    still reads (a later change to the caller's array changes nothing)."""
     params = {b.name for b in program.params}
     out = {name: aligned_copy(weights[name]) for name in program.bound if name in params}
     if program.prologue is not None:
-        arrays, _ = execute(program.prologue, {name: weights[name] for name in program.bound}, count=False)
-        out.update(zip(program.prologue.outputs, map(aligned_copy, arrays)))
+        out.update(run_prologue(program.prologue, {name: weights[name] for name in program.bound}))
     return out
+
+
+def run_prologue(prologue: LoopProgram, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The prologue's outputs (the blocks the kernels read), each an aligned array of its own.
+
+    A nest that stores a block from one affine read of a weight or of an earlier block, over the
+    whole block (every nest this pass and lowering/panels.py make), is a strided view of its
+    source: nothing is copied until an output is written, once, into its aligned array, so a chain
+    (a tile's block laid out in panels) reads the weight itself. Running such nests on the numpy
+    executor gathered and scattered every element through index arrays, several copies per byte
+    (nearly all of the 12-layer GPT-2's 2.4 s of binding). Any other nest runs on the executor."""
+    buffers = {b.name: b for b in prologue.params + prologue.intermediates + prologue.output_buffers}
+    arrays: dict[str, np.ndarray] = {}
+    for b in prologue.params:
+        arr = np.asarray(weights[b.name])
+        if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype):
+            raise ValueError(f"input {b.name}: expected {b.dtype}{list(b.shape)}, got {arr.dtype}{list(arr.shape)}")
+        arrays[b.name] = arr
+    own: set[str] = set()  # blocks the executor wrote: aligned arrays of their own, never written again
+    for k in prologue.kernels:
+        view = _strided_copy(k, arrays, buffers)
+        if view is not None:
+            arrays[view[0]] = view[1]
+        else:
+            own |= _execute_kernel(k, arrays, buffers, prologue.checks)
+    out = {}
+    for name in prologue.outputs:
+        if name not in arrays:  # (no nest writes it: zeros, as the executor starts every block)
+            arrays[name], own = _zeros(buffers[name]), own | {name}
+        out[name] = arrays[name] if name in own else aligned_copy(arrays[name])
+    return out
+
+
+def _strided_copy(k: LoopKernel, arrays: dict[str, np.ndarray],
+                  buffers: dict[str, Buffer]) -> tuple[str, np.ndarray] | None:
+    """(block, a read-only view of its source holding the block's values) when `k` is one nest
+    `block[i, j, ..] = source[affine in i, j, ..]` that writes the whole block once, in the block's
+    dtype, reading only within the source's bounds; else None."""
+    nest = perfect_nest(k.body[0]) if len(k.body) == 1 and isinstance(k.body[0], For) and not k.allocs else None
+    if nest is None:
+        return None
+    loops, leaf = nest
+    extent = {lp.var: lp.extent for lp in loops}
+    value = leaf.value
+    if (not isinstance(leaf, Store) or leaf.buffer in arrays or leaf.buffer not in buffers
+            or not isinstance(value, Load) or value.buffer not in arrays or len(extent) != len(loops)
+            or not all(type(e) is int and e > 0 for e in extent.values())):
+        return None
+    block = buffers[leaf.buffer]
+    source = arrays[value.buffer]
+    order = [_var(ix) for ix in leaf.index]  # the loop each axis of the block runs along
+    if (set(order) != extent.keys() or len(order) != len(loops) or source.dtype != np_dtype(block.dtype)
+            or tuple(extent[v] for v in order) != block.shape or len(value.index) != source.ndim):
+        return None
+    strides = dict.fromkeys(extent, 0)
+    for ix, size, stride in zip(value.index, source.shape, source.strides):
+        if not all(isinstance(t, str) and t in extent for t, _ in ix.terms):
+            return None
+        steps = [c * (extent[t] - 1) for t, c in ix.terms]
+        if ix.const + sum(min(s, 0) for s in steps) < 0 or ix.const + sum(max(s, 0) for s in steps) >= size:
+            return None  # (the executor's indexing raises, or wraps a negative index)
+        for t, c in ix.terms:
+            strides[t] += c * stride
+    # (the source's element at every loop's 0 lies within the bounds checked: the view starts there)
+    start = source[tuple(slice(ix.const, None) for ix in value.index)]
+    view = np.lib.stride_tricks.as_strided(start, tuple(extent[v] for v in order), tuple(strides[v] for v in order),
+                                           writeable=False)
+    return leaf.buffer, view
+
+
+def _var(ix: Ix) -> str | None:
+    """The loop an index is, when it is one loop's variable alone."""
+    if ix.const == 0 and len(ix.terms) == 1 and isinstance(ix.terms[0][0], str) and ix.terms[0][1] == 1:
+        return ix.terms[0][0]
+    return None
+
+
+def _execute_kernel(k: LoopKernel, arrays: dict[str, np.ndarray], buffers: dict[str, Buffer],
+                    prologue_checks: list[str]) -> set[str]:
+    """Run `k` on the numpy executor over the buffers it names; the blocks it writes, each written
+    into an aligned array of its own (a copy of the block's values so far: zeros, where no nest wrote
+    it yet, as the executor starts every block) so that no earlier view changes. Their names."""
+    from .execute import execute
+
+    named, written = set(), set()
+    for leaf in leaves(k.body):
+        written.add(leaf.buffer)
+        named |= {ld.buffer for ld in loads(leaf.value)}
+        named |= {ld.buffer for ix in leaf.index for ld in index_loads(ix)}
+    local = {b.name for b in k.allocs}
+    named, written = (named | written) - local, written - local
+    for name in named:
+        if name not in arrays:
+            arrays[name] = _zeros(buffers[name])
+        elif name in written:
+            arrays[name] = aligned_copy(arrays[name])
+    touched = [buffers[name] for name in sorted(named)]
+    execute(LoopProgram(k.name, touched, [], [], [k], checks=prologue_checks),
+            {b.name: arrays[b.name] for b in touched}, count=False)
+    return written
+
+
+def _zeros(b: Buffer) -> np.ndarray:
+    arr = aligned_empty(b.shape, np_dtype(b.dtype))
+    arr[...] = 0
+    return arr
