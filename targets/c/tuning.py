@@ -9,7 +9,7 @@ they print, so a test can set one (monkeypatch) and see the C change.
 from __future__ import annotations
 
 # Generated C above this many bytes is split into parts compiled at once: gcc's time grows with the unit.
-PART_BYTES = 120_000
+PART_BYTES = 60_000
 # Element updates a thread claims at least at once: smaller tiles are claimed together.
 GRAIN_WORK = 1 << 14
 # A reduce loop of fewer trips is left to gcc, which unrolls it (a masked vector reduction is slower there).
