@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..ir.ops import is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import Placement
 from .cost import ScheduleCost
@@ -58,6 +59,12 @@ EXHAUSTIVE_LIMIT = 2048
 STEEPEST_LIMIT = 48
 # ... and passes repeat until one takes no move, or this many have run.
 GREEDY_ROUNDS = 4
+# The greedy search's most-fused start (every edge fused: a long chain of elementwise ops is one
+# kernel in one step) is built and priced only where the program has at most this many reductions,
+# products and other non-injective values. Above it (a 12-layer transformer: 146-170) it is one
+# kernel of thousands of instances that no tile holds (a held value read at indices of other
+# extents), which took 0.3-0.8 s to form and price before losing to the unfused start.
+FUSED_START_LIMIT = 48
 
 
 @dataclass
@@ -156,7 +163,7 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     """Fuse producers into their consumers, one producer (and one placement) at a time, while it pays.
 
     The start is the cheaper of `start`'s op structure with every edge global and the same with
-    every edge fused (`_most_fused`); the moves are `_State.best_move`'s. The descent runs twice
+    every edge fused (`_most_fused`; tried up to FUSED_START_LIMIT non-injective values); the moves are `_State.best_move`'s. The descent runs twice
     from it, coarse and fine (`_State.fine`; coarse only above STEEPEST_LIMIT producers); from the
     cheaper end, passes over the values fused on edges that keep their placements (`_State.held`)
     hold them another way while it pays (one pass above STEEPEST_LIMIT)."""
@@ -168,9 +175,11 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
         by_sig[cid] = table
     values = {cid: space.start_option(cid, start[cid], by_sig[cid]) for cid in space.value_classes if cid in start}
     unfused = space.full_choice(values)
-    fused = space.full_choice(_most_fused(space, values))
-    # priced first (kernels cached by their contents), so only the start taken is built as a state
-    begin = fused if order_key(space.price(fused)[0]) < order_key(space.price(unfused)[0]) else unfused
+    begin = unfused
+    if sum(not is_injective(n.op) and n.op not in ("param", "const") for n in values.values()) <= FUSED_START_LIMIT:
+        fused = space.full_choice(_most_fused(space, values))
+        # priced first (kernels cached by their contents), so only the start taken is built as a state
+        begin = fused if order_key(space.price(fused)[0]) < order_key(space.price(unfused)[0]) else unfused
     state = _State(space, begin, fine=False)
     if state.kernels is not None:
         shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]
