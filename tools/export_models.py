@@ -3,6 +3,7 @@
     python3 tools/export_models.py                    # the fixtures: tests/fixtures/models/NAME-EXPORTER.{onnx,npz}
     python3 tools/export_models.py --size bench -o DIR  # the benchmark sizes (hidden 768, 12 heads, sequence 128)
     python3 tools/export_models.py --quantized        # tests/fixtures/models/quantized/NAME.{onnx,npz}
+    python3 tools/export_models.py --size bench --only mobilenet_v2,resnet18 -o DIR  # a model of BY_NAME
 
 Needs `pip install torch==2.13.0` (the CPU build; a bare `pip install torch`
 pulls several GB of CUDA) and `pip install '.[models]'` (transformers,
@@ -17,6 +18,11 @@ Each NAME-EXPORTER.npz holds the inputs (keyed by graph input name) and
 onnxruntime's outputs (`output:NAME`), computed with one thread. Files are
 written byte for byte the same on every run: node metadata (stack traces with
 this machine's paths) is dropped, and the npz is a zip with fixed timestamps.
+
+`BY_NAME` holds models exported only when named in `--only`, never among the default fixtures: the
+12-layer GPT2Model and BertModel (`gpt2_model_12layers`, `bert_model_12layers`) and the vision models of
+tools/vision_models.py (`mobilenet_v2`, `resnet18`: torchvision's layouts written out in torch, 224x224
+images at the bench size, their parameters and BatchNorm statistics drawn by `randomize_vision`).
 
 The dynamic-axis fixtures (`DYNAMIC`, in tests/fixtures/models/dynamic/) are exported once with a
 dynamic axis (`dynamic_shapes` for dynamo, `dynamic_axes` for torchscript): GPT-2 with a dynamic
@@ -48,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from vision_models import VISION, randomize_vision
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
@@ -314,6 +321,32 @@ MODELS = {
 }
 
 
+def gpt2_model_12layers(s: Size, rng):
+    """GPT2Model with 12 layers (GPT-2 small's depth at the bench size)."""
+    from transformers import GPT2Model
+
+    config = gpt2_config(s)
+    config.n_layer = 12
+    return wrap(lambda m, ids: m(input_ids=ids, use_cache=False))(GPT2Model(config)), {"input_ids": ids_input(s, rng)}
+
+
+def bert_model_12layers(s: Size, rng):
+    """BertModel with 12 layers (BERT-base's depth at the bench size), with attention_mask."""
+    from transformers import BertModel
+
+    config = bert_config(s)
+    config.num_hidden_layers = 12
+    forward = wrap(lambda m, ids, mask: m(input_ids=ids, attention_mask=mask))
+    return forward(BertModel(config, add_pooling_layer=False)), {"input_ids": ids_input(s, rng),
+                                                                "attention_mask": padding_mask(s)}
+
+
+# Exported by name only (--only NAME, with --size bench for their real sizes), not among the default fixtures:
+# the 12-layer models and the vision models of tools/vision_models.py (MobileNetV2, ResNet-18; 224x224 images
+# at the bench size, 32x32 otherwise), whose parameters and BatchNorm statistics `randomize_vision` draws.
+BY_NAME = {"gpt2_model_12layers": gpt2_model_12layers, "bert_model_12layers": bert_model_12layers} | VISION
+
+
 # -- dynamic-axis models: (module, inputs at a size, {input: {axis: symbol}}, {output: {axis: symbol}}) ----------
 
 
@@ -455,8 +488,8 @@ def build(name: str, size: Size):
     import torch
 
     torch.manual_seed(seed_of(name))
-    module, inputs = MODELS[name](size, np.random.default_rng(seed_of(name)))
-    randomize(module, seed_of(name))
+    module, inputs = (MODELS | BY_NAME)[name](size, np.random.default_rng(seed_of(name)))
+    (randomize_vision if name in VISION else randomize)(module, seed_of(name))
     return module.eval(), inputs
 
 
