@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -434,7 +435,9 @@ class Builder:
         self.index = {dtype: entry for dtype, entry in self.index.items() if entry[0].name in used}
 
     def finish(self, name: str, returns: list[Var], inputs: dict[str, str], outputs: list[str]) -> Imported:
-        """Print the func and parse it back, so that the checker validates what `stitch import` writes."""
+        """The func, checked, and its text: what `stitch import` writes. The text is parsed back only
+        when asked (`Imported.program`): a compile parses it itself, and printing and parsing are each
+        other's inverse (the tests' import helpers check it), so the checker validates what is written."""
         if self.ranges:
             self.prune(returns, set(inputs.values()))
         self.cut_positions()
@@ -442,10 +445,15 @@ class Builder:
         notes = tuple(f"# {s}: {self.ranges[s][0]}..{self.ranges[s][1]}, {why}" for s, why in self.narrowed.items())
         func = Func(self.func_name(name), tuple(self.params), tuple(self.types[r.name] for r in returns),
                     tuple(self.body), tuple(returns), symbols=symbols, comments=Comments(before=notes))
-        text = print_program(Program((func,)))
-        program = parse_program(text, f"<import of {name}>")
-        check_program(program)
-        return Imported(program, text, dict(self.weights), inputs, outputs)
+        checked = Program((func,))
+        text = print_program(checked)
+        label = f"<import of {name}>"
+        try:
+            check_program(checked)
+        except StitchError:  # (raised again from the text: the error shows its line)
+            check_program(parse_program(text, label))
+            raise
+        return Imported(checked, text, dict(self.weights), inputs, outputs, label=label)
 
 
 def names_in(e: Expr) -> set[str]:
@@ -498,12 +506,19 @@ def _broadcast(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
 class Imported:
     """The result of an import: the checked program, its text, and the values of its weight parameters."""
 
-    program: Program
-    text: str
+    checked: Program  # the program as built and checked (without source positions)
+    text: str  # its text
     weights: dict[str, np.ndarray]  # parameter name -> value, for parameters that came from initializers or constants
     inputs: dict[str, str]  # ONNX graph input -> parameter name
     outputs: list[str]  # ONNX graph outputs, in return order
     symbols: dict[str, str] = field(default_factory=dict)  # dim_param -> the func's symbol
+    label: str = "<import>"  # the file name of the text's positions
+
+    @cached_property
+    def program(self) -> Program:
+        """The program parsed from `text` (equal to `checked`, with positions in the text): parsed when
+        first asked, not by every import (a 12-layer GPT-2's parse took a quarter of its import)."""
+        return parse_program(self.text, self.label)
 
 
 def refusal_kind(message: str) -> str:

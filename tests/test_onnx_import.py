@@ -35,6 +35,7 @@ def model_of(nodes, inputs, outputs, initializers=(), opset=21):
 def run_imported(model, feeds: dict[str, np.ndarray], **kwargs) -> list[np.ndarray]:
     """Import, then evaluate the program with the reference interpreter."""
     imported = import_onnx(model, **kwargs)
+    assert imported.program == imported.checked  # the text parses back to the program the import checked
     graph = next(iter(check_program(imported.program).values()))
     inputs = {imported.inputs[k]: v for k, v in feeds.items() if k in imported.inputs}
     inputs.update(imported.weights)
@@ -451,6 +452,26 @@ def test_names_are_sanitized_and_round_trip():
     imported = import_onnx(model)
     assert imported.inputs == {"in.put:0": "in_put_0"}
     assert print_program(parse_program(imported.text)) == imported.text
+
+
+def test_a_checker_error_at_the_end_of_an_import_shows_its_line(monkeypatch):
+    """(An importer bug: the func it built fails the checker.) The import checks the func it built, and
+    raises the error again from its text, at its line, as it did when it parsed every import back."""
+    from stitch.engine.ir.program import Assign, Call, Var
+    from stitch.frontends.onnx_builder import Builder
+
+    cut = Builder.cut_positions
+
+    def broken(self):
+        cut(self)
+        self.body.append(Assign("bad", Call("relu", (Var("nowhere"),))))
+
+    monkeypatch.setattr(Builder, "cut_positions", broken)
+    model = model_of([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, [2])], [("y", F32, None)])
+    with pytest.raises(StitchError, match="nowhere") as err:
+        import_onnx(model, entry="f")
+    assert err.value.pos.line == 3 and err.value.pos.file == "<import of f>"
+    assert "bad = relu(nowhere)" in str(err.value)
 
 
 # -- errors -------------------------------------------------------------------

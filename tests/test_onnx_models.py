@@ -35,6 +35,7 @@ def load(name: str):
     with np.load(FIXTURES / f"{name}.npz") as data:
         feeds = {imported.inputs[k]: data[k] for k in data.files if k in imported.inputs}
         want = [data[f"output:{o}"] for o in imported.outputs]
+    assert imported.program == imported.checked  # the text parses back to the program the import checked
     graph = next(iter(check_program(imported.program).values()))
     return imported, graph, feeds | imported.weights, want
 

@@ -36,6 +36,7 @@ def model_of(nodes, inputs, outputs, initializers=(), opset=21):
 
 def run_imported(model, feeds, **kwargs):
     imported = import_onnx(model, **kwargs)
+    assert imported.program == imported.checked  # the text parses back to the program the import checked
     graph = next(iter(check_program(imported.program).values()))
     inputs = {imported.inputs[k]: v for k, v in feeds.items() if k in imported.inputs}
     return evaluate(graph, inputs | imported.weights)

@@ -50,6 +50,7 @@ RNG = np.random.default_rng(7)
 
 
 def interpret(imported, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    assert imported.program == imported.checked  # the text parses back to the program the import checked
     graph = next(iter(check_program(imported.program).values()))
     inputs = {imported.inputs[k]: v for k, v in feeds.items() if k in imported.inputs}
     with np.errstate(all="ignore"):

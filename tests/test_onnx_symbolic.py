@@ -61,6 +61,7 @@ def draw(model, sizes: dict[str, int]) -> dict[str, np.ndarray]:
 def assert_symbolic_matches(model, sizes: list[dict[str, int]], **kwargs):
     """One import; at each size, the interpreter against onnx's reference evaluator. Returns the import."""
     imported = import_onnx(model, **kwargs)
+    assert imported.program == imported.checked  # the text parses back to the program the import checked
     graph = next(iter(check_program(imported.program).values()))
     assert graph.symbols, imported.text
     for size in sizes:
