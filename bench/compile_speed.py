@@ -28,7 +28,7 @@ another's work cached:
   lower s         lower_program (loop nests, their passes, the verifier)
   C cold s        targets/cpu.py build into an empty cache: C source, compiler, load
   bind s          lowering/bind.py bind (the prologue run on the weights)
-  stages s        the sum of the columns before it
+  stages s        the sum of the columns after import: what stitch.compile runs
   compile s       the whole stitch.compile(text, weights=..., cache_dir=<empty dir>)
                   in a fresh process (text and weights read from files beforehand;
                   the interpreter's start and `import stitch` not counted)
@@ -197,7 +197,7 @@ def models_table(names: list[str], cache: Path, torch_compile: bool) -> int:
                 notes.append(f"- {MODELS[name]}, {what}" + (f" ({r['stage']})" if "stage" in r else "") +
                              f": {r['error']}")
         done = [staged.get(s) for s in STAGES]
-        total = sum(done) if all(t is not None for t in done) else None
+        total = sum(done[1:]) if all(t is not None for t in done) else None  # stitch.compile's stages
         stopped = "refused" if staged.get("stage") == "import" else "failed"  # the stage an error stopped
         cells = [seconds(t, stopped if s == staged.get("stage") else "-") for s, t in zip(STAGES, done)]
         cells += [seconds(total), seconds(whole.get("compile")), str(staged.get("kernels", "-")),
