@@ -200,11 +200,12 @@ def lower_program(compiled: Compiled, limits: Limits, bound: tuple[str, ...] = (
 
 def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None = None,
           cflags: str | list[str] | None = None, weights: dict | None = None,
-          graph: Graph | None = None) -> CompiledProgram:
+          graph: Graph | None = None, copies: dict | None = None) -> CompiledProgram:
     """What runs `loops` on the compiled target: C built and loaded on a cpu target (the numpy executor
     where no C compiler exists), the simulator on an accel target, with the weights bound (the
     program's prologue run on them once). Build time counts as compile time. `graph` is the
-    program as its caller wrote it (default: the compiled one), whose parameters a call is checked against."""
+    program as its caller wrote it (default: the compiled one), whose parameters a call is checked against;
+    `copies` the weights' copies another build of the same weights made (lowering/bind.py `bind`)."""
     from ..lowering.bind import bind
 
     target = compiled.target
@@ -221,7 +222,7 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
     else:  # the numpy executor only where no C compiler could build the library
         executor = "c" if native is not None and native.library is not None else "numpy"
     start = time.perf_counter()
-    bound = bind(loops, weights or {})
+    bound = bind(loops, weights or {}, copies)
     if native is not None:
         native.bound = bound
     compiled.seconds += time.perf_counter() - start
@@ -263,11 +264,9 @@ def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), buil
     program = build(compiled, loops, cache_dir, cflags, weights, graph)
     for variant in compiled.variants:  # a symbolic program's size buckets, each built as the top is
         start = time.perf_counter()
+        # (a copy of a weight both read is the top's: one copy of each weight whatever the buckets)
         smaller = build(variant, lower_program(variant, limits, tuple(weights), caches, tops), cache_dir, cflags,
-                        weights, graph)
-        # (a copy of a weight both read is the top's: one copy of each weight whatever the buckets; in
-        # place, as the native program holds this dict too)
-        smaller.bound.update({k: program.bound[k] for k in smaller.bound if k in weights and k in program.bound})
+                        weights, graph, program.bound)
         program.variants.append((planning_values(variant.graph.symbols), smaller))
         compiled.seconds += time.perf_counter() - start + variant.seconds
     return program

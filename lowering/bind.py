@@ -205,12 +205,16 @@ def _nest(loops: list[For], leaf: Stmt) -> Stmt:
     return leaf
 
 
-def bind(program: LoopProgram, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def bind(program: LoopProgram, weights: dict[str, np.ndarray],
+         copies: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """The arrays a bound program's kernels read besides the call's inputs: its prologue's blocks,
     made once from `weights` (`run_prologue`), and its own copy of each bound parameter a kernel
-    still reads (a later change to the caller's array changes nothing)."""
+    still reads (a later change to the caller's array changes nothing), taken from `copies` where
+    that holds one (another size bucket's of the same weights: one copy whatever the buckets)."""
     params = {b.name for b in program.params}
-    out = {name: aligned_copy(weights[name]) for name in program.bound if name in params}
+    copies = copies or {}
+    out = {name: copies[name] if name in copies else aligned_copy(weights[name])
+           for name in program.bound if name in params}
     if program.prologue is not None:
         out.update(run_prologue(program.prologue, {name: weights[name] for name in program.bound}))
     return out
