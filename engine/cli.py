@@ -496,7 +496,7 @@ def cmd_import(args) -> int:
     if args.output:
         write_text(args.output, imported.text)
         renamed = [f"{param} (ONNX '{name}')" if param != name else param for name, param in imported.inputs.items()]
-        print(f"wrote {args.output}: func {imported.program.funcs[0].name}, inputs keyed {', '.join(renamed)}",
+        print(f"wrote {args.output}: func {imported.checked.funcs[0].name}, inputs keyed {', '.join(renamed)}",
               file=sys.stderr)
     else:
         sys.stdout.write(imported.text)
