@@ -79,6 +79,10 @@ class Space:
         self.form_shapes: dict[tuple, tuple[Kernel, tuple[str, ...]]] = {}
         self.shape_cache: dict[tuple, tuple[KernelCost, tuple[str, ...]]] = {}
         self.merge_shapes: dict[tuple, tuple[Kernel | None, tuple[str, ...]]] = {}
+        # by kernel object (the object kept, so an id is not reused): its shape, its price
+        self.shapes: dict[int, tuple[Kernel, tuple | None]] = {}
+        self.priced: dict[int, tuple[Kernel, KernelCost]] = {}
+        self.joined: dict[tuple[int, int], tuple[Kernel, Kernel, Kernel | None]] = {}  # (a, b, their join)
         self.evaluated = 0
         self.last_priced: tuple | None = None
 
@@ -303,7 +307,7 @@ class Space:
                 edge = self.edge(child)
                 vnode = choice[edge.value]
                 kind = (vnode.op, vnode.attrs) if vnode.op == "const" else vnode.op == "param"
-                operands.append((edge.placement, num(edge.value), kind))
+                operands.append((edge.placement, num(child), num(edge.value), kind))
                 if edge.placement is not Placement.GLOBAL:
                     stack.append(edge.value)
             nodes.append((num(cid), node.ctor, node.op, node.attrs if node.op != "param" else (), tuple(operands)))
@@ -320,7 +324,7 @@ class Space:
             shaped = self.walk_shape(choice, root) if SHAPE_CACHE else None
             hit = self.form_shapes.get(shaped[0]) if shaped else None
             if hit is not None:
-                kernel = renamed_kernel(hit[0], dict(zip(hit[1], shaped[1])), choice)
+                kernel = self._renamed(hit[0], dict(zip(hit[1], shaped[1])), choice)
             else:
                 kernel = form_kernel(self.data, choice, root)
                 if shaped:
@@ -331,33 +335,61 @@ class Space:
     def join(self, a: Kernel, b: Kernel) -> Kernel | None:
         """merge.py `merge_pair(a, b)`; two kernels of a shape joined before (another layer's) give
         that join, renamed."""
+        seen = self.joined.get((id(a), id(b)))
+        if seen is not None and seen[0] is a and seen[1] is b:
+            return seen[2]
         shaped = group_shape([a, b], {}, set()) if SHAPE_CACHE else None
-        if shaped is None:
-            return merge_pair(a, b)
-        hit = self.merge_shapes.get(shaped[0], False)
+        hit = self.merge_shapes.get(shaped[0], False) if shaped else False
         if hit is False:
             joined = merge_pair(a, b)
-            self.merge_shapes[shaped[0]] = (joined, shaped[1])
-            return joined
-        if hit[0] is None:
-            return None
-        nodes = {inst.cid: inst.node for k in (a, b) for inst in k.instances}
-        return renamed_kernel(hit[0], dict(zip(hit[1], shaped[1])), nodes)
+            if shaped:
+                self.merge_shapes[shaped[0]] = (joined, shaped[1])
+        elif hit[0] is None or hit[1] == shaped[1]:
+            joined = hit[0]
+        else:
+            nodes = {inst.cid: inst.node for k in (a, b) for inst in k.instances}
+            joined = self._renamed(hit[0], dict(zip(hit[1], shaped[1])), nodes)
+        self.joined[(id(a), id(b))] = (a, b, joined)
+        return joined
+
+    def _renamed(self, template: Kernel, names: dict[str, str], nodes: dict[str, ENode]) -> Kernel:
+        """canonical.py `renamed_kernel`, its shape noted: the template's, its classes renamed."""
+        kernel = renamed_kernel(template, names, nodes)
+        shaped = self._shape(template)
+        if shaped is not None:
+            self.shapes[id(kernel)] = (kernel, (shaped[0], tuple(names[c] for c in shaped[1])))
+        return kernel
+
+    def _shape(self, kernel: Kernel) -> tuple | None:
+        """canonical.py `kernel_shape`, once per kernel object (a renamed one's is noted as made)."""
+        noted = self.shapes.get(id(kernel))
+        if noted is not None and noted[0] is kernel:
+            return noted[1]
+        shaped = kernel_shape(kernel, self.data.types)
+        self.shapes[id(kernel)] = (kernel, shaped)
+        return shaped
 
     def price_kernel(self, kernel: Kernel) -> KernelCost:
         """The kernel's cheapest plan and price; a kernel of a shape priced before (another layer's
         copy of it, canonical.py) is that one's, renamed."""
-        cost = self.price_cache.get(kernel)
-        if cost is None:
-            shaped = kernel_shape(kernel, self.data.types) if SHAPE_CACHE else None
-            hit = self.shape_cache.get(shaped[0]) if shaped else None
-            if hit is not None:
-                cost = renamed_cost(hit[0], dict(zip(hit[1], shaped[1])))
-            else:
+        known = self.priced.get(id(kernel))
+        if known is not None and known[0] is kernel:
+            return known[1]
+        shaped = self._shape(kernel) if SHAPE_CACHE else None
+        if shaped is None:
+            cost = self.price_cache.get(kernel)
+            if cost is None:
+                cost = self.price_cache[kernel] = kernel_cost(kernel, self.data.types, self.target)
+        else:
+            hit = self.shape_cache.get(shaped[0])
+            if hit is None:
                 cost = kernel_cost(kernel, self.data.types, self.target)
-                if shaped:
-                    self.shape_cache[shaped[0]] = (cost, shaped[1])
-            self.price_cache[kernel] = cost
+                self.shape_cache[shaped[0]] = (cost, shaped[1])
+            elif hit[1] == shaped[1]:
+                cost = hit[0]
+            else:
+                cost = renamed_cost(hit[0], dict(zip(hit[1], shaped[1])))
+        self.priced[id(kernel)] = (kernel, cost)
         return cost
 
     def price(self, choice: Choice) -> tuple[ScheduleCost | None, Schedule | None]:
