@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from fnmatch import fnmatch
 from pathlib import Path
@@ -35,7 +36,6 @@ from .ir.interp import bind_weights
 from .ir.memory import check_memory, checkpoint, memory_budget
 from .ir.recursion import allows_deep_recursion
 from .programs import check_entry, read_file, read_program  # noqa: F401 (callers read them from here too)
-from .rewrite.check.on_load import refuse_unsound
 from .rewrite.egraph_data import EGraphData
 from .rewrite.rules import RuleFile, builtin_rule_files, load_rules
 from .rewrite.saturate import EGraphRun, Limits, RunReport
@@ -68,6 +68,8 @@ def load_rule_files(paths: list[str], builtin: bool = True, without: tuple[str, 
     for p in paths:
         files.append(load_rules(p))
         if not trust_rules:
+            from .rewrite.check.on_load import refuse_unsound  # (hypothesis: imported when a user's rules load)
+
             refuse_unsound(files[-1], _rules_cache(cache_dir))
     if not unsafe_fp:
         files = [replace(rf, rules=tuple(r for r in rf.rules if not r.unsafe_fp)) for rf in files]
@@ -210,21 +212,23 @@ def build(compiled: Compiled, loops: LoopProgram, cache_dir: str | Path | None =
 
     target = compiled.target
     native = None
+    start = time.perf_counter()
     if target.executor == "c":
         from ..targets.cc import compiler_flags
         from ..targets.cpu import build as build_c
 
-        start = time.perf_counter()
-        native = build_c(loops, cache_dir, compiler_flags(cflags))
-        compiled.seconds += time.perf_counter() - start
+        # the weights are bound (numpy copies) while the C compiler runs
+        with ThreadPoolExecutor(1, thread_name_prefix="stitch-cc") as pool:
+            building = pool.submit(build_c, loops, cache_dir, compiler_flags(cflags))
+            bound = bind(loops, weights or {}, copies)
+            native = building.result()
+        native.bound = bound
+    else:
+        bound = bind(loops, weights or {}, copies)
     if target.executor == "simulator":
         executor = "simulator"
     else:  # the numpy executor only where no C compiler could build the library
         executor = "c" if native is not None and native.library is not None else "numpy"
-    start = time.perf_counter()
-    bound = bind(loops, weights or {}, copies)
-    if native is not None:
-        native.bound = bound
     compiled.seconds += time.perf_counter() - start
     return CompiledProgram(graph or compiled.graph, compiled, loops, native, executor, weights=tuple(weights or {}),
                            bound=bound)
