@@ -13,7 +13,7 @@ from stitch.engine.ir.tolerance import differences
 from stitch.targets import cpu
 from stitch.targets.c import tuning
 from stitch.targets.c.share import RenderedKernel, canonical_text, share_functions
-from stitch_testing import needs_cc
+from stitch_testing import EXAMPLES, needs_cc
 
 DEFINED = re.compile(r'^__attribute__\(\(visibility\("hidden"\)\)\) int (kernel_\w+)\(.*\) \{$', re.M)
 CALLED = re.compile(r"^  ST_CALL\((\d+), (kernel_\w+)\((.*)\)\);$", re.M)
@@ -153,3 +153,26 @@ def test_a_kernel_holding_a_canonical_name_is_left_alone():
     assert canonical_text(clash) is None
     assert share_functions([k4, clash, k4]) == ["kernel_k4", "kernel_k8", "kernel_k4"]
 
+
+
+def test_a_kernel_of_the_same_nests_is_not_printed_and_the_c_is_the_same(monkeypatch):
+    """nest_key: a kernel whose loop nests are another's up to buffer names calls that one's function
+    without being printed; the C is byte for byte what printing every kernel gives (examples, the
+    dense stack, the norms)."""
+    from stitch.targets.c import source, tiles
+
+    printed = []
+    render = tiles.render_kernel
+    monkeypatch.setattr(source, "render_kernel", lambda w, sig: printed.append(w.k.name) or render(w, sig))
+    programs = [layers(4), norms(1024, 1024), norms(1024, 768, rows="n", symbols="[n: 1..300]")]
+    programs += [p.read_text() for p in sorted(EXAMPLES.glob("*.ir"))]
+    for text in programs:
+        loops = stitch.compile(text, target="cpu").loops
+        printed.clear()
+        once = source.c_source(loops, 64, max_parts=2)
+        skipped = len(loops.kernels) - len(printed)
+        with monkeypatch.context() as m:
+            m.setattr(source, "nest_key", lambda kernel, params, streamed: id(kernel))
+            assert source.c_source(loops, 64, max_parts=2) == once
+        if text == programs[0]:
+            assert skipped >= 1

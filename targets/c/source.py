@@ -18,7 +18,7 @@ from . import recognizers, tuning
 from .emit import PROTO, KernelWriter, Recognizer, ident, kernel_name, signature
 from .micro_kernel import vector_typedefs
 from .prelude import C_TYPES, ERROR_SLOT, PRELUDE, PROFILE, RUNNER, RUNNER_DEFINITION, VECTOR_EXP
-from .share import RenderedKernel, share_functions
+from .share import RenderedKernel, nest_key, share_functions
 from .tiles import render_kernel
 
 
@@ -50,20 +50,26 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
     table = recognizers.RECOGNIZERS if table is None else table
     globals_ = buffer_order(program)
     position = {b.name: i for i, b in enumerate(globals_)}
-    kernels, uses = [], {}
-    for k in program.kernels:
+    kernels, printed, uses, same_nests = [], [], {}, {}
+    for j, k in enumerate(program.kernels):
         # Each kernel takes the global buffers it touches, not all of them: a program of n kernels
         # would otherwise have n * n parameters (10,000 kernels: gigabytes of C).
         uses[k.name] = [globals_[i] for i in sorted(position[n] for n in buffers_named(k) if n in position)]
         used = {b.name: b for b in uses[k.name]}
         streamed = {name for name in program.outputs if name in used and used[name].nbytes >= tuning.STREAM_BYTES}
+        first = same_nests.setdefault(nest_key(k, uses[k.name], streamed), j)
+        if first != j:  # another layer's copy of a kernel printed before: its function (share.py)
+            kernels.append(first)
+            continue
         writer = KernelWriter(k, used, vector_bytes, streamed, table, program.symbols)
         text = render_kernel(writer, signature(uses[k.name]))
         kernels.append(RenderedKernel(kernel_name(k.name), text, tuple(ident(b.name) for b in uses[k.name]),
                                       tuple(ident(b.name) for b in k.allocs)))
+        printed.append((j, kernels[-1]))
     # identical layers: one function for the kernels whose C is the same up to names (share.py)
-    called = share_functions(kernels)
-    defined = [(k, signature(uses[n.name])) for k, n, f in zip(kernels, program.kernels, called) if f == k.function]
+    function = dict(zip((i for i, _ in printed), share_functions([k for _, k in printed])))
+    called = [function[k if isinstance(k, int) else j] for j, k in enumerate(kernels)]
+    defined = [(k, signature(uses[program.kernels[j].name])) for j, k in printed if function[j] == k.function]
     parts = min(max_parts, sum(len(k.text) for k, _ in defined) // tuning.PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes), VECTOR_EXP if vector_bytes == 64 else "", RUNNER]
     # a symbol's value: one global of the library, set by stitch_main (calls into one library hold
