@@ -35,6 +35,7 @@ import numpy as np
 from ..engine.ir.extent import is_symbolic
 from ..engine.ir.interp import aligned_copy, aligned_empty, np_dtype
 from ..engine.schedule.index import affine, interval, symbolic
+from .execute import param_arrays
 from .loops import (
     Buffer,
     For,
@@ -230,12 +231,7 @@ def run_prologue(prologue: LoopProgram, weights: dict[str, np.ndarray]) -> dict[
     executor gathered and scattered every element through index arrays, several copies per byte
     (nearly all of the 12-layer GPT-2's 2.4 s of binding). Any other nest runs on the executor."""
     buffers = {b.name: b for b in prologue.params + prologue.intermediates + prologue.output_buffers}
-    arrays: dict[str, np.ndarray] = {}
-    for b in prologue.params:
-        arr = np.asarray(weights[b.name])
-        if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype):
-            raise ValueError(f"input {b.name}: expected {b.dtype}{list(b.shape)}, got {arr.dtype}{list(arr.shape)}")
-        arrays[b.name] = arr
+    arrays = param_arrays(prologue.params, weights)
     own: set[str] = set()  # blocks the executor wrote: aligned arrays of their own, never written again
     for k in prologue.kernels:
         view = _strided_copy(k, arrays, buffers)

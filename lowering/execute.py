@@ -24,6 +24,7 @@ from ..engine.ir.errors import StitchError
 from ..engine.ir.interp import DTYPE_OF_NP, elementwise, np_dtype
 from .loops import (
     Accumulate,
+    Buffer,
     Checked,
     FloorDiv,
     For,
@@ -50,6 +51,17 @@ class Traffic:
     per_kernel: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
+def param_arrays(params: list[Buffer], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each parameter's array from `inputs`, as it is; one of another shape or dtype is a ValueError."""
+    out = {}
+    for b in params:
+        arr = np.asarray(inputs[b.name])
+        if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype):
+            raise ValueError(f"input {b.name}: expected {b.dtype}{list(b.shape)}, got {arr.dtype}{list(arr.shape)}")
+        out[b.name] = arr
+    return out
+
+
 def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None,
             runner=None, count: bool = True) -> tuple[list[np.ndarray], Traffic]:
     """Outputs in return order, and the global traffic of the run (none counted unless `count`:
@@ -57,12 +69,7 @@ def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None,
 
     `runner(kernel, memory, global_names)` makes the object that runs one kernel's body (default
     `TileRun`): the accelerator simulator passes a subclass that also keeps time."""
-    memory: dict[str, np.ndarray] = {}
-    for b in program.params:
-        arr = np.asarray(inputs[b.name])
-        if arr.shape != b.shape or arr.dtype != np_dtype(b.dtype):
-            raise ValueError(f"input {b.name}: expected {b.dtype}{list(b.shape)}, got {arr.dtype}{list(arr.shape)}")
-        memory[b.name] = arr
+    memory = param_arrays(program.params, inputs)
     for b in program.intermediates + program.output_buffers:
         memory[b.name] = np.zeros(b.shape, np_dtype(b.dtype))
     traffic = Traffic()

@@ -260,9 +260,9 @@ class Space:
 
     # -- pricing -----------------------------------------------------------------
 
-    def walk_key(self, choice: Choice, root: str) -> tuple:
-        """What a root's kernel depends on: the e-nodes chosen for the values its walk reaches."""
-        seen: list[tuple[str, int]] = []
+    def _walk(self, choice: Choice, root: str):
+        """The values a root's kernel walk reaches (through edges not `global`), in the order met,
+        each with its chosen e-node."""
         visited: set[str] = set()
         stack = [root]
         while stack:
@@ -271,12 +271,15 @@ class Space:
                 continue
             visited.add(cid)
             node = choice[cid]
-            seen.append((cid, id(node)))
+            yield cid, node
             for child in node.children:
                 edge = self.edge(child)
                 if edge.placement is not Placement.GLOBAL:
                     stack.append(edge.value)
-        return (root, tuple(seen))
+
+    def walk_key(self, choice: Choice, root: str) -> tuple:
+        """What a root's kernel depends on: the e-nodes chosen for the values its walk reaches."""
+        return (root, tuple((cid, id(node)) for cid, node in self._walk(choice, root)))
 
     def walk_shape(self, choice: Choice, root: str) -> tuple[tuple, tuple[str, ...]] | None:
         """`walk_key` up to which classes the walk meets (canonical.py): each e-node reached with
@@ -292,14 +295,7 @@ class Space:
             return n
 
         nodes = []
-        visited: set[str] = set()
-        stack = [root]
-        while stack:
-            cid = stack.pop()
-            if cid in visited:
-                continue
-            visited.add(cid)
-            node = choice[cid]
+        for cid, node in self._walk(choice, root):
             if node.op == "gather":
                 return None
             operands = []
@@ -308,8 +304,6 @@ class Space:
                 vnode = choice[edge.value]
                 kind = (vnode.op, vnode.attrs) if vnode.op == "const" else vnode.op == "param"
                 operands.append((edge.placement, num(child), num(edge.value), kind))
-                if edge.placement is not Placement.GLOBAL:
-                    stack.append(edge.value)
             nodes.append((num(cid), node.ctor, node.op, node.attrs if node.op != "param" else (), tuple(operands)))
         names = tuple(number)
         return (tuple(nodes), tuple(self.data.types.get(c) for c in names)), names
