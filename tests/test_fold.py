@@ -4,6 +4,7 @@ at binding, by the reference interpreter; what a kernel would only move is left 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +22,6 @@ from stitch.engine.ir.printer import print_func
 from stitch.engine.ir.tolerance import compare
 from stitch.frontends.onnx_import import import_onnx
 from stitch_testing import needs_cc, programs
-
 
 # DeBERTa's relative positions: layer_norm(e) @ wk + bk, the same on every call, read by x's product
 POS = """
@@ -163,3 +163,21 @@ def test_an_onnx_layer_norm_of_an_initializer_is_computed_at_binding(tmp_path):
     mean = e.mean(1, keepdims=True)
     n = (e - mean) / np.sqrt(((e - mean) ** 2).mean(1, keepdims=True) + 1e-5) * g + b
     np.testing.assert_allclose(got, x @ (n @ wk).T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["transformer_encoder_layer-dynamo", "transformer_encoder_layer-torchscript",
+                                  "gpt2_block-dynamo", "llama_layer_rotary_inside-dynamo"])
+def test_no_kernel_of_an_imported_model_with_its_weights_bound_reads_only_weights(name):
+    """A value of the weights alone is made once, at binding (or read in place by its kernels): no
+    kernel of a call reads nothing but weights (issue 48: a transpose of out_proj's weight ran on
+    every call)."""
+    import onnx
+
+    fixtures = Path(__file__).resolve().parent / "fixtures" / "models"
+    imported = import_onnx(onnx.load(fixtures / f"{name}.onnx"), entry="m")
+    program = stitch.compile(imported.text, weights=imported.weights)
+    schedule = program.compiled.schedule
+    bound = set(program.weights)
+    only_weights = [k.roots for k in schedule.kernels
+                    if all(schedule.params.get(cid) in bound for cid in k.read_values)]
+    assert only_weights == []
