@@ -41,11 +41,19 @@ def layers(n: int, rows: int = 128, hidden: int = 768, inner: int = 3072) -> str
 
 
 def doubled(graph: Graph) -> Graph:
-    """`graph` twice, side by side: the second copy reads parameters of its own."""
+    """`graph` twice, side by side: the second copy reads parameters of its own, and its float
+    literals are others (as a quantized layer's scales are)."""
     n = len(graph.nodes)
-    second = [replace(node, id=node.id + n, inputs=tuple(i + n for i in node.inputs),
-                      name=node.name and node.name + "_2",
-                      attrs=tuple((k, v + "_2" if node.op == "param" and k == "name" else v) for k, v in node.attrs))
+
+    def attr(node, k, v):
+        if node.op == "param" and k == "name":
+            return v + "_2"
+        if node.op == "const" and k == "value" and isinstance(v, float) and v == v and abs(v) < 1e30:
+            return v * 1.5 + 0.25
+        return v
+
+    second = [replace(node, id=node.id + n, inputs=tuple(i + n for i in node.inputs), name=node.name and node.name + "_2",
+                      attrs=tuple((k, attr(node, k, v)) for k, v in node.attrs))
               for node in graph.nodes]
     return Graph(graph.name, list(graph.nodes) + second, graph.params + [p + n for p in graph.params],
                  graph.outputs + [o + n for o in graph.outputs],

@@ -157,6 +157,7 @@ def test_a_compile_over_its_memory_budget_is_an_error(monkeypatch, capsys):
 def test_the_schedule_search_checks_the_budget(monkeypatch):
     held = iter([0] * 3 + [9 * 2**30] * 1000)  # saturation and reading the e-graph fit; extraction does not
     monkeypatch.setattr(memory, "resident_bytes", lambda: next(held))
+    monkeypatch.setattr(memory, "CHECK_SECONDS", 0.0)  # (every call reads: the search here takes milliseconds)
     monkeypatch.setattr(saturate, "over_budget", lambda b: False)
     with pytest.raises(StitchError, match="extraction"):
         stitch.compile(EXAMPLES / "layernorm.ir", limits=Limits(memory=2**30), target="accel")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -67,8 +68,21 @@ def memory_budget(budget: float) -> Iterator[None]:
         _BUDGET.reset(token)
 
 
+# A stage calling checkpoint in a loop (the schedule search, once per kernel formed) reads the
+# resident size at most this often after its first call (a read of /proc costs tens of microseconds).
+CHECK_SECONDS = 0.05
+_last_check: tuple[str, float] = ("", 0.0)
+
+
 def checkpoint(stage: str) -> None:
-    """check_memory against the budget of the compile in progress, if any."""
+    """check_memory against the budget of the compile in progress, if any: at a stage's first call,
+    then at most every CHECK_SECONDS."""
+    global _last_check
     budget = _BUDGET.get()
-    if budget is not None:
-        check_memory(budget, stage)
+    if budget is None:
+        return
+    now = time.monotonic()
+    if _last_check[0] == stage and now - _last_check[1] < CHECK_SECONDS:
+        return
+    _last_check = (stage, now)
+    check_memory(budget, stage)

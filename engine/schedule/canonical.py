@@ -26,8 +26,23 @@ from .kernel import Instance, Kernel, Read, Ref, RefKind
 Shape = tuple  # (the kernel's structure with its classes numbered, the types of those classes)
 
 
-def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple[str, ...]] | None:
-    """(the kernel's shape, its e-classes in the order numbered), or None where it has none (a gather)."""
+def literal_key(value) -> tuple:
+    """A literal as the shapes number it, beside the classes: by its type and its text, so -0.0 and
+    0.0, or 1 and 1.0, are two literals and every NaN one. Literals are numbered, not written, so
+    that a quantized layer's scales and zero points (other literals in each layer) leave the kernels
+    of one shape: pricing reads no literal's value, and renaming puts each layer's own back."""
+    return ("literal", type(value).__name__, repr(value))
+
+
+def literal_value(key: tuple):
+    """The literal `literal_key` numbered."""
+    _, kind, text = key
+    return {"bool": lambda t: t == "True", "int": int, "float": float}[kind](text)
+
+
+def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple] | None:
+    """(the kernel's shape, its e-classes and literals (`literal_key`) in the order numbered), or None
+    where it has none (a gather)."""
     number: dict[str, int] = {}
     structure = _structure(kernel, number)
     if structure is None:
@@ -36,7 +51,7 @@ def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple[str, ...]] |
     return (structure, tuple(types.get(c) for c in names)), names
 
 
-def group_shape(kernels: list[Kernel], types: dict, outputs: set[str]) -> tuple[Shape, tuple[str, ...]] | None:
+def group_shape(kernels: list[Kernel], types: dict, outputs: set[str]) -> tuple[Shape, tuple] | None:
     """The shape of kernels taken together (one numbering: which reads which), with which of their
     classes are outputs: what merging them depends on (merge.py `merge_kernels`)."""
     number: dict[str, int] = {}
@@ -51,7 +66,8 @@ def group_shape(kernels: list[Kernel], types: dict, outputs: set[str]) -> tuple[
 
 
 def _structure(kernel: Kernel, number: dict[str, int]) -> tuple | None:
-    """The kernel with its classes numbered by `number` (extended as they are met); None for a gather."""
+    """The kernel with its classes and literals numbered by `number` (extended as they are met); None
+    for a gather."""
     def cid(c: str) -> int:
         n = number.get(c)
         if n is None:
@@ -63,7 +79,9 @@ def _structure(kernel: Kernel, number: dict[str, int]) -> tuple | None:
         return n.ctor, n.op, tuple(map(cid, n.children)), attrs
 
     def ref(r: Ref) -> tuple:
-        return r.kind, cid(r.target) if r.kind is RefKind.GLOBAL else r.target, r.hold
+        if r.kind is RefKind.HELD:
+            return r.kind, r.target, r.hold
+        return r.kind, cid(r.target if r.kind is RefKind.GLOBAL else literal_key(r.target)), r.hold
 
     if any(inst.node.op == "gather" for inst in kernel.instances):
         return None  # (its Indirect atoms, the only index terms naming a class, come from its gathers)
@@ -74,11 +92,16 @@ def _structure(kernel: Kernel, number: dict[str, int]) -> tuple | None:
     return roots, kernel.stores, instances, reads, kernel.axes, kernel.problems
 
 
-def renamed_kernel(kernel: Kernel, names: dict[str, str], nodes: dict[str, ENode]) -> Kernel:
-    """`kernel` over the classes `names` maps its own to, each instance computing its class by the
-    e-node `nodes` gives: the kernel those classes form, where they have `kernel`'s shape."""
+def renamed_kernel(kernel: Kernel, names: dict, nodes: dict[str, ENode]) -> Kernel:
+    """`kernel` over the classes (and literals, `literal_key`) `names` maps its own to, each instance
+    computing its class by the e-node `nodes` gives: the kernel those classes form, where they have
+    `kernel`'s shape."""
     def ref(r: Ref) -> Ref:
-        return Ref(RefKind.GLOBAL, names[r.target]) if r.kind is RefKind.GLOBAL else r
+        if r.kind is RefKind.GLOBAL:
+            return Ref(RefKind.GLOBAL, names[r.target])
+        if r.kind is RefKind.CONST:
+            return Ref(RefKind.CONST, literal_value(names[literal_key(r.target)]))
+        return r
 
     instances = tuple(Instance(names[i.cid], nodes[names[i.cid]], i.index, i.hold, i.key, tuple(map(ref, i.operands)),
                                i.operand_index, i.owner, i.guards) for i in kernel.instances)

@@ -14,7 +14,7 @@ from ..ir.memory import checkpoint
 from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
-from .canonical import group_shape, kernel_shape, renamed_cost, renamed_kernel
+from .canonical import group_shape, kernel_shape, literal_key, renamed_cost, renamed_kernel
 from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
 from .facts import FREE_OPS
 from .form import Edge, build_schedule, form_kernel
@@ -281,11 +281,11 @@ class Space:
         """What a root's kernel depends on: the e-nodes chosen for the values its walk reaches."""
         return (root, tuple((cid, id(node)) for cid, node in self._walk(choice, root)))
 
-    def walk_shape(self, choice: Choice, root: str) -> tuple[tuple, tuple[str, ...]] | None:
+    def walk_shape(self, choice: Choice, root: str) -> tuple[tuple, tuple] | None:
         """`walk_key` up to which classes the walk meets (canonical.py): each e-node reached with
-        its classes numbered in the order met, how each operand is read (its placement; a literal's
-        value; whether a parameter), the types of the classes numbered. None where it meets a gather
-        (canonical.py: such kernels have no shape)."""
+        its classes and literals numbered in the order met, how each operand is read (its placement;
+        whether a literal, a parameter), the types of the classes numbered. None where it meets a
+        gather (canonical.py: such kernels have no shape)."""
         number: dict[str, int] = {}
 
         def num(c: str) -> int:
@@ -302,9 +302,16 @@ class Space:
             for child in node.children:
                 edge = self.edge(child)
                 vnode = choice[edge.value]
-                kind = (vnode.op, vnode.attrs) if vnode.op == "const" else vnode.op == "param"
+                if vnode.op == "const":  # (numbered: canonical.py literal_key)
+                    kind = ("const", num(literal_key(vnode.attr("value"))), vnode.attr("dtype"))
+                else:
+                    kind = vnode.op == "param"
                 operands.append((edge.placement, num(child), num(edge.value), kind))
-            nodes.append((num(cid), node.ctor, node.op, node.attrs if node.op != "param" else (), tuple(operands)))
+            if node.op == "const":
+                attrs = (num(literal_key(node.attr("value"))), node.attr("dtype"))
+            else:
+                attrs = node.attrs if node.op != "param" else ()
+            nodes.append((num(cid), node.ctor, node.op, attrs, tuple(operands)))
         names = tuple(number)
         return (tuple(nodes), tuple(self.data.types.get(c) for c in names)), names
 
