@@ -85,6 +85,8 @@ def _check_arguments(source, target, rules, builtin_rules, entry, cache_dir, cfl
             _wrong("limits", "a stitch.engine.rewrite.saturate.Limits", limits)
         for field in dataclasses.fields(limits):
             value = getattr(limits, field.name)
+            if value is None and field.name in ("nodes", "seconds"):  # (worked out for the program)
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise StitchError(f"limits.{field.name} must be a positive number, got {value!r}")
 

@@ -198,7 +198,7 @@ def version_text() -> str:
 
 
 def add_compile_arguments(p) -> None:
-    from .rewrite.limits import Limits
+    from .rewrite.limits import NODES, NODES_PER_OP, SECONDS, SECONDS_PER_OP, Limits
 
     p.add_argument("file")
     p.add_argument("--entry", help="the func to compile (default: the first)")
@@ -214,8 +214,10 @@ def add_compile_arguments(p) -> None:
                         "schedule's kernels and global tensors with any other --emit; .svg, .png and .pdf are "
                         "rendered by graphviz's dot when it is installed, otherwise DOT text is written")
     p.add_argument("--iter-limit", type=int, default=Limits.iterations, help="saturation iterations")
-    p.add_argument("--node-limit", type=int, default=Limits.nodes, help="e-node limit")
-    p.add_argument("--time-limit", type=float, default=Limits.seconds, help="saturation seconds")
+    p.add_argument("--node-limit", type=int, default=None,
+                   help=f"e-node limit (default {NODES:,}, or {NODES_PER_OP} per op of the program where that is more)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help=f"saturation seconds (default {SECONDS:g}, or {SECONDS_PER_OP * 1000:g} per 1,000 ops where more)")
     p.add_argument("--match-limit", type=int, default=Limits.match_limit,
                    help="matches per rule per iteration before back-off")
     p.add_argument("--memory-limit", type=float, default=Limits.memory / GIB, metavar="GIB",
@@ -442,10 +444,10 @@ def compile_limits(args):
 
     for flag, value in (("--iter-limit", args.iter_limit), ("--node-limit", args.node_limit),
                         ("--match-limit", args.match_limit)):
-        if value <= 0:
+        if value is not None and value <= 0:
             raise UsageError(f"{flag} must be positive, got {value}")
     for flag, value in (("--time-limit", args.time_limit), ("--memory-limit", args.memory_limit)):
-        if not value > 0 or value == float("inf"):
+        if value is not None and (not value > 0 or value == float("inf")):
             raise UsageError(f"{flag} must be a positive number, got {value}")
     return Limits(args.iter_limit, args.node_limit, args.time_limit, args.match_limit, args.memory_limit * GIB)
 

@@ -128,6 +128,7 @@ def saturate_program(graph: Graph, rule_files: list[RuleFile], limits: Limits = 
         raise StitchError(f"'{graph.name}' has symbolic dimensions the e-graph cannot carry yet: {why}",
                           hint="give the others numbers (stitch import --dim NAME=N) to saturate it")
     run = EGraphRun(graph, rule_files)
+    limits = limits.for_program(len(graph.nodes))  # (the limits the warning names)
     report = run.run(limits)
     if report.stop_reason in LIMIT_OPTIONS:
         option, field, unit = LIMIT_OPTIONS[report.stop_reason]

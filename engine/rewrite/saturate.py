@@ -220,6 +220,8 @@ class EGraphRun:
         return len({row.output for c in T_CONSTRUCTORS if c in frozen.functions for row in frozen.functions[c].rows})
 
     def run(self, limits: Limits = Limits()) -> RunReport:
+        """Saturate under `limits` (their defaults worked out for this program: Limits.for_program)."""
+        limits = limits.for_program(len(self.graph.nodes))
         report = RunReport(rulesets=[rf.name for rf in self.rule_files])
         start = time.perf_counter()
         analysis = self.egraph.parse_program("(run-schedule (saturate (run analysis)))")
