@@ -163,10 +163,11 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     """Fuse producers into their consumers, one producer (and one placement) at a time, while it pays.
 
     The start is the cheaper of `start`'s op structure with every edge global and the same with
-    every edge fused (`_most_fused`; tried up to FUSED_START_LIMIT non-injective values); the moves are `_State.best_move`'s. The descent runs twice
-    from it, coarse and fine (`_State.fine`; coarse only above STEEPEST_LIMIT producers); from the
-    cheaper end, passes over the values fused on edges that keep their placements (`_State.held`)
-    hold them another way while it pays (one pass above STEEPEST_LIMIT)."""
+    every edge fused (`_most_fused`; tried up to FUSED_START_LIMIT non-injective values); the moves
+    are `_State.best_move`'s. The descent runs twice from it, coarse and fine (`_State.fine`; coarse
+    only above STEEPEST_LIMIT producers); from the cheaper end, passes over the values fused on
+    edges that keep their placements (`_State.held`) hold them another way while it pays (one pass
+    above STEEPEST_LIMIT)."""
     by_sig: dict[str, dict[tuple, list[ENode]]] = {}
     for cid, opts in space.options.items():
         table: dict[tuple, list[ENode]] = {}
