@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from ..rewrite.egraph_data import ENode
 from .cost import KernelCost
-from .kernel import Instance, Kernel, Read, Ref, RefKind
+from .kernel import Kernel, Read, Ref, RefKind
 
 Shape = tuple  # (the kernel's structure with its classes numbered, the types of those classes)
 
@@ -103,8 +103,8 @@ def renamed_kernel(kernel: Kernel, names: dict, nodes: dict[str, ENode]) -> Kern
             return Ref(RefKind.CONST, literal_value(names[literal_key(r.target)]))
         return r
 
-    instances = tuple(Instance(names[i.cid], nodes[names[i.cid]], i.index, i.hold, i.key, tuple(map(ref, i.operands)),
-                               i.operand_index, i.owner, i.guards) for i in kernel.instances)
+    instances = tuple(i.renamed(names[i.cid], nodes[names[i.cid]], tuple(map(ref, i.operands)))
+                      for i in kernel.instances)
     return Kernel(tuple(names[c] for c in kernel.roots), kernel.stores, instances,
                   tuple(_read(r, names) for r in kernel.reads), kernel.axes, kernel.problems)
 

@@ -126,6 +126,15 @@ class Instance:
         return Instance(self.cid, self.node, self.index, self.hold, key, operands, self.operand_index, owner,
                         self.guards)
 
+    def renamed(self, cid: str, node: ENode, operands: tuple[Ref, ...]) -> "Instance":
+        """This instance computing class `cid` by `node`, with other operand references: the frozen
+        dataclass's constructor sets each field through object.__setattr__, twice the time of filling
+        its __dict__, and the search renames millions of instances on a large quantized model."""
+        inst = object.__new__(Instance)
+        inst.__dict__.update(cid=cid, node=node, index=self.index, hold=self.hold, key=self.key, operands=operands,
+                             operand_index=self.operand_index, owner=self.owner, guards=self.guards)
+        return inst
+
     @cached_property
     def axes(self) -> tuple[str, ...]:
         """The kernel axes its value varies along, in first-use order; a matmul's columns last (its

@@ -89,6 +89,8 @@ class Move:
     same_values: bool = False  # it only fused edges: every value reads what it read before
     removed: frozenset = frozenset()  # the merged kernels it replaces ...
     added: tuple = ()  # ... by these
+    reformed: frozenset = frozenset()  # the roots whose per-root kernel it forms again (or drops)
+    first_moved: int = 0  # the first position in the run order it changes (set when taken)
 
 
 def order_key(cost: ScheduleCost | None) -> tuple:
@@ -325,22 +327,23 @@ class _State:
         # kernels depend on each other denotes no program)
         for move in sorted(paying, key=lambda m: m.delta):
             try:
-                kernels = self._reordered(move)
+                kernels, first = self._reordered(move)
             except CyclicChoice:
                 continue
-            return replace(move, kernels=kernels)
+            return replace(move, kernels=kernels, first_moved=first)
         return None
 
-    def _reordered(self, move: Move) -> list[Kernel]:
+    def _reordered(self, move: Move) -> tuple[list[Kernel], int]:
         """The run order after `move`: the kernels it replaces span a window of the present order;
         only the window is ordered again, with the new kernels in it. The kernels before the window
         read nothing the move writes (their writers came before them, none of those replaced), and the
         kernels after it come after whatever the window writes; so the window's order is the whole's
         unless a new kernel reads a value written after the window: then the whole is ordered again.
-        Raises CyclicChoice where the new kernels and the window's depend on each other."""
+        Raises CyclicChoice where the new kernels and the window's depend on each other. Returns the
+        order and the window's first position (the positions before it are as they were)."""
         position = self.position
         if not move.removed:
-            return order_kernels(self.kernels + list(move.added), self.outputs)
+            return order_kernels(self.kernels + list(move.added), self.outputs), 0
         lo = min(position[k] for k in move.removed)
         hi = max(position[k] for k in move.removed)
         for k in move.added:
@@ -348,9 +351,9 @@ class _State:
                 writer = self.kernel_of.get(cid)
                 if writer is not None and writer not in move.removed and position[writer] > hi:
                     return order_kernels([k for k in self.kernels if k not in move.removed] + list(move.added),
-                                         self.outputs)
+                                         self.outputs), 0
         window = [k for k in self.kernels[lo:hi + 1] if k not in move.removed] + list(move.added)
-        return self.kernels[:lo] + order_kernels(window, self.outputs) + self.kernels[hi + 1:]
+        return self.kernels[:lo] + order_kernels(window, self.outputs) + self.kernels[hi + 1:], lo
 
     def take(self, move: Move) -> None:
         old = self.per_root
@@ -359,19 +362,21 @@ class _State:
             self.readers = self._readers()
             self.member = self._members()
         else:  # the values read are the same: only the re-formed roots' kernels change who computes what
-            for r, k in old.items():
-                if move.per_root.get(r) is not k:
-                    for inst in k.instances:
-                        self.member.get(inst.cid, set()).discard(r)
-            for r, k in move.per_root.items():
-                if old.get(r) is not k:
-                    for inst in k.instances:
-                        self.member.setdefault(inst.cid, set()).add(r)
+            for r in move.reformed:
+                before, after = old.get(r), move.per_root.get(r)
+                if before is after:
+                    continue
+                for inst in before.instances if before is not None else ():
+                    self.member.get(inst.cid, set()).discard(r)
+                for inst in after.instances if after is not None else ():
+                    self.member.setdefault(inst.cid, set()).add(r)
         for k in move.removed:
             self._index(k, False)
+            del self.position[k]
         for k in move.added:
             self._index(k, True)
-        self.position = {k: i for i, k in enumerate(self.kernels)}  # (the run order: sums in it)
+        for i in range(move.first_moved, len(self.kernels)):  # (the run order: sums in it)
+            self.position[self.kernels[i]] = i
 
     def try_fuse(self, producer: str, by_sig) -> bool:
         move = self.best_move(producer, by_sig)
@@ -455,6 +460,7 @@ class _State:
         for consumer in changed:
             affected |= self.member.get(consumer, set())
         affected.add(producer)
+        reformed = frozenset()
         if same_values:  # this state's roots, less the producer at most: a copy, re-formed where affected
             per_root = dict(self.per_root)
             if len(roots) < len(self.roots):
@@ -462,6 +468,7 @@ class _State:
             for r in affected:
                 if r in per_root:
                     per_root[r] = space.form(choice, r)
+            reformed = frozenset(r for r in affected if r in self.per_root)
         else:
             per_root = {r: (space.form(choice, r) if r in affected or r not in self.per_root else self.per_root[r])
                         for r in roots}
@@ -480,7 +487,7 @@ class _State:
         cost = sum(space.price_kernel(k).price.cycles for k in new)
         if math.isnan(cost - old):
             return None
-        return Move(cost - old, choice, roots, per_root, None, same_values, frozenset(touched), tuple(new))
+        return Move(cost - old, choice, roots, per_root, None, same_values, frozenset(touched), tuple(new), reformed)
 
     def _roots_after(self, choice: Choice, changed: set[str], producer: str) -> list[str] | None:
         """The roots of `choice`, a move from this state's choice that only fuses edges reading
