@@ -52,8 +52,8 @@ def doubled(graph: Graph) -> Graph:
             return v * 1.5 + 0.25
         return v
 
-    second = [replace(node, id=node.id + n, inputs=tuple(i + n for i in node.inputs), name=node.name and node.name + "_2",
-                      attrs=tuple((k, attr(node, k, v)) for k, v in node.attrs))
+    second = [replace(node, id=node.id + n, inputs=tuple(i + n for i in node.inputs),
+                      name=node.name and node.name + "_2", attrs=tuple((k, attr(node, k, v)) for k, v in node.attrs))
               for node in graph.nodes]
     return Graph(graph.name, list(graph.nodes) + second, graph.params + [p + n for p in graph.params],
                  graph.outputs + [o + n for o in graph.outputs],
@@ -125,3 +125,17 @@ def test_kernels_reading_through_a_gather_have_no_shape():
 """
     c = compile_graph(check_entry(read_program(text)), builtin_rule_files(), CPU)
     assert [kernel_shape(k, c.data.types) for k in c.schedule.kernels] == [None]
+
+
+def test_a_literal_numbered_in_a_shape_comes_back_as_it_was():
+    """canonical.py literal_key: -0.0 and 0.0, 1 and 1.0 and True are other literals; each comes back
+    with its type and sign (a renamed kernel's literals are its own layer's)."""
+    import math
+
+    from stitch.engine.schedule.canonical import literal_key, literal_value
+
+    values = [0.0, -0.0, 1, 1.0, True, 2.5, float("nan"), -math.inf, 10**20]
+    assert len({literal_key(v) for v in values}) == len(values)
+    for v in values:
+        back = literal_value(literal_key(v))
+        assert type(back) is type(v) and repr(back) == repr(v)

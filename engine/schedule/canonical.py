@@ -31,13 +31,15 @@ def literal_key(value) -> tuple:
     0.0, or 1 and 1.0, are two literals and every NaN one. Literals are numbered, not written, so
     that a quantized layer's scales and zero points (other literals in each layer) leave the kernels
     of one shape: pricing reads no literal's value, and renaming puts each layer's own back."""
-    return ("literal", type(value).__name__, repr(value))
+    if type(value) in (bool, int, float):
+        return ("literal", type(value).__name__, repr(value))
+    return ("literal", "object", value)  # (none is made today: the e-graph's literals are Python numbers)
 
 
 def literal_value(key: tuple):
     """The literal `literal_key` numbered."""
     _, kind, text = key
-    return {"bool": lambda t: t == "True", "int": int, "float": float}[kind](text)
+    return {"bool": lambda t: t == "True", "int": int, "float": float}.get(kind, lambda v: v)(text)
 
 
 def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple] | None:
