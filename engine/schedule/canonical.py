@@ -1,12 +1,13 @@
 """Kernels equal up to which values they name: formed, joined and priced once.
 
 A transformer repeats one layer; its twelve copies form the same kernels over other e-classes (other
-weights, other activations of the same types). `kernel_shape` writes a kernel with its e-classes
-numbered in the order it meets them (parameters without their names), beside the types of those
-classes: two kernels of one shape are the same computation on other buffers, so the cost model's
-answer for one (its plan and price) is the other's with the classes renamed (`renamed_cost`).
-`group_shape` does the same for kernels taken together (two kernels joined: merge.py `merge_pair`),
-and `renamed_kernel` turns one kernel of a shape into another's. The search (space.py `Space.form`,
+weights, other activations of the same types, other literals where the layer's quantization scales
+are written as literals). `kernel_shape` writes a kernel with its e-classes and literals numbered in
+the order it meets them (parameters without their names), beside the types of those classes: two
+kernels of one shape are the same computation on other buffers, so the cost model's answer for one
+(its plan and price) is the other's with the classes renamed (`renamed_cost`). `group_shape` does
+the same for kernels taken together (two kernels joined: merge.py `merge_pair`), and
+`renamed_kernel` turns one kernel of a shape into another's. The search (space.py `Space.form`,
 `Space.join`, `Space.price_kernel`) so works out a layer's kernels once and the other layers' by
 renaming.
 
