@@ -317,12 +317,13 @@ class _State:
         placements = (Placement.SHARED,) if producer in self.space.params else (
             Placement.INLINE, Placement.LOCAL, Placement.SHARED)
         for placement in placements:
-            trial = self._trial(producer, placement, by_sig)
-            if trial is None:
-                continue
-            move = self._evaluate(trial, producer)
-            if move is not None and move.delta < 0:
-                paying.append(move)
+            for siblings in (False, True):
+                trial = self._trial(producer, placement, by_sig, siblings)
+                if trial is None:
+                    continue
+                move = self._evaluate(trial, producer)
+                if move is not None and move.delta < 0:
+                    paying.append(move)
         # the cheapest that orders (the whole program's kernels are ordered only for it: a move whose
         # kernels depend on each other denotes no program)
         for move in sorted(paying, key=lambda m: m.delta):
@@ -385,32 +386,49 @@ class _State:
         self.take(move)
         return True
 
-    def _trial(self, producer: str, placement: Placement, by_sig) -> tuple[Choice, set[str]] | None:
+    def _trial(self, producer: str, placement: Placement, by_sig,
+               siblings: bool = False) -> tuple[Choice, set[str]] | None:
+        """The choice with `producer` fused into its readers with `placement`. With `siblings`, a
+        reader also fuses the other values it reads from global memory that the producer's kernel
+        writes (`0.5 * h` and `erf(h / sqrt 2) + 1`, both of h's kernel, multiplied: fused one at a
+        time, the product's kernel would read what it writes); None where no reader has any."""
         space = self.space
         trial = dict(self.choice)
         changed = set()
+        kernel = self.kernel_of.get(producer)
         for consumer in dict.fromkeys(self.readers.get(producer, ())):
             node = trial[consumer]
             op, attrs, edges = space.signature(node)
-            fused = tuple((False, v) if v == producer else (g, v) for g, v in edges)
+            together = {producer}
+            if siblings:
+                together |= {v for g, v in edges if g and v != producer and kernel is not None
+                             and self.kernel_of.get(v) is kernel and v not in space.params}
+                if len(together) == 1:
+                    continue
+            fused = tuple((False, v) if v in together else (g, v) for g, v in edges)
             if fused == edges and not self._keeps(consumer, node, producer):
                 continue
             alt = next((n for n in by_sig[consumer].get((op, attrs, fused), ())
-                        if self._fuses(consumer, node, n, producer, placement)), None)
+                        if self._fuses(consumer, node, n, producer, placement, together)), None)
             if alt is not None and alt is not node:
                 trial[consumer] = alt
                 changed.add(consumer)
         return (trial, changed) if changed else None
 
-    def _fuses(self, consumer: str, node: ENode, alt: ENode, producer: str, placement: Placement) -> bool:
+    def _fuses(self, consumer: str, node: ENode, alt: ENode, producer: str, placement: Placement,
+               together: set[str] = frozenset()) -> bool:
         """The alternative changes only the edges reading `producer`: from global memory to
         `placement` (or to the best placement where the narrowing kept one), or, where the edges
-        keep their placements apart, from any placement to `placement`."""
+        keep their placements apart, from any placement to `placement`; and the edges reading the
+        producer's siblings (`together`, `_trial`) from global memory to any placement."""
         keeps = self._keeps(consumer, node, producer)
         for a, b in zip(node.children, alt.children):
             ea, eb = self.space.edge(a), self.space.edge(b)
             if ea.value == producer and (ea.placement is Placement.GLOBAL or keeps):
                 if eb.placement is not placement and (keeps or producer in self.space.params):
+                    return False
+            elif ea.value in together and ea.placement is Placement.GLOBAL:
+                if eb.value != ea.value or eb.placement is Placement.GLOBAL:
                     return False
             elif ea != eb:
                 return False
@@ -503,6 +521,8 @@ class _State:
             for a, b in zip(map(edge, old), map(edge, new)):
                 if a.value != b.value or (b.placement is Placement.GLOBAL and a.placement is not Placement.GLOBAL):
                     return None
+                if a.value != producer and a.placement is Placement.GLOBAL and b.placement is not Placement.GLOBAL:
+                    return None  # (a sibling fused too: which values stay roots is walked again)
         if producer not in self.roots or producer in self.outputs:
             return self.roots
         for consumer in dict.fromkeys(self.readers.get(producer, ())):
