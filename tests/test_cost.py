@@ -8,6 +8,7 @@ import math
 
 import pytest
 from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from stitch.engine.cli import main
 from stitch.engine.ir.check import check_func, check_program
 from stitch.engine.ir.errors import StitchError
@@ -20,7 +21,7 @@ from stitch.engine.schedule.extract import ALL_GLOBAL, extract_schedule, extract
 from stitch.engine.schedule.form import build_schedule
 from stitch.engine.schedule.kernel import CyclicChoice
 from stitch.engine.schedule.target import load_target, parse_target
-from stitch_testing import compile_text, EXAMPLES, graphs, plan_of, target_text
+from stitch_testing import EXAMPLES, compile_text, graphs, plan_of, target_text
 
 CPU = load_target("cpu")
 ACCEL = load_target("accel")
@@ -663,3 +664,41 @@ def test_the_search_finds_the_split_a_user_can_write_issue_48_p2():
     halves = sum(compile_text(text, CPU).cost.cycles for text in GELU_HALVES)
     assert len(whole.schedule.kernels) == 2
     assert whole.cost.cycles <= halves * (1 + 1e-9)
+
+
+def _pruned(nodes, params: list[int], outputs: list[int], names: list[str], name: str):
+    """The graph of `nodes` computing `outputs` from `params`, renumbered (unread values dropped)."""
+    from dataclasses import replace
+
+    from stitch.engine.ir.graph import Graph
+
+    keep, stack = set(), list(outputs)
+    while stack:
+        i = stack.pop()
+        if i not in keep:
+            keep.add(i)
+            stack.extend(nodes[i].inputs)
+    order = [n for n in nodes if n.id in keep or n.id in params]
+    new = {n.id: j for j, n in enumerate(order)}
+    return Graph(name, [replace(n, id=new[n.id], inputs=tuple(new[i] for i in n.inputs)) for n in order],
+                 [new[p] for p in params], [new[o] for o in outputs], names, {})
+
+
+@settings(max_examples=15, deadline=None)
+@given(graphs(max_ops=16, max_dim=48), st.integers(0, 2**31))
+def test_the_whole_never_costs_more_than_its_halves_issue_48(graph, seed):
+    """A program cut at one of its values: the first half computes the value, the second reads it as
+    a parameter (recomputing whatever else it needs from the program's parameters). Both halves'
+    schedules together are a schedule of the whole, so the whole's extraction never costs more."""
+    from dataclasses import replace
+
+    inner = [n.id for n in graph.nodes if n.op not in ("param", "const") and n.id not in graph.outputs]
+    assume(inner)
+    cut = inner[seed % len(inner)]
+    first = _pruned(graph.nodes, graph.params, [cut], list(graph.param_names), "first")
+    nodes = [replace(n, op="param", inputs=(), attrs=(("name", "cut"),)) if n.id == cut else n for n in graph.nodes]
+    second = _pruned(nodes, graph.params + [cut], graph.outputs, list(graph.param_names) + ["cut"], "second")
+    for target in (CPU, ACCEL):
+        whole = compile_graph(graph, builtin_rule_files(), target).cost.cycles
+        halves = sum(compile_graph(g, builtin_rule_files(), target).cost.cycles for g in (first, second))
+        assert whole <= halves * (1 + 1e-9)
