@@ -46,36 +46,41 @@ def literal_value(key: tuple):
 def kernel_shape(kernel: Kernel, types: dict) -> tuple[Shape, tuple] | None:
     """(the kernel's shape, its e-classes and literals (`literal_key`) in the order numbered), or None
     where it has none (a gather)."""
-    number: dict[str, int] = {}
-    structure = _structure(kernel, number)
-    if structure is None:
+    numbered = _numbered([kernel])
+    if numbered is None:
         return None
-    names = tuple(number)
-    return (structure, tuple(types.get(c) for c in names)), names
+    structures, names = numbered
+    return (structures, tuple(types.get(c) for c in names)), names
 
 
 def group_shape(kernels: list[Kernel], types: dict, outputs: set[str]) -> tuple[Shape, tuple] | None:
     """The shape of kernels taken together (one numbering: which reads which), with which of their
     classes are outputs: what merging them depends on (merge.py `merge_kernels`)."""
-    number: dict[str, int] = {}
+    numbered = _numbered(kernels)
+    if numbered is None:
+        return None
+    structures, names = numbered
+    return (structures, tuple(types.get(c) for c in names), tuple(c in outputs for c in names)), names
+
+
+def _numbered(kernels: list[Kernel]) -> tuple[tuple, tuple] | None:
+    """Each kernel's structure over one numbering of their classes and literals, and what was
+    numbered, in order; None where one is a gather."""
+    number: dict = {}
     structures = []
     for kernel in kernels:
         structure = _structure(kernel, number)
         if structure is None:
             return None
         structures.append(structure)
-    names = tuple(number)
-    return (tuple(structures), tuple(types.get(c) for c in names), tuple(c in outputs for c in names)), names
+    return tuple(structures), tuple(number)
 
 
 def _structure(kernel: Kernel, number: dict[str, int]) -> tuple | None:
     """The kernel with its classes and literals numbered by `number` (extended as they are met); None
     for a gather."""
-    def cid(c: str) -> int:
-        n = number.get(c)
-        if n is None:
-            n = number[c] = len(number)
-        return n
+    def cid(c) -> int:
+        return number.setdefault(c, len(number))
 
     def node(n: ENode) -> tuple:
         attrs = n.attrs if n.op != "param" else ()  # (a parameter is a class like any other: its name aside)

@@ -286,13 +286,10 @@ class Space:
         its classes and literals numbered in the order met, how each operand is read (its placement;
         whether a literal, a parameter), the types of the classes numbered. None where it meets a
         gather (canonical.py: such kernels have no shape)."""
-        number: dict[str, int] = {}
+        number: dict = {}
 
-        def num(c: str) -> int:
-            n = number.get(c)
-            if n is None:
-                n = number[c] = len(number)
-            return n
+        def num(c) -> int:
+            return number.setdefault(c, len(number))
 
         nodes = []
         for cid, node in self._walk(choice, root):
@@ -322,16 +319,26 @@ class Space:
         kernel = self.form_cache.get(key)
         if kernel is None:
             checkpoint("extraction (the schedule search)")
-            shaped = self.walk_shape(choice, root) if SHAPE_CACHE else None
-            hit = self.form_shapes.get(shaped[0]) if shaped else None
-            if hit is not None:
-                kernel = self._renamed(hit[0], dict(zip(hit[1], shaped[1])), choice)
-            else:
-                kernel = form_kernel(self.data, choice, root)
-                if shaped:
-                    self.form_shapes[shaped[0]] = (kernel, shaped[1])
-            self.form_cache[key] = kernel
+            kernel = self.form_cache[key] = self._by_shape(
+                self.form_shapes, self.walk_shape(choice, root) if SHAPE_CACHE else None,
+                lambda: form_kernel(self.data, choice, root), lambda k, names: self._renamed(k, names, choice))
         return kernel
+
+    def _by_shape(self, table: dict, shaped: tuple | None, work, rename):
+        """`work()` for the first of a shape (canonical.py), kept in `table` with the classes it named;
+        for another of that shape, the first's answer renamed (`rename(answer, names)`; None and an
+        answer over the same classes as they are). `shaped` None: no shape, `work()` alone."""
+        if shaped is None:
+            return work()
+        hit = table.get(shaped[0])
+        if hit is None:
+            answer = work()
+            table[shaped[0]] = (answer, shaped[1])
+            return answer
+        answer, names = hit
+        if answer is None or names == shaped[1]:
+            return answer
+        return rename(answer, dict(zip(names, shaped[1])))
 
     def join(self, a: Kernel, b: Kernel) -> Kernel | None:
         """merge.py `merge_pair(a, b)`; two kernels of a shape joined before (another layer's) give
@@ -339,17 +346,9 @@ class Space:
         seen = self.joined.get((id(a), id(b)))
         if seen is not None and seen[0] is a and seen[1] is b:
             return seen[2]
-        shaped = group_shape([a, b], {}, set()) if SHAPE_CACHE else None
-        hit = self.merge_shapes.get(shaped[0], False) if shaped else False
-        if hit is False:
-            joined = merge_pair(a, b)
-            if shaped:
-                self.merge_shapes[shaped[0]] = (joined, shaped[1])
-        elif hit[0] is None or hit[1] == shaped[1]:
-            joined = hit[0]
-        else:
-            nodes = {inst.cid: inst.node for k in (a, b) for inst in k.instances}
-            joined = self._renamed(hit[0], dict(zip(hit[1], shaped[1])), nodes)
+        joined = self._by_shape(
+            self.merge_shapes, group_shape([a, b], {}, set()) if SHAPE_CACHE else None, lambda: merge_pair(a, b),
+            lambda first, names: self._renamed(first, names, {i.cid: i.node for x in (a, b) for i in x.instances}))
         self.joined[(id(a), id(b))] = (a, b, joined)
         return joined
 
@@ -377,19 +376,13 @@ class Space:
         if known is not None and known[0] is kernel:
             return known[1]
         shaped = self._shape(kernel) if SHAPE_CACHE else None
-        if shaped is None:
+        if shaped is None:  # (a gather's kernel: equal kernels made apart priced once)
             cost = self.price_cache.get(kernel)
             if cost is None:
                 cost = self.price_cache[kernel] = kernel_cost(kernel, self.data.types, self.target)
         else:
-            hit = self.shape_cache.get(shaped[0])
-            if hit is None:
-                cost = kernel_cost(kernel, self.data.types, self.target)
-                self.shape_cache[shaped[0]] = (cost, shaped[1])
-            elif hit[1] == shaped[1]:
-                cost = hit[0]
-            else:
-                cost = renamed_cost(hit[0], dict(zip(hit[1], shaped[1])))
+            cost = self._by_shape(self.shape_cache, shaped, lambda: kernel_cost(kernel, self.data.types, self.target),
+                                  renamed_cost)
         self.priced[id(kernel)] = (kernel, cost)
         return cost
 
