@@ -61,9 +61,8 @@ STEEPEST_LIMIT = 48
 GREEDY_ROUNDS = 4
 # The greedy search's most-fused start (every edge fused: a long chain of elementwise ops is one
 # kernel in one step) is built and priced only where the program has at most this many reductions,
-# products and other non-injective values. Above it (a 12-layer transformer: 146-170) it is one
-# kernel of thousands of instances that no tile holds (a held value read at indices of other
-# extents), which took 0.3-0.8 s to form and price before losing to the unfused start.
+# products and other non-injective values: above it, it is one kernel no tile holds, costly to form
+# and price only to lose to the unfused start.
 FUSED_START_LIMIT = 48
 
 
@@ -343,18 +342,14 @@ class _State:
         Raises CyclicChoice where the new kernels and the window's depend on each other. Returns the
         order and the window's first position (the positions before it are as they were)."""
         position = self.position
-        if not move.removed:
-            return order_kernels(self.kernels + list(move.added), self.outputs), 0
-        lo = min(position[k] for k in move.removed)
-        hi = max(position[k] for k in move.removed)
-        for k in move.added:
-            for cid in k.read_values:
-                writer = self.kernel_of.get(cid)
-                if writer is not None and writer not in move.removed and position[writer] > hi:
-                    return order_kernels([k for k in self.kernels if k not in move.removed] + list(move.added),
-                                         self.outputs), 0
-        window = [k for k in self.kernels[lo:hi + 1] if k not in move.removed] + list(move.added)
-        return self.kernels[:lo] + order_kernels(window, self.outputs) + self.kernels[hi + 1:], lo
+        if move.removed:
+            lo = min(position[k] for k in move.removed)
+            hi = max(position[k] for k in move.removed)
+            writers = (self.kernel_of.get(cid) for k in move.added for cid in k.read_values)
+            if not any(w is not None and w not in move.removed and position[w] > hi for w in writers):
+                window = [k for k in self.kernels[lo:hi + 1] if k not in move.removed] + list(move.added)
+                return self.kernels[:lo] + order_kernels(window, self.outputs) + self.kernels[hi + 1:], lo
+        return order_kernels([k for k in self.kernels if k not in move.removed] + list(move.added), self.outputs), 0
 
     def take(self, move: Move) -> None:
         old = self.per_root
@@ -393,11 +388,11 @@ class _State:
         writes (`0.5 * h` and `erf(h / sqrt 2) + 1`, both of h's kernel, multiplied: fused one at a
         time, the product's kernel would read what it writes); None where no reader has any."""
         space = self.space
-        trial = dict(self.choice)
+        trial = None  # (the choice copied at the first change: most sibling trials change nothing)
         changed = set()
         kernel = self.kernel_of.get(producer)
         for consumer in dict.fromkeys(self.readers.get(producer, ())):
-            node = trial[consumer]
+            node = self.choice[consumer]
             op, attrs, edges = space.signature(node)
             together = {producer}
             if siblings:
@@ -411,6 +406,7 @@ class _State:
             alt = next((n for n in by_sig[consumer].get((op, attrs, fused), ())
                         if self._fuses(consumer, node, n, producer, placement, together)), None)
             if alt is not None and alt is not node:
+                trial = trial or dict(self.choice)
                 trial[consumer] = alt
                 changed.add(consumer)
         return (trial, changed) if changed else None
