@@ -50,26 +50,26 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
     table = recognizers.RECOGNIZERS if table is None else table
     globals_ = buffer_order(program)
     position = {b.name: i for i, b in enumerate(globals_)}
-    kernels, printed, uses, same_nests = [], [], {}, {}
+    printed: dict[int, RenderedKernel] = {}  # kernel index -> its C, for the kernels printed
+    same_as: list[int] = []  # each kernel's printed kernel of the same nests (itself, if printed)
+    uses, same_nests = {}, {}
     for j, k in enumerate(program.kernels):
         # Each kernel takes the global buffers it touches, not all of them: a program of n kernels
         # would otherwise have n * n parameters (10,000 kernels: gigabytes of C).
         uses[k.name] = [globals_[i] for i in sorted(position[n] for n in buffers_named(k) if n in position)]
         used = {b.name: b for b in uses[k.name]}
         streamed = {name for name in program.outputs if name in used and used[name].nbytes >= tuning.STREAM_BYTES}
-        first = same_nests.setdefault(nest_key(k, uses[k.name], streamed), j)
-        if first != j:  # another layer's copy of a kernel printed before: its function (share.py)
-            kernels.append(first)
+        same_as.append(same_nests.setdefault(nest_key(k, uses[k.name], streamed), j))
+        if same_as[-1] != j:  # another layer's copy of a kernel printed before: its function (share.py)
             continue
         writer = KernelWriter(k, used, vector_bytes, streamed, table, program.symbols)
         text = render_kernel(writer, signature(uses[k.name]))
-        kernels.append(RenderedKernel(kernel_name(k.name), text, tuple(ident(b.name) for b in uses[k.name]),
-                                      tuple(ident(b.name) for b in k.allocs)))
-        printed.append((j, kernels[-1]))
+        printed[j] = RenderedKernel(kernel_name(k.name), text, tuple(ident(b.name) for b in uses[k.name]),
+                                    tuple(ident(b.name) for b in k.allocs))
     # identical layers: one function for the kernels whose C is the same up to names (share.py)
-    function = dict(zip((i for i, _ in printed), share_functions([k for _, k in printed])))
-    called = [function[k if isinstance(k, int) else j] for j, k in enumerate(kernels)]
-    defined = [(k, signature(uses[program.kernels[j].name])) for j, k in printed if function[j] == k.function]
+    function = dict(zip(printed, share_functions(list(printed.values()))))
+    called = [function[j] for j in same_as]
+    defined = [(k, signature(uses[program.kernels[j].name])) for j, k in printed.items() if function[j] == k.function]
     parts = min(max_parts, sum(len(k.text) for k, _ in defined) // tuning.PART_BYTES + 1)
     out = [PRELUDE, vector_typedefs(vector_bytes), VECTOR_EXP if vector_bytes == 64 else "", RUNNER]
     # a symbol's value: one global of the library, set by stitch_main (calls into one library hold
