@@ -50,7 +50,7 @@ class Compiled:
     def fusion_blocked(self) -> list[str]:
         """Why the most-fused schedule was not taken, where it has fewer kernels than the one taken:
         the target's limits it breaks. Worked out when asked (`stitch compile` prints it): it builds
-        and prices a whole schedule, a second or so on a 12-layer model."""
+        and prices a whole schedule."""
         from .schedule.cost import schedule_cost
         from .schedule.extract import MOST_FUSED, extract_tree
         from .schedule.form import build_schedule

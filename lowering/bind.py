@@ -35,7 +35,7 @@ import numpy as np
 from ..engine.ir.extent import is_symbolic
 from ..engine.ir.interp import aligned_copy, aligned_empty, np_dtype
 from ..engine.schedule.index import affine, interval, symbolic
-from .execute import param_arrays
+from .execute import execute, param_arrays
 from .loops import (
     Buffer,
     For,
@@ -228,8 +228,8 @@ def run_prologue(prologue: LoopProgram, weights: dict[str, np.ndarray]) -> dict[
     whole block (every nest this pass and lowering/panels.py make), is a strided view of its
     source: nothing is copied until an output is written, once, into its aligned array, so a chain
     (a tile's block laid out in panels) reads the weight itself. Running such nests on the numpy
-    executor gathered and scattered every element through index arrays, several copies per byte
-    (nearly all of the 12-layer GPT-2's 2.4 s of binding). Any other nest runs on the executor."""
+    executor gathered and scattered every element through index arrays, several copies per byte.
+    Any other nest runs on the executor."""
     buffers = {b.name: b for b in prologue.params + prologue.intermediates + prologue.output_buffers}
     arrays = param_arrays(prologue.params, weights)
     own: set[str] = set()  # blocks the executor wrote: aligned arrays of their own, never written again
@@ -296,8 +296,6 @@ def _execute_kernel(k: LoopKernel, arrays: dict[str, np.ndarray], buffers: dict[
     """Run `k` on the numpy executor over the buffers it names; the blocks it writes, each written
     into an aligned array of its own (a copy of the block's values so far: zeros, where no nest wrote
     it yet, as the executor starts every block) so that no earlier view changes. Their names."""
-    from .execute import execute
-
     named, written = set(), set()
     for leaf in leaves(k.body):
         written.add(leaf.buffer)

@@ -8,8 +8,7 @@ from dataclasses import dataclass, replace
 from ..ir.memory import default_budget
 
 # The e-node and time limits a program gets unless it is given others: these, or so many per op of
-# the program where that is more (a 12-layer int8 decoder step of 3,949 ops saturates at 23,275
-# e-nodes in about a second; every example in under 2,000).
+# the program where that is more (a large model's e-graph grows with it; docs/explanation/saturation.md).
 NODES = 20_000
 NODES_PER_OP = 8
 SECONDS = 1.0

@@ -127,9 +127,9 @@ class Instance:
                         self.guards)
 
     def renamed(self, cid: str, node: ENode, operands: tuple[Ref, ...]) -> "Instance":
-        """This instance computing class `cid` by `node`, with other operand references: the frozen
-        dataclass's constructor sets each field through object.__setattr__, twice the time of filling
-        its __dict__, and the search renames millions of instances on a large quantized model."""
+        """This instance computing class `cid` by `node`, with other operand references. Its fields are
+        filled directly: the frozen dataclass's constructor sets each through object.__setattr__, and
+        the search renames instances by the million."""
         inst = object.__new__(Instance)
         inst.__dict__.update(cid=cid, node=node, index=self.index, hold=self.hold, key=self.key, operands=operands,
                              operand_index=self.operand_index, owner=self.owner, guards=self.guards)
