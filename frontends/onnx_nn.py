@@ -5,10 +5,12 @@ rearrangements. Each expands following the ONNX operator specification's formula
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from ..engine.ir.interp import np_dtype
 from .onnx_builder import (
     Builder,
     Known,
@@ -44,26 +46,7 @@ def convert_conv(b, node, ins):
     if (group < 1 or wt.shape[1] * group != c or m % group
             or list(node.attr("kernel_shape") or kernel) != list(kernel)):
         raise invalid(f"Conv weight {list(wt.shape)} in {group} group(s) for an input of {c} channels")
-    strides = list(node.attr("strides") or [1] * d)
-    dilations = list(node.attr("dilations") or [1] * d)
-    pads = list(node.attr("pads") or [0] * (2 * d))
-    if len(strides) != d or len(dilations) != d or len(pads) != 2 * d or min(strides + dilations) < 1 or min(pads) < 0:
-        raise invalid(f"Conv strides {strides}, dilations {dilations}, pads {pads} for {d} spatial axes")
-    span = [(k - 1) * dl + 1 for k, dl in zip(kernel, dilations)]
-    auto = node.attr("auto_pad", "NOTSET")
-    if auto == "VALID":
-        pads = [0] * (2 * d)
-    elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        total = [max((-(-i // st) - 1) * st + sp - i, 0) for i, st, sp in zip(spatial, strides, span)]
-        small = [t // 2 for t in total]
-        big = [t - h for t, h in zip(total, small)]
-        pads = (small + big) if auto == "SAME_UPPER" else (big + small)
-    elif auto != "NOTSET":
-        raise invalid(f"Conv auto_pad '{auto}'")
-    padded = [i + pads[a] + pads[a + d] for a, i in enumerate(spatial)]
-    out = [(p - sp) // st + 1 for p, sp, st in zip(padded, span, strides)]
-    if min(out) < 1:
-        raise invalid(f"Conv kernel {list(kernel)} (dilated {span}) is larger than the padded input {padded}")
+    strides, dilations, pads, out = window_geometry(node, spatial, kernel)
     k, positions = math.prod(kernel), math.prod(out)
     hint = node.out
     for a in range(d):  # zeros on each side of each padded axis
@@ -111,6 +94,39 @@ def convert_conv(b, node, ins):
         y = b.op("add", [y, reshape(b, ins[2], lead + (1,) * bool(lead) + (m // group,), hint)], hint)
     y = b.op("transpose", [y], hint, perm=(0,) + tuple(range(1, len(lead) + 1)) + (len(lead) + 2, len(lead) + 1))
     return [reshape(b, y, (n, m, *out), hint)]
+
+
+def window_geometry(node, spatial, kernel) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(strides, dilations, pads [begins..., ends...], output sizes) of a sliding-window op (Conv, the pools) from its
+    attributes, as the ONNX specification computes them: `auto_pad` SAME_UPPER/SAME_LOWER pads to ceil(input /
+    stride) outputs, VALID pads nothing; `ceil_mode` (pools, explicit pads only) rounds the count of outputs up,
+    less one where the last window would start past the input and its leading pad."""
+    d, op = len(spatial), node.op_type
+    strides = list(node.attr("strides") or [1] * d)
+    dilations = list(node.attr("dilations") or [1] * d)
+    pads = list(node.attr("pads") or [0] * (2 * d))
+    if len(strides) != d or len(dilations) != d or len(pads) != 2 * d or min(strides + dilations) < 1 or min(pads) < 0:
+        raise invalid(f"{op} strides {strides}, dilations {dilations}, pads {pads} for {d} spatial axes")
+    span = [(k - 1) * dl + 1 for k, dl in zip(kernel, dilations)]
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto == "VALID":
+        pads = [0] * (2 * d)
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = [max((-(-i // st) - 1) * st + sp - i, 0) for i, st, sp in zip(spatial, strides, span)]
+        small = [t // 2 for t in total]
+        big = [t - h for t, h in zip(total, small)]
+        pads = (small + big) if auto == "SAME_UPPER" else (big + small)
+    elif auto != "NOTSET":
+        raise invalid(f"{op} auto_pad '{auto}'")
+    ceil = bool(node.attr("ceil_mode", 0)) and auto == "NOTSET"
+    padded = [i + pads[a] + pads[a + d] for a, i in enumerate(spatial)]
+    out = []
+    for a, (p, sp, st) in enumerate(zip(padded, span, strides)):
+        o = (-(-(p - sp) // st) if ceil else (p - sp) // st) + 1
+        out.append(o - 1 if ceil and (o - 1) * st >= spatial[a] + pads[a] else o)
+    if min(out) < 1:
+        raise invalid(f"{op} kernel {list(kernel)} (dilated {span}) is larger than the padded input {padded}")
+    return strides, dilations, pads, out
 
 
 # Windows of at most this many taps are a concat of slices, not a copy: as copies, the search stored
@@ -241,6 +257,118 @@ def global_pool(op: str):
     return convert
 
 
+# -- pools: windows (as Conv's) reduced over their taps ------------------------------------------------------
+
+
+def convert_pool(kind: str):
+    """MaxPool, AveragePool or LpPool (`kind` max, average, lp) over any number of spatial axes, every padding,
+    stride, dilation and ceil_mode form. The input, padded by a concat with the pool's identity (-inf, or
+    the dtype's least integer, for max; 0 for the sums), is split into (output position, tap) per axis by
+    Conv's `windows` (index maps, no copy) and reduced over the taps. The padding also covers the windows
+    ceil_mode adds past the end. An average divides by each window's count of taps inside the input
+    (count_include_pad 0) or inside the explicitly padded input (1; never the ceil_mode extension): a
+    divisor known at import, one number when every window has the same, else a [1, 1, *out] constant.
+    LpPool is (sum |x|^p)^(1/p). Sums of f16 are taken in f32 and rounded once. MaxPool's Indices output
+    is the flat index (N, C and the spatial axes row-major; the spatial axes column-major for storage_order
+    1) of the first largest element of each window in row-major scan order, as onnxruntime picks it."""
+
+    def convert(b, node, ins):
+        x, hint = ins[0], node.out
+        t = b.type_of(x)
+        if kind == "max":
+            if t.dtype not in ("f16", "f32", "f64", "i8", "u8"):
+                raise Unsupported("dtype", f"MaxPool of {t.dtype}")
+        else:
+            float_of(b, x)
+        if t.rank < 3:
+            raise invalid(f"{node.op_type} of an input of rank {t.rank} (N, C and at least one spatial axis)")
+        spatial, d = t.shape[2:], t.rank - 2
+        kernel = list(node.attr("kernel_shape") or [])
+        if len(kernel) != d or min(kernel) < 1:
+            raise invalid(f"{node.op_type} kernel_shape {kernel} for {d} spatial axes")
+        strides, dilations, pads, out = window_geometry(node, spatial, kernel)
+        if kind == "max":
+            fill = -np.inf if t.dtype.startswith("f") else int(np.iinfo(np_dtype(t.dtype)).min)
+        else:
+            fill = 0
+        work = "f32" if t.dtype == "f16" and kind != "max" else t.dtype
+        w = cast(b, x, work, hint)
+        for a in range(d):  # each side's pad, and past the end the windows ceil_mode adds
+            beyond = max((out[a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a] + 1
+                         - (spatial[a] + pads[a] + pads[a + d]), 0)
+            w = pad_axis(b, w, 2 + a, pads[a], pads[a + d] + beyond, "constant", fill, hint)
+        for a in range(d):  # [N, C, o1, k1, ..., od, kd]
+            w = windows(b, w, 2 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
+        taps = tuple(3 + 2 * a for a in range(d))
+        if kind == "max":
+            y = b.op("max", [w], hint, axes=taps)
+            indices = [max_indices(b, node, w, y, t.shape, strides, dilations, pads, out)] \
+                if len(node.proto.output) > 1 and node.proto.output[1] else []
+            return [y] + indices
+        if kind == "lp":
+            p = node.attr("p", 2)
+            if p == 2:
+                y = b.op("sqrt", [b.op("sum", [b.op("mul", [w, w], hint)], hint, axes=taps)], hint)
+            elif p == 1:
+                y = b.op("sum", [b.op("abs", [w], hint)], hint, axes=taps)
+            else:
+                powered = b.op("pow", [b.op("abs", [w], hint), const(float(p))], hint)
+                y = b.op("pow", [b.op("sum", [powered], hint, axes=taps), const(1.0 / p)], hint)
+            return [cast(b, y, t.dtype, hint)]
+        counts = [window_counts(spatial[a], out[a], kernel[a], strides[a], dilations[a], pads[a],
+                                pads[a + d] if node.attr("count_include_pad", 0) else None) for a in range(d)]
+        divisor = functools.reduce(np.multiply.outer, counts)
+        if np.all(divisor == math.prod(kernel)):
+            y = b.op("mean", [w], hint, axes=taps)
+        else:
+            known = Known(divisor.reshape((1, 1) + tuple(out)).astype(np_dtype(work)), name=f"{hint}_divisor")
+            y = b.op("div", [b.op("sum", [w], hint, axes=taps), known], hint)
+        return [cast(b, y, t.dtype, hint)]
+
+    return convert
+
+
+def window_counts(length: int, count: int, k: int, stride: int, dilation: int, before: int, after: int | None):
+    """How many of each window's k taps fall inside [0, length) (`after` None), or inside the padded
+    [-before, length + after), along one axis: an average pool's divisors."""
+    positions = np.arange(count)[:, None] * stride + np.arange(k)[None, :] * dilation - before
+    high = length if after is None else length + after
+    low = 0 if after is None else -before
+    return ((positions >= low) & (positions < high)).sum(axis=1)
+
+
+def max_indices(b: Builder, node, w: Value, y: Value, shape, strides, dilations, pads, out) -> Value:
+    """MaxPool's Indices: among the taps of each window of `w` ([N, C, o1, k1, ...]) equal to its largest
+    `y`, the least row-major flat index of the input (the first in scan order, as onnxruntime's strict `>`
+    keeps it); with storage_order 1, that element's index with the spatial axes column-major."""
+    hint, d = node.out, len(out)
+    wide = b.type_of(w).shape
+    spatial = shape[2:]
+    row = [math.prod(spatial[a + 1:]) for a in range(d)]  # row-major strides of the spatial axes
+
+    def flat(steps: list[int]) -> Value:  # the input's flat index that each element of w reads
+        terms = [(0, shape[1] * math.prod(spatial)), (1, math.prod(spatial))]  # (w's axis, its coefficient)
+        for a in range(d):  # position o * stride + t * dilation - pad along spatial axis a
+            terms += [(2 + 2 * a, strides[a] * steps[a]), (3 + 2 * a, dilations[a] * steps[a])]
+        index = const(-sum(pads[a] * steps[a] for a in range(d)))
+        for axis, coef in terms:
+            position = b.op("iota", [], hint, shape=wide, axis=axis, dtype="i64")
+            index = b.op("add", [b.op("mul", [position, const(coef)], hint), index], hint)
+        return index
+
+    taps = tuple(3 + 2 * a for a in range(d))
+    largest = reshape(b, y, tuple(1 if a in taps else n for a, n in enumerate(wide)), hint)
+    first = b.op("where", [b.op("equal", [w, largest], hint), flat(row), const(np.iinfo(np.int64).max)], hint)
+    index = b.op("min", [first], hint, axes=taps)
+    if node.attr("storage_order", 0) == 1:
+        column = [math.prod(spatial[:a]) for a in range(d)]
+        chosen = reshape(b, index, b.type_of(largest).shape, hint)
+        at = b.op("where", [b.op("equal", [flat(row), chosen], hint), flat(column), const(np.iinfo(np.int64).max)],
+                  hint)
+        index = b.op("min", [at], hint, axes=taps)
+    return index
+
+
 def convert_depth_to_space(b, node, ins):
     n, c, h, w = b.type_of(ins[0]).shape
     bs = node.attr("blocksize")
@@ -269,6 +397,9 @@ NN_CONVERTERS = {
     "GroupNormalization": convert_group_norm,
     "MeanVarianceNormalization": convert_mvn,
     "LpNormalization": convert_lp_norm,
+    "MaxPool": convert_pool("max"),
+    "AveragePool": convert_pool("average"),
+    "LpPool": convert_pool("lp"),
     "GlobalAveragePool": global_pool("mean"),
     "GlobalMaxPool": global_pool("max"),
     "DepthToSpace": convert_depth_to_space,
