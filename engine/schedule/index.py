@@ -328,7 +328,7 @@ def _by_symbolic(x: Ix, d: int, span) -> tuple[dict, Ix | None]:
         if q is None:
             rest[t] = c
         else:
-            whole[t] = q if isinstance(q, int) else Extent(q, c // d)
+            whole[t] = q if isinstance(q, int) else Extent(q, int.__int__(c) // int.__int__(d))
     r = Ix.of(rest, x.const)
     lo, hi = interval(r, span)
     below = d - hi  # provably >= 1 only where it is a number (`n - (n - 1)`)
