@@ -3,7 +3,8 @@
 Each architecture of the registry below is built from a config (no pretrained
 weights: nothing is downloaded) at tools/export_models.py's bench sizes (hidden
 768, 12 heads, 4 key/value heads where grouped, MLP 3072, one layer, sequence
-128, batch 1, vocabulary 1024); vision models read 224x224 images, wav2vec2
+128, batch 1, vocabulary 1024); vision models read 224x224 images (ResNet-18 and
+MobileNetV2 whole, tools/vision_models.py's, BatchNorm statistics randomised), wav2vec2
 41,040 samples (128 frames after its default feature-extractor convs), Mamba 8
 positions (its unrolled scan compiles slowly). Parameters are drawn by
 export_models' `randomize` from the seed of the name. Each is exported with the
@@ -55,6 +56,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tools"))
 
 import export_models as em  # noqa: E402  (numpy only at import: torch is imported inside its functions)
+import vision_models as vm  # noqa: E402
 from models import stitch_runner  # noqa: E402
 from peers import interleaved_medians, missing_packages, onnxruntime_session  # noqa: E402
 
@@ -444,6 +446,8 @@ ARCHS = {
     "beit": Arch("BEiT (1 layer)", beit),  # refused: Resize of a weight
     "funnel": Arch("Funnel (1 layer a block)", funnel),  # refused: Einsum, AveragePool, ScatterND, Sin/Cos
     "mamba": Arch("Mamba (1 layer, 8 positions)", mamba),  # 8.7 s to compile at 8 positions, 170 s at 32
+    "resnet18": Arch("ResNet-18", vm.resnet18),  # whole models, tools/vision_models.py's (224x224)
+    "mobilenet_v2": Arch("MobileNetV2", vm.mobilenet_v2),
 }
 
 
@@ -453,7 +457,7 @@ def build(name: str):
 
     torch.manual_seed(em.seed_of(name))
     module, inputs = ARCHS[name].build(SIZE, np.random.default_rng(em.seed_of(name)))
-    em.randomize(module, em.seed_of(name))
+    (vm.randomize_vision if name in vm.VISION else em.randomize)(module, em.seed_of(name))
     return module.eval(), inputs
 
 

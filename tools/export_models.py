@@ -23,12 +23,15 @@ this machine's paths) is dropped, and the npz is a zip with fixed timestamps.
 12-layer GPT2Model and BertModel (`gpt2_model_12layers`, `bert_model_12layers`) and the vision models of
 tools/vision_models.py (`mobilenet_v2`, `resnet18`: torchvision's layouts written out in torch, 224x224
 images at the bench size, their parameters and BatchNorm statistics drawn by `randomize_vision`).
+`VISION_FIXTURES` are default fixtures written to tests/fixtures/models/vision/: `resnet18_narrow`, ResNet-18's
+layers at width 4 (4 to 32 channels, 10 classes) on 32x32 images.
 
 The dynamic-axis fixtures (`DYNAMIC`, in tests/fixtures/models/dynamic/) are exported once with a
 dynamic axis (`dynamic_shapes` for dynamo, `dynamic_axes` for torchscript): GPT-2 with a dynamic
-sequence, and a decoder step (one new token) whose key/value cache of `past` positions is an input.
-Their npz holds the inputs and onnxruntime's outputs at several sizes, keyed `SYMBOL=N/NAME` and
-`SYMBOL=N/output:NAME` (`seq=7/input_ids`).
+sequence, GPT-2 with a dynamic batch and sequence (two symbols), and a decoder step (one new token)
+whose key/value cache of `past` positions is an input. Their npz holds the inputs and onnxruntime's
+outputs at several sizes, keyed `SYMBOL=N/NAME` and `SYMBOL=N/output:NAME` (`seq=7/input_ids`;
+`batch=2,seq=7/input_ids` with two symbols).
 
 The quantized fixtures (`QUANTIZED`, in tests/fixtures/models/quantized/, written by `--quantized` or named
 in `--only`) are single-operator models built with onnx.helper (DequantizeLinear, QuantizeLinear,
@@ -54,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from vision_models import VISION, randomize_vision
+from vision_models import VISION, VISION_FIXTURES, randomize_vision
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "models"
@@ -362,6 +365,18 @@ def gpt2_dynamic_seq(s: Size):
     return module, inputs, {"input_ids": {1: "seq"}}, {"output": {1: "seq"}}
 
 
+def gpt2_dynamic_batch_seq(s: Size):
+    """GPT2Model whose batch and sequence length are both dynamic: inputs at a (batch, seq) size."""
+    import torch
+
+    module = build("gpt2_model", s)[0]
+
+    def inputs(size: tuple[int, int], rng: np.random.Generator) -> dict:
+        return {"input_ids": torch.from_numpy(rng.integers(0, s.vocab, size).astype(np.int64))}
+
+    return module, inputs, {"input_ids": {0: "batch", 1: "seq"}}, {"output": {0: "batch", 1: "seq"}}
+
+
 def gpt2_step_dynamic_past(s: Size):
     """One decoder step of GPT2Model: a new token per row, the key/value cache of `past` positions as inputs,
     the hidden state and the cache of past + 1 positions as outputs."""
@@ -412,11 +427,13 @@ def decoder_step(model, s: Size, batch: int):
 DYNAMIC = {
     "gpt2_model_dynamic_seq": (gpt2_dynamic_seq, 5, (7, 33)),
     "gpt2_step_dynamic_past": (gpt2_step_dynamic_past, 5, (1, 7, 33)),
+    "gpt2_model_dynamic_batch_seq": (gpt2_dynamic_batch_seq, (2, 5), ((1, 1), (3, 7), (2, 33))),
 }
+BATCH_HIGH = 8  # the top of a dynamic batch's range in an export
 
 
-def export_dynamic(module, inputs: dict, axes: dict, outputs: dict, exporter: str, high: int):
-    """The ModelProto of one export with dynamic axes (each symbol from 1 to `high`)."""
+def export_dynamic(module, inputs: dict, axes: dict, outputs: dict, exporter: str, high: dict[str, int]):
+    """The ModelProto of one export with dynamic axes (each symbol from 1 to its `high`)."""
     import warnings
 
     import onnx
@@ -435,7 +452,7 @@ def export_dynamic(module, inputs: dict, axes: dict, outputs: dict, exporter: st
                               dynamic_axes={**axes, **outputs})
             model = onnx.load_model_from_string(buf.getvalue())
         else:
-            symbols = {sym: torch.export.Dim(sym, min=1, max=high) for a in axes.values() for sym in a.values()}
+            symbols = {sym: torch.export.Dim(sym, min=1, max=high[sym]) for a in axes.values() for sym in a.values()}
             shapes = tuple({axis: symbols[sym] for axis, sym in axes[n].items()} if n in axes else None
                            for n in names)
             if any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(module.forward).parameters.values()):
@@ -456,13 +473,14 @@ def write_dynamic_fixture(out: Path, name: str, exporter: str, size: Size) -> st
 
     builder, example, lengths = DYNAMIC[name]
     module, inputs_at, axes, outputs = builder(size)
-    (symbol,) = {sym for a in axes.values() for sym in a.values()}
+    symbols = sorted({sym for a in axes.values() for sym in a.values()}, key=["batch", "seq", "past"].index)
     rng = np.random.default_rng(seed_of(name))
-    high = gpt2_config(size).n_positions - (1 if "past" in symbol else 0)
+    high = {sym: BATCH_HIGH if sym == "batch" else gpt2_config(size).n_positions - (sym == "past") for sym in symbols}
     model = export_dynamic(module, inputs_at(example, rng), axes, outputs, exporter, high)
     data = model.SerializeToString()
     arrays = {}
     for n in lengths:
+        key = ",".join(f"{sym}={v}" for sym, v in zip(symbols, n if isinstance(n, tuple) else (n,), strict=True))
         inputs = inputs_at(n, rng)
         with torch.no_grad():
             got = module(*inputs.values())
@@ -470,9 +488,9 @@ def write_dynamic_fixture(out: Path, name: str, exporter: str, size: Size) -> st
         feeds = {k: v.numpy() for k, v in inputs.items()}
         results = run_onnxruntime(data, feeds)
         for r, w in zip(results, want, strict=True):
-            np.testing.assert_allclose(r, w, rtol=1e-3, atol=1e-4, err_msg=f"{name} {exporter} {symbol}={n}")
-        arrays |= {f"{symbol}={n}/{k}": v for k, v in feeds.items()}
-        arrays |= {f"{symbol}={n}/output:{o.name}": v for o, v in zip(model.graph.output, results)}
+            np.testing.assert_allclose(r, w, rtol=1e-3, atol=1e-4, err_msg=f"{name} {exporter} {key}")
+        arrays |= {f"{key}/{k}": v for k, v in feeds.items()}
+        arrays |= {f"{key}/output:{o.name}": v for o, v in zip(model.graph.output, results)}
     stem = f"{name}-{exporter}"
     (out / f"{stem}.onnx").write_bytes(data)
     save_npz(out / f"{stem}.npz", arrays)
@@ -488,8 +506,8 @@ def build(name: str, size: Size):
     import torch
 
     torch.manual_seed(seed_of(name))
-    module, inputs = (MODELS | BY_NAME)[name](size, np.random.default_rng(seed_of(name)))
-    (randomize_vision if name in VISION else randomize)(module, seed_of(name))
+    module, inputs = (MODELS | BY_NAME | VISION_FIXTURES)[name](size, np.random.default_rng(seed_of(name)))
+    (randomize_vision if name in VISION | VISION_FIXTURES else randomize)(module, seed_of(name))
     return module.eval(), inputs
 
 
@@ -856,7 +874,7 @@ def gpt2_step_matmul_nbits(rng):
     model = GPT2Model(config)
     randomize(model, seed_of(name))
     module, inputs_at, axes, outputs = decoder_step(model, s, s.batch)
-    exported = export_dynamic(module, inputs_at(5, rng), axes, outputs, "dynamo", config.n_positions - 1)
+    exported = export_dynamic(module, inputs_at(5, rng), axes, outputs, "dynamo", {"past": config.n_positions - 1})
     ONNXModel(exported).replace_gemm_with_matmul()
     float_bytes = exported.SerializeToString()
     with quiet():
@@ -1000,7 +1018,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the quantized fixtures (QUANTIZED, always at fixture size) into OUT/quantized")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    names = args.only.split(",") if args.only else list(QUANTIZED) if args.quantized else list(MODELS) + list(DYNAMIC)
+    names = (args.only.split(",") if args.only else list(QUANTIZED) if args.quantized
+             else list(MODELS) + list(VISION_FIXTURES) + list(DYNAMIC))
     (args.out / "dynamic").mkdir(exist_ok=True)
     failed = 0
     for name in names:
@@ -1016,6 +1035,9 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if name in DYNAMIC:
                     print(write_dynamic_fixture(args.out / "dynamic", name, exporter, SIZES[args.size]), flush=True)
+                elif name in VISION_FIXTURES:
+                    (args.out / "vision").mkdir(exist_ok=True)
+                    print(write_fixture(args.out / "vision", name, exporter, SIZES[args.size]), flush=True)
                 else:
                     print(write_fixture(args.out, name, exporter, SIZES[args.size]), flush=True)
             except Exception as err:  # report every export that fails, then exit 1

@@ -83,7 +83,8 @@ def mobilenet_v2_module(classes: int = 1000):
 
 
 def basic_block(cin: int, cout: int, stride: int):
-    """ResNet's BasicBlock: two 3x3 convs with BatchNorm, the input (or its 1x1 projection) added before the last ReLU."""
+    """ResNet's BasicBlock: two 3x3 convs with BatchNorm, the input (or its 1x1 projection) added before the last
+    ReLU."""
     from torch import nn
 
     class BasicBlock(nn.Module):
@@ -106,25 +107,27 @@ def basic_block(cin: int, cout: int, stride: int):
     return BasicBlock()
 
 
-def resnet18_module(classes: int = 1000):
-    """ResNet-18 (torchvision's `resnet18()`), in train mode as built."""
+def resnet18_module(classes: int = 1000, width: int = 64):
+    """ResNet-18 (torchvision's `resnet18()`; stages of width, 2, 4 and 8 times width channels), in train mode
+    as built."""
     import torch
     from torch import nn
 
     class ResNet18(nn.Module):
         def __init__(self):
             super().__init__()
-            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
-            self.bn1 = nn.BatchNorm2d(64)
+            self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
             self.relu = nn.ReLU(inplace=True)
             self.maxpool = nn.MaxPool2d(3, 2, 1)
-            cin = 64
-            for stage, cout in enumerate((64, 128, 256, 512), start=1):
+            cin = width
+            for stage, cout in enumerate((width, 2 * width, 4 * width, 8 * width), start=1):
                 stride = 1 if stage == 1 else 2
-                setattr(self, f"layer{stage}", nn.Sequential(basic_block(cin, cout, stride), basic_block(cout, cout, 1)))
+                blocks = (basic_block(cin, cout, stride), basic_block(cout, cout, 1))
+                setattr(self, f"layer{stage}", nn.Sequential(*blocks))
                 cin = cout
             self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-            self.fc = nn.Linear(512, classes)
+            self.fc = nn.Linear(8 * width, classes)
 
         def forward(self, x):
             x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -182,4 +185,13 @@ def resnet18(s, rng: np.random.Generator):
     return resnet18_module(), {"pixel_values": pixels(s, rng)}
 
 
-VISION = {"mobilenet_v2": mobilenet_v2, "resnet18": resnet18}
+def resnet18_narrow(s, rng: np.random.Generator):
+    """The committed fixture: ResNet-18's layers (the 7x7 stem, the 3x3 stride-2 max pool, four stages of two
+    BasicBlocks with their 1x1 stride-2 shortcuts) at width 4 (4 to 32 channels), 10 classes, on image_size(s)
+    images."""
+    return resnet18_module(classes=10, width=4), {"pixel_values": pixels(s, rng)}
+
+
+VISION = {"mobilenet_v2": mobilenet_v2, "resnet18": resnet18}  # exported by name, at the bench size
+# among export_models' default fixtures, in tests/fixtures/models/vision
+VISION_FIXTURES = {"resnet18_narrow": resnet18_narrow}
