@@ -88,7 +88,7 @@ def main() -> int:
         module, inputs_at, axes, outputs, high = models(which)
         (symbol,) = {sym for a in axes.values() for sym in a.values()}
         rng = np.random.default_rng(0)
-        model = em.export_dynamic(module, inputs_at(5, rng), axes, outputs, "dynamo", high).SerializeToString()
+        model = em.export_dynamic(module, inputs_at(5, rng), axes, outputs, "dynamo", {symbol: high}).SerializeToString()
         start = time.perf_counter()
         imported = import_onnx(model)
         program = stitch.compile(imported.text, weights=imported.weights)

@@ -269,7 +269,7 @@ class _KernelLowering:
             axis = self.parallel[level]
             extent, t = self.k.extents[axis], self.tile[axis]
             tiles = extent // t
-            if t < extent and is_symbolic(extent % t):  # whole tiles; the remainder follows (the last pass)
+            if self._has_remainder(axis):  # whole tiles; the remainder follows (the last pass)
                 remainders.append((axis, t, extent))
             if axis == self.plan.chunked:  # the chunks of one tile's reduction, in order, on its thread
                 body = body_at[level] + self.before_chunk + [For(axis + "o", tiles, "serial", body)] + self.after_chunk
@@ -282,6 +282,12 @@ class _KernelLowering:
             name for cid, name in self.resident.items() if cid in self.plan.resident_in_place)
         return LoopKernel(self.name, self.allocs, body + epilogue, forwardable=self.forwardable, in_place=in_place,
                           pipelined=self.plan.pipelined, threaded=self.plan.threaded, remainders=tuple(remainders))
+
+    def _has_remainder(self, axis: str) -> bool:
+        """Whether the tiles along `axis` leave a remainder tile at some size (a symbolic axis whose
+        tile does not divide it at every size)."""
+        extent, t = self.k.extents[axis], self.tile[axis]
+        return t < extent and is_symbolic(extent % t)
 
     def staging_level(self, axes) -> int:
         """The depth of tile loops a copy sits in: just inside the innermost tiled axis it varies along."""
@@ -401,7 +407,9 @@ class _KernelLowering:
         op = inst.node.op
         dtype = self.types[inst.cid].dtype
         split = [a for a in self.parallel if a not in inst.axes and self.tile[a] < self.k.extents[a]]
-        counts = [self.k.extents[a] // self.tile[a] for a in split]
+        # a symbolic axis's remainder tile (lowering/remainder.py) writes one partial more, at index
+        # n // t: the identity where it is empty
+        counts = [self.k.extents[a] // self.tile[a] + (1 if self._has_remainder(a) else 0) for a in split]
         part = f"{self.name}_part{inst.key}"
         shape = tuple(counts) + tuple(self.k.extents[a] for a in inst.axes)
         self.temporaries.append(Buffer(part, "global", dtype, shape))

@@ -392,15 +392,22 @@ def stored(name: str) -> dict[str, tuple[dict, dict]]:
 
 
 def test_the_dynamic_fixtures_are_there():
-    assert FIXTURES == ["gpt2_model_dynamic_seq-dynamo", "gpt2_model_dynamic_seq-torchscript",
-                        "gpt2_step_dynamic_past-dynamo", "gpt2_step_dynamic_past-torchscript"]
+    assert FIXTURES == ["gpt2_model_dynamic_batch_seq-dynamo", "gpt2_model_dynamic_seq-dynamo",
+                        "gpt2_model_dynamic_seq-torchscript", "gpt2_step_dynamic_past-dynamo",
+                        "gpt2_step_dynamic_past-torchscript"]
+
+
+# The ranges a fixture is imported with: an ONNX model holds no range, and two symbols at the IR's default
+# range make a tensor of batch * seq elements too large to address (a clear error, tested below).
+RANGES = {"gpt2_model_dynamic_batch_seq-dynamo": {"batch": (1, 8)}}
+HEADERS = {"gpt2_model_dynamic_batch_seq": "[batch: 1..8, seq: 1..64]", "gpt2_model_dynamic_seq": "[seq: 1..64]",
+           "gpt2_step_dynamic_past": "[past: 1..63]"}
 
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_a_dynamic_export_imports_once_and_matches_onnxruntime_at_every_size(name):
-    imported = import_onnx(DYNAMIC / f"{name}.onnx")
-    symbol = "seq" if "seq" in name else "past"
-    assert f"func main_graph[{symbol}: 1..{64 if symbol == 'seq' else 63}](" in imported.text
+    imported = import_onnx(DYNAMIC / f"{name}.onnx", dim_ranges=RANGES.get(name))
+    assert f"func main_graph{HEADERS[name.rsplit('-', 1)[0]]}(" in imported.text
     graph = next(iter(check_program(imported.program).values()))
     sizes = stored(name)
     assert len(sizes) >= 2
@@ -416,11 +423,18 @@ def test_a_dynamic_export_imports_once_and_matches_onnxruntime_at_every_size(nam
 @pytest.mark.parametrize("name", FIXTURES)
 def test_dim_fixes_a_dynamic_export_to_a_static_import(name):
     size, (feeds, want) = next(iter(stored(name).items()))
-    symbol, value = size.split("=")
-    imported = import_onnx(DYNAMIC / f"{name}.onnx", dims={symbol: int(value)})
+    fixed = {symbol: int(value) for symbol, value in (part.split("=") for part in size.split(","))}
+    imported = import_onnx(DYNAMIC / f"{name}.onnx", dims=fixed)
     graph = next(iter(check_program(imported.program).values()))
     assert not graph.symbols and "positions" not in imported.text
     with np.errstate(all="ignore"):
         got = evaluate(graph, {imported.inputs[k]: v for k, v in feeds.items()} | imported.weights)
     for g, o in zip(got, imported.outputs, strict=True):
         np.testing.assert_allclose(g, want[o], rtol=1e-3, atol=1e-4)
+
+
+def test_two_symbols_at_the_default_range_are_refused_naming_the_range_option():
+    """Issue 44: batch * seq elements at the IR's default ranges (2**31 - 1 each) is past what stitch
+    addresses; the error says which option bounds them."""
+    with pytest.raises(StitchError, match="batch \\* seq elements .* --dim-range"):
+        import_onnx(DYNAMIC / "gpt2_model_dynamic_batch_seq-dynamo.onnx")

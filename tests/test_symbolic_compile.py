@@ -22,6 +22,7 @@ from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.parse import parse_program
 from stitch.engine.ir.printer import print_program
 from stitch.engine.ir.tolerance import differences
+from stitch.lowering.loops import print_loops
 from stitch.lowering.verify import verify
 from stitch_testing import needs_cc, programs
 
@@ -68,21 +69,28 @@ def graph_of(text: str):
 
 def static_copy(text: str, name: str, value: int) -> str:
     """`text` with symbol `name` given the number `value` (the program a static compile would take)."""
-    text = re.sub(r"\[\s*" + name + r"\s*:\s*\d+\s*\.\.\s*\d+\s*\]", "", text, count=1)
+    declared = r"\b" + name + r"\s*:\s*\d+\s*\.\.\s*\d+\s*"
+    text = re.sub(declared + r",\s*|,\s*" + declared + "|" + declared, "", text, count=1)
+    text = re.sub(r"^(func \w+)\[\s*\]", r"\1", text, count=1, flags=re.M)
     return re.sub(r"\b" + name + r"\b", str(value), text)
 
 
 def check_at_sizes(program, text: str, sizes, seed: int = 0) -> None:
+    """`program` (one compile of `text`) against the reference at each size: an int for a program of
+    one symbol, else a dict of every symbol's value."""
     graph = graph_of(text)
-    (name,) = graph.symbols
     for size in sizes:
-        static = graph_of(static_copy(text, name, size))
-        inputs = random_inputs(static, seed + size)
+        values = size if isinstance(size, dict) else dict.fromkeys(graph.symbols, size)
+        static = text
+        for name, value in values.items():
+            static = static_copy(static, name, value)
+        static = graph_of(static)
+        inputs = random_inputs(static, seed + sum(values.values()))
         with np.errstate(all="ignore"):
             want = evaluate(static, inputs)
         got = program(**inputs)
-        assert [g.shape for g in got] == [w.shape for w in want], size
-        assert differences(got, want, static, inputs) == [], f"{name} = {size}"
+        assert [g.shape for g in got] == [w.shape for w in want], values
+        assert differences(got, want, static, inputs) == [], f"at {values}"
 
 
 @pytest.mark.parametrize("which", sorted(PROGRAMS))
@@ -192,45 +200,55 @@ def test_an_extent_carries_its_dimension_and_refuses_to_become_a_number():
 TYPED = re.compile(r"\b(f16|f32|f64|i32|i64|bool)\[([^\]]*)\]|\bshape=\[([^\]]*)\]")
 
 
-def symbolize(text: str, value: int) -> str:
-    """`text` with every dimension `value` in a type or a shape attribute made the symbol `n`."""
+def symbolize(text: str, names: dict[int, str]) -> str:
+    """`text` with every dimension of a value in `names` in a type or a shape attribute made that symbol."""
     def one(m: re.Match) -> str:
-        return re.sub(r"\b" + str(value) + r"\b", "n", m.group(0))
+        return re.sub(r"\b(" + "|".join(map(str, names)) + r")\b", lambda v: names[int(v.group(1))], m.group(0))
 
     out = TYPED.sub(one, text)
-    return re.sub(r"^func (\w+)\(", r"func \1[n: 1..200](", out, count=1, flags=re.M)
+    ranges = ", ".join(f"{name}: 1..200" for name in sorted(names.values()))
+    return re.sub(r"^func (\w+)\(", rf"func \1[{ranges}](", out, count=1, flags=re.M)
 
 
 @st.composite
 def symbolic_programs(draw):
+    """A random program with one or two of its dimension values made symbols (`n`, `m`)."""
     program = draw(programs(max_dim=6, max_funcs=1, dtypes=("f32", "i32", "bool")))
     text = print_program(program)
     values = sorted({int(v) for m in TYPED.finditer(text) for v in re.findall(r"\d+", m.group(0))} & {4, 5, 6})
     assume(values)
-    value = draw(st.sampled_from(values))
-    out = symbolize(text, value)
-    # (n once per type: products of n*n*n overflow the e-graph's i64 encoding, which refuses them with
-    # an error of its own, tests/test_symbolic_egraph.py)
-    assume(all(len(re.findall(r"\bn\b", m.group(0))) <= 1 for m in TYPED.finditer(out)))
+    chosen = draw(st.lists(st.sampled_from(values), min_size=1, max_size=2, unique=True))
+    names = dict(zip(chosen, ("n", "m")))
+    out = symbolize(text, names)
     try:
         graph = graph_of(out)
     except StitchError:
         assume(False)
     assume(graph.symbols)
-    return out, value
+    return out, {name: value for value, name in names.items() if name in graph.symbols}
+
+
+def sizes_to_check(values: dict[str, int], target: str) -> list[dict[str, int]]:
+    """Sizes in the bucket of 128 and above it (both programs of a one-symbol compile), the drawn ones,
+    and the symbols apart (one small while the other is large)."""
+    picks = (1, 3, 17, 130, 200) if target == "cpu" else (1, 150)
+    out = [dict(values)] + [dict.fromkeys(values, k) for k in picks]
+    if len(values) == 2:
+        a, b = sorted(values)
+        out += [{a: 1, b: 150}, {a: 150, b: 2}]
+    return out
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(symbolic_programs(), st.sampled_from(["cpu", "accel"]))
-def test_random_programs_with_a_symbol_run_at_every_size_from_one_compile(case, target):
-    text, value = case
+def test_random_programs_with_symbols_run_at_every_size_from_one_compile(case, target):
+    text, values = case
     try:
         program = stitch.compile(text, target=target)
     except StitchError as err:  # (a program no schedule fits on the target: the static one says so too)
         assume("fits target" not in str(err))
         raise
-    # (sizes in the bucket of 128 and above it: both programs of the one compile)
-    check_at_sizes(program, text, (1, 3, value, 17, 130, 200) if target == "cpu" else (1, value, 150))
+    check_at_sizes(program, text, sizes_to_check(values, target))
 
 
 # -- the dynamic exports (tests/fixtures/models/dynamic): one compile, onnxruntime's outputs at every size --
@@ -238,13 +256,14 @@ def test_random_programs_with_a_symbol_run_at_every_size_from_one_compile(case, 
 
 @pytest.mark.parametrize("target", ["cpu", "accel"])
 @pytest.mark.parametrize("name", ["gpt2_model_dynamic_seq-dynamo", "gpt2_model_dynamic_seq-torchscript",
-                                  "gpt2_step_dynamic_past-dynamo", "gpt2_step_dynamic_past-torchscript"])
+                                  "gpt2_step_dynamic_past-dynamo", "gpt2_step_dynamic_past-torchscript",
+                                  "gpt2_model_dynamic_batch_seq-dynamo"])
 def test_a_dynamic_export_compiles_once_and_matches_onnxruntime_at_every_stored_size(name, target):
     pytest.importorskip("onnx")
     from stitch.frontends.onnx_import import import_onnx
-    from test_onnx_symbolic import DYNAMIC, stored
+    from test_onnx_symbolic import DYNAMIC, RANGES, stored
 
-    imported = import_onnx(DYNAMIC / f"{name}.onnx")
+    imported = import_onnx(DYNAMIC / f"{name}.onnx", dim_ranges=RANGES.get(name))
     program = stitch.compile(imported.text, target=target, weights=imported.weights)
     assert program.graph.symbols  # (one compile, symbolic)
     for size, (feeds, want) in stored(name).items():
@@ -290,3 +309,22 @@ def test_the_cli_prints_pictures_and_json_of_a_symbolic_program(tmp_path, capsys
     assert any("n" in k["parallel_axes"] for k in kernels)  # (not the planning size's 300)
     assert main(["run", str(path), "--dim", "n=9", "--json", "--check"]) == 0
     assert json.loads(capsys.readouterr().out)["check"] == "ok"
+
+
+SPLIT_SUM = """
+func f[m: 1..2048](x0: bool[1, 1, 1], x1: f32[m, 2, 200]) -> f32[] {
+  return sum(where(x0, neg(x1), x1), axes=[0, 1, 2])
+}
+"""
+
+
+def test_a_sum_split_across_tiles_of_a_symbolic_axis_counts_its_remainder_tile_in_every_bucket():
+    """The sum is tiled along `m` (512 rows a tile at the top, 2048), each tile writing a partial. Two
+    defects this guards: the partials were `m // 512`, so the remainder tile wrote one past them and
+    the combine left its sum out (m = 700: 512 rows summed); and the bucket of 128 took the top's
+    split kernel from a cache keyed by extents equal in dimension only (its tile loop ran m // 512 =
+    0 times: garbage at m = 1 and 5)."""
+    program = stitch.compile(SPLIT_SUM)
+    assert "k0_part0: f32[m // 512 + 1]" in print_loops(program.loops)
+    check_at_sizes(program, SPLIT_SUM, (1, 5, 128, 129, 511, 512, 700, 2048))
+    assert Extent(symbol("m"), 128) != Extent(symbol("m"), 2048)

@@ -122,6 +122,11 @@ def _terms(d: Dim) -> dict[Monomial, int]:
     return dict(d.terms)
 
 
+def polynomial(terms: dict[Monomial, int]) -> Dim:
+    """The dimension of these (monomial, coefficient) terms, in canonical form."""
+    return _make(terms)
+
+
 def _make(terms: dict[Monomial, int]) -> Dim:
     kept = {m: c for m, c in terms.items() if c}
     if not any(kept):  # only the constant term, or nothing

@@ -93,8 +93,10 @@ class Extent(int):
         return hash(self.dim)
 
     def __eq__(self, other) -> bool:
+        # equal dimensions at equal planning values: the schedule's caches (split kernels, reshaped
+        # indices) key on extents, and a size bucket's kernel (n at 128) is not the top's (n at 8192)
         if isinstance(other, Extent):
-            return self.dim == other.dim
+            return self.dim == other.dim and int.__int__(self) == int.__int__(other)
         return False if isinstance(other, int) else NotImplemented
 
     def __ne__(self, other) -> bool:
@@ -199,25 +201,28 @@ def _int_rsub(a: int, b: int) -> int:
     return b - a
 
 
-# (fn, dimension, operand) -> the dimension fn gives: scheduling repeats the same few operations on
-# the same dimensions (tile counts, footprints) hundreds of thousands of times, and a polynomial's
-# arithmetic costs microseconds where an int's costs nanoseconds
-_RESULTS: dict[tuple, Dim] = {}
+# (fn, dimension, its planning value, operand's dimension or None, operand's value) -> the result:
+# scheduling repeats the same few operations on the same extents (tile counts, footprints) hundreds
+# of thousands of times, and a polynomial's arithmetic costs microseconds where an int's costs
+# nanoseconds. An Extent is immutable, so one result serves every caller.
+_RESULTS: dict[tuple, int] = {}
 
 
 def _apply(fn, a: Extent, b, planned):
     if isinstance(b, Extent):
-        key, value = (fn, a.dim, b.dim), planned(a.value, b.value)
+        key = (fn, a.dim, int.__int__(a), b.dim, int.__int__(b))
     elif isinstance(b, int):
-        key, value = (fn, a.dim, int.__int__(b)), planned(a.value, int.__int__(b))
+        key = (fn, a.dim, int.__int__(a), None, int.__int__(b))
     else:
         return NotImplemented
-    dim = _RESULTS.get(key)
-    if dim is None:
+    out = _RESULTS.get(key)
+    if out is None:
         if len(_RESULTS) > 1 << 18:
             _RESULTS.clear()
-        dim = _RESULTS[key] = fn(key[1], key[2])
-    return dim if isinstance(dim, int) else Extent(dim, value)
+        dim = fn(key[1], key[4] if key[3] is None else key[3])
+        out = _RESULTS[key] = dim if isinstance(dim, int) else Extent(dim, planned(key[2], key[4]))
+    return out
+
 
 
 def extent(d: Dim, values: dict[str, int]) -> int:

@@ -35,7 +35,7 @@ from ..ir.graph import Graph, Node
 from ..ir.ops import BINARY, COMPARE, OPS, REDUCE, UNARY
 from ..ir.program import DTypeName
 from .placement import Placement
-from .symbols import STATIC_LIMIT, encode
+from .symbols import STATIC_LIMIT, Encoding
 
 PLACEMENT_CTORS = {p.value: p.ctor for p in Placement}
 
@@ -247,10 +247,14 @@ PRELUDE = r"""
        (= r (ga a b k (- (+ (vec-length a) (vec-length b)) 1))))
       ((set (shape t) r)) :ruleset analysis)
 
-; numel: the product of the shape
+; numel: the product of the shape, where it fits an i64 (a symbolic shape's, at the primes
+; rewrite/symbols.py gives its terms, may not: its numel is then not set, and a condition on it
+; is not met)
 (function prod-acc (IVec i64) i64 :no-merge)
 (rule ((= s (shape t))) ((set (prod-acc s 0) 1)) :ruleset analysis)
-(rule ((= p (prod-acc s i)) (< i (vec-length s))) ((set (prod-acc s (+ i 1)) (* p (vec-get s i))))
+(rule ((= p (prod-acc s i)) (< i (vec-length s)) (= d (vec-get s i)) (>= d 0)
+       (<= p (/ 4611686018427387903 (max d 1))))
+      ((set (prod-acc s (+ i 1)) (* p d)))
       :ruleset analysis)
 (rule ((= s (shape t)) (= p (prod-acc s (vec-length s)))) ((set (numel t) p)) :ruleset analysis)
 
@@ -312,11 +316,13 @@ PRELUDE = r"""
 PRELUDE = PRELUDE.replace("STATIC_LIMIT", str(STATIC_LIMIT))
 
 
-def ivec(values) -> str:
-    """A vector of ints (dimensions, axes) as egglog text; a symbolic dimension as symbols.py encodes it."""
+def ivec(values, encoding: Encoding | None = None) -> str:
+    """A vector of ints (dimensions, axes) as egglog text; a symbolic dimension as the program's
+    `encoding` writes it (symbols.py)."""
     values = tuple(values)
     if not values:
         return "(vec-empty)"
+    encode = encoding.encode if encoding is not None else int
     return "(vec-of " + " ".join(str(encode(v)) for v in values) + ")"
 
 
@@ -353,9 +359,14 @@ def quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def node_term(node: Node, operand: dict[int, str]) -> str:
-    """The egglog term of one node, its operands given as (placed) terms."""
+def node_term(node: Node, operand: dict[int, str], encoding: Encoding | None = None) -> str:
+    """The egglog term of one node, its operands given as (placed) terms; its symbolic dimensions
+    written by the program's `encoding`."""
     op = node.op
+
+    def vec(values) -> str:
+        return ivec(values, encoding)
+
     args = [operand[i] for i in node.inputs]
     if op == "param":
         return f"(Input {quote(node.attr('name'))})"
@@ -366,22 +377,22 @@ def node_term(node: Node, operand: dict[int, str]) -> str:
         return f"({fam} {quote(op)} {' '.join(args)})"
     if fam == "Red":
         keep = "true" if node.attr("keepdims") else "false"
-        return f"(Red {quote(op)} {args[0]} {ivec(node.attr('axes'))} {keep})"
+        return f"(Red {quote(op)} {args[0]} {vec(node.attr('axes'))} {keep})"
     if fam in ("Where", "MatMul"):
         return f"({fam} {' '.join(args)})"
     if fam == "Transpose":
-        return f"(Transpose {args[0]} {ivec(node.attr('perm'))})"
+        return f"(Transpose {args[0]} {vec(node.attr('perm'))})"
     if fam in ("Reshape", "Bcast"):
-        return f"({fam} {args[0]} {ivec(node.attr('shape'))})"
+        return f"({fam} {args[0]} {vec(node.attr('shape'))})"
     if fam == "Slice":
-        bounds = " ".join(ivec(node.attr(k)) for k in ("axes", "starts", "ends", "steps"))
+        bounds = " ".join(vec(node.attr(k)) for k in ("axes", "starts", "ends", "steps"))
         return f"(Slice {args[0]} {bounds})"
     if fam == "Gather":
         return f"(Gather {args[0]} {args[1]} {node.attr('axis')})"
     if fam == "Concat":
         return concat_term(args, node.attr("axis"))
     if fam == "Iota":
-        return f"(Iota {ivec(node.attr('shape'))} {node.attr('axis')} {quote(node.attr('dtype'))})"
+        return f"(Iota {vec(node.attr('shape'))} {node.attr('axis')} {quote(node.attr('dtype'))})"
     return f"(Cast {args[0]} {quote(node.attr('dtype'))})"
 
 
@@ -396,6 +407,7 @@ def concat_term(operands: list[str], axis: int) -> str:
 
 def graph_to_egglog(graph: Graph) -> tuple[str, list[str]]:
     """Commands that insert `graph` with every edge Global; and the root names, in output order."""
+    encoding = Encoding.of(graph)
     lines = []
     operand: dict[int, str] = {}
     for n in graph.nodes:
@@ -404,9 +416,9 @@ def graph_to_egglog(graph: Graph) -> tuple[str, list[str]]:
             lines.append(f"(let {name} $n{n.inputs[0]})")  # the identity: the same e-class
             operand[n.id] = operand[n.inputs[0]]
             continue
-        lines.append(f"(let {name} {node_term(n, operand)})")
+        lines.append(f"(let {name} {node_term(n, operand, encoding)})")
         if n.op == "param":
-            lines.append(f"(set (shape {name}) {ivec(n.type.shape)})")
+            lines.append(f"(set (shape {name}) {ivec(n.type.shape, encoding)})")
             lines.append(f"(set (dtype {name}) {quote(n.type.dtype)})")
         operand[n.id] = f"(Global {name})"
     roots = [f"$n{o}" for o in graph.outputs]

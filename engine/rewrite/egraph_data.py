@@ -15,7 +15,6 @@ from ..ir.frozen import cached_hash
 from ..ir.graph import lookup
 from ..ir.program import TensorType
 from .egraph import FAMILIES, NAMED_FAMILIES, PLACEMENT_CTORS
-from .symbols import decoder
 
 PLACEMENT_OF = {ctor: name for name, ctor in PLACEMENT_CTORS.items()}
 
@@ -51,12 +50,11 @@ class EGraphData:
 
     @classmethod
     def from_json(cls, text: str, roots: list[str] | None = None,
-                  exact_ints: dict[tuple[float, str], int] | None = None, symbol: str | None = None,
-                  planning: int | None = None) -> "EGraphData":
+                  exact_ints: dict[tuple[float, str], int] | None = None, decode=None) -> "EGraphData":
         """`exact_ints`: integer literals beyond 2**53 (saturate.exact_int_constants), back from their f64.
-        `symbol`: the program's symbol, its dimensions read back from their encoding (symbols.py),
-        as Extents at its `planning` value when one is given (engine/ir/extent.py)."""
-        decode = decoder(symbol, planning)
+        `decode`: how a symbolic program's dimensions read back (symbols.py `Encoding.decoder`: as
+        Extents at the symbols' planning values, engine/ir/extent.py); a static program's as they are."""
+        decode = decode or int
         js = json.loads(text)
         nodes = js["nodes"]
         value_cache: dict[str, object] = {}

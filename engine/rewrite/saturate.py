@@ -27,6 +27,7 @@ from .egraph_data import EGraphData
 from .limits import Limits  # noqa: F401 (callers read it from here too)
 from .rulecompile import base_rule_name, compile_rule_file
 from .rules import RuleFile
+from .symbols import Encoding
 
 T_CONSTRUCTORS = (
     "Input", "Const", "Un", "Bin", "Where", "Red", "MatMul", "Transpose", "Reshape", "Bcast", "Cast", "Slice", "Concat",
@@ -153,8 +154,8 @@ class EGraphRun:
         text, self.roots = graph_to_egglog(graph)
         self._exec(text, "the program")
         self.exact_ints = exact_int_constants(graph)
-        self.symbol = next(iter(graph.symbols), None)  # (symbols.py: one at most)
-        self.planning = planning_values(graph.symbols).get(self.symbol)  # what scheduling sizes it at
+        self.encoding = Encoding.of(graph)  # how its symbolic dimensions are held (symbols.py)
+        self.planning = planning_values(graph.symbols)  # what scheduling sizes them at
         self._json: str | None = None
 
     def release(self) -> None:
@@ -190,11 +191,6 @@ class EGraphRun:
             if isinstance(err, (KeyboardInterrupt, SystemExit)):
                 raise
             detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-            if self.symbol and "call of primitive * failed" in detail:
-                raise StitchError(
-                    f"saturation failed inside egglog: a product of sizes with the symbol '{self.symbol}' does not fit "
-                    f"an i64 at the value the e-graph gives it (engine/rewrite/symbols.py): {detail}",
-                    hint="fix the symbol with --dim NAME=N (stitch import), or write the dimension as a number") from None
             raise StitchError(
                 f"saturation failed inside egglog: {detail}",
                 hint="a rule probably builds an ill-typed term or equates tensors of different shapes; "
@@ -277,10 +273,12 @@ class EGraphRun:
         roots = [eb.Var(eb.PanicSpan(), r) for r in self.roots]
         return self.egraph.serialize(roots)
 
-    def data(self, planning: int | None = None) -> EGraphData:
+    def data(self, top: int | None = None) -> EGraphData:
         """The e-graph read back into Python (`egraph_data.py`): what extraction and the pictures read;
-        a symbolic program's dimensions as Extents at `planning` (default: the top of its range)."""
+        a symbolic program's dimensions as Extents at the symbols' planning values (the tops of their
+        ranges), or, for a program of one symbol, at a size bucket's `top`."""
         if self._json is None:  # (read back once per planning value of a size bucket: serialized once)
             self._json = self.serialize().to_json()
-        return EGraphData.from_json(self._json, exact_ints=self.exact_ints, symbol=self.symbol,
-                                    planning=self.planning if planning is None else planning)
+        planning = self.planning if top is None else {name: top for name in self.planning}
+        return EGraphData.from_json(self._json, exact_ints=self.exact_ints,
+                                    decode=self.encoding.decoder(planning))
