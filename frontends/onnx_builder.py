@@ -69,11 +69,6 @@ class Known:
 Value = Sym | Known | Lazy
 
 
-# The longest run of positions 0, 1, 2, ... a program may hold to compute positions and symbols' values from
-# (`Builder.positions`): a symbolic length of positions needs its symbol's range below this.
-INDEX_LIMIT = 1 << 20
-
-
 @dataclass(frozen=True)
 class Problem:
     """Why one node (or graph input) cannot be imported. kind: op | dtype | shape | input | invalid | error
@@ -148,7 +143,6 @@ class Builder:
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # each symbol's, in the order declared
     given: frozenset[str] = frozenset()  # symbols whose range the caller gave (never narrowed)
     narrowed: dict[str, str] = field(default_factory=dict)  # symbol -> why the import narrowed its range
-    index: dict[str, list] = field(default_factory=dict)  # dtype -> [the positions parameter, the length it needs]
     lazy_vars: dict[tuple, Var] = field(default_factory=dict)  # a materialized Lazy's content -> its value
 
     def __post_init__(self):
@@ -308,36 +302,28 @@ class Builder:
         return True
 
     def positions(self, dtype: str, start: dims.Dim, length: dims.Dim, step: int, hint: str) -> Sym:
-        """start, start + step, ... (length of them, all >= 0) as a program value: a slice of one parameter
-        holding 0, 1, 2, ... (`INDEX_LIMIT` at most; cut at `finish` to the longest run used)."""
+        """start, start + step, ... (length of them, all >= 0) as a program value: an iota (computed where it
+        is read: no table, no bound on the symbols), cut where the run does not start at 0 by 1."""
+        from ..engine.ir.interp import np_dtype
+
         end = dims.add(dims.add(start, dims.mul(step, dims.add(length, -1))), 1)
         need = dims.bounds(end, self.ranges)[1]
-        if need > INDEX_LIMIT or dims.bounds(start, self.ranges)[0] < 0:
+        top = int(np.iinfo(np_dtype(dtype)).max)
+        if need - 1 > top or dims.bounds(start, self.ranges)[0] < 0:
             names = sorted(dims.symbols_of((end,)))
             raise Unsupported("shape", f"positions up to {end} need the range of {', '.join(names)} bounded (they "
-                                       f"reach {need} at the range's high end; stitch holds at most {INDEX_LIMIT}): "
-                                       f"declare it with --dim-range (dim_ranges= in Python)", dim=",".join(names))
-        if dtype not in self.index:
-            self.index[dtype] = [self.param("positions", TensorType(dtype, (INDEX_LIMIT,))), 1]
-        table = self.index[dtype]
-        table[1] = max(table[1], need)
+                                       f"reach {need} at the range's high end, past what {dtype} holds): declare "
+                                       f"it with --dim-range (dim_ranges= in Python)", dim=",".join(names))
+        if start == 0 and step == 1:
+            return self.op("iota", [], hint, shape=(length,), axis=0, dtype=dtype)
+        run = self.op("iota", [], hint, shape=(end,), axis=0, dtype=dtype)
         attrs = {"axes": (0,), "starts": (start,), "ends": (end,)}
         if step != 1:
             attrs["steps"] = (step,)
-        return self.emit("slice", [table[0]], hint, **attrs)
-
-    def cut_positions(self) -> None:
-        """Each positions parameter cut to the longest run the program reads, and given its values."""
-        from ..engine.ir.interp import np_dtype
-
-        for dtype, (sym, need) in self.index.items():
-            typ = TensorType(dtype, (need,))
-            self.params = [Param(p.name, typ) if p.name == sym.name else p for p in self.params]
-            self.types[sym.name] = typ
-            self.weights[sym.name] = np.arange(need, dtype=np_dtype(dtype))
+        return self.emit("slice", [run], hint, **attrs)
 
     def dim_value(self, e: dims.Dim, dtype: str, rank: int, hint: str) -> Value:
-        """A dimension's value at run time, as a tensor of `rank` ones: the positions parameter read at e."""
+        """A dimension's value at run time, as a tensor of `rank` ones: the positions run read at e."""
         lo = dims.bounds(e, self.ranges)[0]
         shift = max(0, -lo)
         v = self.positions(dtype, dims.add(e, shift), 1, 1, hint)
@@ -345,8 +331,8 @@ class Builder:
         return self.op("sub", [v, Known(np.asarray(shift))], hint) if shift else v
 
     def materialize(self, v: Lazy, hint: str) -> Var:
-        """A Lazy as program code: its values (a weight, and each symbolic entry read from the positions
-        parameter) plus each coefficient times the positions along its axis, broadcast to its shape."""
+        """A Lazy as program code: its values (a weight, and each symbolic entry read from a run of
+        positions) plus each coefficient times the positions along its axis, broadcast to its shape."""
         key = (v.dtype, v.shape, v.values.shape, tuple(v.values.flat),
                tuple((a, c.shape, tuple(c.flat)) for a, c in v.coefs))
         if key in self.lazy_vars:
@@ -432,7 +418,6 @@ class Builder:
         self.body = kept[::-1]
         self.params = [p for p in self.params if p.name in used or p.name in inputs]
         self.weights = {k: v for k, v in self.weights.items() if k in used}
-        self.index = {dtype: entry for dtype, entry in self.index.items() if entry[0].name in used}
 
     def finish(self, name: str, returns: list[Var], inputs: dict[str, str], outputs: list[str]) -> Imported:
         """The func, checked, and its text: what `stitch import` writes. The text is parsed back only
@@ -440,7 +425,6 @@ class Builder:
         other's inverse (the tests' import helpers check it), so the checker validates what is written."""
         if self.ranges:
             self.prune(returns, set(inputs.values()))
-        self.cut_positions()
         symbols = tuple(SymbolDecl(s, lo, hi) for s, (lo, hi) in self.ranges.items())
         notes = tuple(f"# {s}: {self.ranges[s][0]}..{self.ranges[s][1]}, {why}" for s, why in self.narrowed.items())
         func = Func(self.func_name(name), tuple(self.params), tuple(self.types[r.name] for r in returns),

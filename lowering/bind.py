@@ -50,6 +50,7 @@ from .loops import (
     index_vars,
     leaves,
     loads,
+    map_indices,
     map_leaf_loads,
     map_loads,
     perfect_nest,
@@ -127,8 +128,8 @@ class _Hoist:
         used = set().union(*(index_vars(ix) for ld in loads(value) for ix in ld.index)) - set(own)
         outer = [lp for lp in around if lp.var in used]
         if (len(outer) != len(used) or any(is_symbolic(lp.extent) for lp in outer + loops)
-                or any(symbolic(ix) for ld in loads(value) for ix in ld.index)):
-            return None  # (a block the size, or at a place, of a call's symbolic extent is not made once)
+                or _reads_a_symbol(value)):
+            return None  # (a block sized, placed or valued by a call's symbolic extent is not made once)
         whole = self.whole(value, leaf.index, buffer)
         if whole:  # a copy of a weight in its own layout: on a cache, the weight is that block already
             if not self.in_place:
@@ -197,6 +198,13 @@ class _Hoist:
             return ld
         block, lead = self.moved[ld.buffer]
         return Load(block, lead + ld.index)
+
+
+def _reads_a_symbol(value) -> bool:
+    """Whether an index of `value` (a load's, a concat's select, an iota's value) holds a symbolic extent."""
+    indices: list[Ix] = []
+    map_indices(value, lambda ix: indices.append(ix) or ix)
+    return any(map(symbolic, indices)) or any(symbolic(ix) for ld in loads(value) for ix in ld.index)
 
 
 def _nest(loops: list[For], leaf: Stmt) -> Stmt:

@@ -243,6 +243,25 @@ def map_indices(e, fn):
     return e
 
 
+def map_indices_deep(e, fn):
+    """`map_indices`, and inside gathered index values too: every index `e` holds at any depth (an
+    iota's position inside a gather's index value included) is `fn(ix)`, innermost first."""
+    def deep(ix: Ix) -> Ix:
+        if all(isinstance(t, str) for t, _ in ix.terms):
+            return fn(ix)
+
+        def atom(t):
+            if isinstance(t, Indirect):
+                return Ix.var(Indirect(map_indices_deep(t.value, fn), t.extent, t.site))
+            if isinstance(t, (FloorDiv, Mod)):
+                return Ix.var(type(t)(deep(t.x), t.d))
+            return Ix.var(t)
+
+        return fn(ix.map_atoms(atom))
+
+    return map_indices(e, deep)
+
+
 def map_leaves(stmts: list[Stmt], fn) -> list[Stmt]:
     """`stmts` with every Store / Accumulate under them replaced by `fn(leaf)`, the loops rebuilt."""
     return [For(s.var, s.extent, s.kind, map_leaves(s.body, fn)) if isinstance(s, For) else fn(s) for s in stmts]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..engine.ir.extent import Extent, dim_of
 from ..engine.schedule.index import Ix
-from .loops import For, Load, LoopKernel, LoopProgram, Stmt, map_indices, map_leaf_loads
+from .loops import For, LoopKernel, LoopProgram, Stmt, map_indices_deep
 
 
 def remainder_tiles(program: LoopProgram) -> LoopProgram:
@@ -57,17 +57,12 @@ def tail(stmts: list[Stmt], axis: str, tile: int, extent: int) -> list[Stmt]:
     rest = Extent(dim_of(extent - tile * whole), tile - 1)
     at = {axis + "o": Ix.constant(whole)}
 
-    def index(ix: Ix) -> Ix:
-        return ix.substitute(at)
-
-    def load(ld: Load) -> Load:
-        return Load(ld.buffer, tuple(index(ix) for ix in ld.index))
-
     def stmt(s: Stmt) -> Stmt:
         if isinstance(s, For):
             n = rest if s.var == axis and s.extent == tile else s.extent
             return For(s.var, n, s.kind, [stmt(b) for b in s.body])
-        return map_leaf_loads(map_indices(s, index), load)
+        # (every index, those inside a gather's index value too: an iota's position read there)
+        return map_indices_deep(s, lambda ix: ix.substitute(at))
 
     return [stmt(s) for s in stmts]
 

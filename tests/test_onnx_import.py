@@ -460,13 +460,13 @@ def test_a_checker_error_at_the_end_of_an_import_shows_its_line(monkeypatch):
     from stitch.engine.ir.program import Assign, Call, Var
     from stitch.frontends.onnx_builder import Builder
 
-    cut = Builder.cut_positions
+    named = Builder.func_name
 
-    def broken(self):
-        cut(self)
+    def broken(self, name):
         self.body.append(Assign("bad", Call("relu", (Var("nowhere"),))))
+        return named(self, name)
 
-    monkeypatch.setattr(Builder, "cut_positions", broken)
+    monkeypatch.setattr(Builder, "func_name", broken)
     model = model_of([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, [2])], [("y", F32, None)])
     with pytest.raises(StitchError, match="nowhere") as err:
         import_onnx(model, entry="f")

@@ -170,7 +170,7 @@ def test_causal_mask_from_the_length():
              numpy_helper.from_array(np.array(-np.inf, np.float32), "ninf")]
     model = model_of(nodes, [("x", F32, ["n", 4])], ["y"], inits)
     imported = assert_symbolic_matches(model, [{"n": 1}, {"n": 6}], dim_ranges={"n": (1, 512)})
-    assert "positions: i64[512]" in imported.text  # 0, 1, ... up to the range's high end
+    assert "iota(shape=[n], axis=0, dtype=i64)" in imported.text and "positions" not in imported.text
 
 
 def test_decided_masks_and_fills_fold_away():
@@ -251,13 +251,14 @@ def test_gather_nd_of_a_mask_at_batch_and_key_positions():
 
 
 def test_cast_of_a_shape_value_is_read_at_run_time():
-    """A dimension used as data (x * float(n)): its value read from the positions parameter."""
+    """A dimension used as data (x * float(n)): its value read from a run of positions, an iota computed
+    where it is read, so the symbol needs no bounded range (issue 44 item 5: no positions parameter)."""
     nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"], axis=0),
              node("Cast", ["n"], ["nf"], to=F32), node("Mul", ["x", "nf"], ["y"])]
     model = model_of(nodes, [("x", F32, ["n", 2])], ["y"], [scalar("zero", 0)])
     assert_symbolic_matches(model, [{"n": 1}, {"n": 30}], dim_ranges={"n": (1, 30)})
-    with pytest.raises(OnnxImportError, match=r"Cast 'nf'|Mul 'y'.*need the range of n bounded.*--dim-range"):
-        import_onnx(model)
+    imported = assert_symbolic_matches(model, [{"n": 1}, {"n": 3000}])
+    assert "iota(shape=[n + 1]" in imported.text and "positions" not in imported.text
 
 
 def test_two_symbols_and_a_fixed_one():
