@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("compile", help="saturate a program with the rules and print a stage (--emit)")
     add_compile_arguments(k)
+    k.add_argument("--explain", action="store_true",
+                   help="after the schedule, say for each fused edge which rules (file:line) offered its placement, "
+                        "and for each boundary between kernels what else the e-graph offered and its cost "
+                        "(with --json: as JSON)")
     k.set_defaults(run=cmd_compile, parser=k)
 
     i = sub.add_parser("import", help="translate an ONNX model into a .ir program")
@@ -390,6 +394,8 @@ def cmd_compile(args) -> int:
 
     if args.json and args.emit:
         raise UsageError(f"--json prints the compile figures and --emit {args.emit} a stage: give one of them")
+    if args.explain and args.emit not in (None, "schedule"):
+        raise UsageError(f"--explain explains the schedule; --emit {args.emit} prints another stage: give one of them")
     args.emit = args.emit or "schedule"
     program = read_file(args.file)
     graph = check_entry(program, args.entry, args.file)
@@ -411,6 +417,8 @@ def cmd_compile(args) -> int:
             draw(args.dot, egraph_dot(run.data(), f"e-graph of {graph.name}"))
         return 0
     target = load_target(args.target)
+    if args.explain:
+        return explain_compile(args, graph, rule_files, target, limits)
     compiled = compile_graph(graph, rule_files, target, limits)
     if args.dot:
         draw(args.dot, egraph_dot(compiled.data, f"e-graph of {graph.name}") if args.emit == "egraph"
@@ -435,6 +443,21 @@ def cmd_compile(args) -> int:
         print(print_schedule(graph.name, target.name, compiled.schedule, compiled.cost, target.clock_ghz), end="")
         for reason in compiled.fusion_blocked:
             print(f"note: more kernels than the most-fused schedule because {reason}")
+    return 0
+
+
+def explain_compile(args, graph, rule_files, target, limits) -> int:
+    """`stitch compile --explain`: the schedule, then why each edge is fused or not (engine/explain.py)."""
+    from .explain import explain
+    from .schedule.schedule_print import print_schedule
+
+    explanation = explain(graph, rule_files, target, limits)
+    if args.json:
+        print(json.dumps(as_json(explanation.to_json()), indent=2))
+        return 0
+    extracted = explanation.extracted
+    print(print_schedule(graph.name, target.name, extracted.schedule, extracted.cost, target.clock_ghz))
+    print(explanation.text(), end="")
     return 0
 
 

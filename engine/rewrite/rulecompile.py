@@ -74,6 +74,13 @@ def base_rule_name(egglog_name: str) -> str:
 
 
 def compile_rule(rule: Rule, ruleset: str, source: str = "") -> list[str]:
+    return [f"(rule ({query})\n      ((union ?__root {rhs}))\n      :ruleset {ruleset} :name {quote(name)})"
+            for name, query, rhs in rule_variants(rule, source)]
+
+
+def rule_variants(rule: Rule, source: str = "") -> list[tuple[str, str, str]]:
+    """The egglog rules one rule compiles to, one per family its op variables stand for: (egglog
+    name, query, right side), the query binding the matched e-class to `?__root`."""
     out = []
     for matches in _family_choices(rule):
         families = {v: m.family for v, m in matches.items()}
@@ -85,9 +92,7 @@ def compile_rule(rule: Rule, ruleset: str, source: str = "") -> list[str]:
         for cond in rule.conds:
             ctx.condition(cond)
         rhs = ctx.rhs(rule.rhs, operand=False, root=True)
-        name = egglog_rule_name(rule.name, matches)
-        query = " ".join(ctx.query)
-        out.append(f"(rule ({query})\n      ((union ?__root {rhs}))\n      :ruleset {ruleset} :name {quote(name)})")
+        out.append((egglog_rule_name(rule.name, matches), " ".join(ctx.query), rhs))
     return out
 
 
