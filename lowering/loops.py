@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Union
 
 from ..engine.ir.program import dtype_bytes
-from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod  # noqa: F401  (re-exported: the index type of loops)
+from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, flat_address  # noqa: F401  (re-exported: the index type of loops)
 
 
 @dataclass(frozen=True)
@@ -324,12 +324,10 @@ def expr_vars(e: Expr) -> set[str]:
 
 
 def flat_index(index: tuple[Ix, ...], shape: tuple[int, ...]) -> Ix:
-    """The element `index` reads of a buffer of `shape`, counted from its start (row-major)."""
-    flat, stride = Ix(), 1
-    for ix, extent in reversed(list(zip(index, shape))):
-        flat = flat + ix * stride
-        stride *= extent
-    return flat
+    """The element `index` reads of a buffer of `shape`, counted from its start (row-major); the
+    digits of one value that add up to it taken back (`x[.., r // 1024, (r // 32) % 32, r % 32]` of a
+    [.., 4, 32, 32] buffer reads `r`: index.py `flat_address`)."""
+    return flat_address(index, shape)
 
 
 def leaves(stmts: list[Stmt]) -> Iterator[Union[Store, Accumulate]]:

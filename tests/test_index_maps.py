@@ -104,6 +104,45 @@ def test_div_and_mod_simplified_over_spans_are_exact(coefs, spans, const, d, out
         assert _value(got, at) == _value(ix, at), (ix, span, got, at)
 
 
+def test_a_flat_address_through_a_reshape_s_digits_is_the_flat_axis_again():
+    """A group's 4096 elements of a [.., 4, 32, 32] buffer, read through the digits of one axis r
+    (`x[r // 1024, (r // 32) % 32, r % 32]`): the flat address is r, so the C reads consecutive
+    elements (issue 48: the reads a group norm's sums make)."""
+    from stitch.engine.schedule.index import flat_address
+
+    r = Ix.var("r")
+    digits = (Ix.var(FloorDiv(r, 1024)), Ix.var(Mod(Ix.var(FloorDiv(r, 32)), 32)), Ix.var(Mod(r, 32)))
+    assert flat_address(digits, (4, 32, 32)) == r
+    assert flat_address((Ix.var("g"),) + digits, (8, 4, 32, 32)) == Ix.var("g", 4096) + r
+
+
+@settings(max_examples=100)
+@given(st.lists(st.sampled_from([1, 2, 3, 4, 5, 8]), min_size=1, max_size=4), st.integers(0, 3),
+       st.sampled_from([1, 2, 3]), st.data())
+def test_flat_addresses_are_exact(shape, skip, coef, data):
+    """flat_address of digits of `coef * v` (each dimension v's digit, some dimensions read at a shifted
+    digit): equal to the row-major address at every point, whatever it recombines."""
+    import math
+
+    from stitch.engine.schedule.index import flat_address
+
+    v = Ix.var("v", coef)
+    index = []
+    stride = math.prod(shape)
+    for d in shape:
+        stride //= d
+        digit = Ix.var(Mod(Ix.var(FloorDiv(v, stride)), d)) if stride > 1 else Ix.var(Mod(v, d))
+        index.append(digit + (data.draw(st.integers(0, 1)) if skip else 0))
+    shifted = tuple(index)
+    flat = flat_address(shifted, tuple(shape))
+    for at in range(math.prod(shape) + 3):
+        want, stride = 0, 1
+        for ix, d in reversed(list(zip(shifted, shape))):
+            want += _value(ix, {"v": at}) * stride
+            stride *= d
+        assert _value(flat, {"v": at}) == want, (shifted, flat, at)
+
+
 def test_a_concat_side_simplifies_with_the_range_it_is_read_in():
     """Llama's rotate_half on heads split from a flat row: the side read where p3 >= 32 reads
     x[.., 64*h + p3 - 32]; without the narrowed range its index kept a div and a mod (the row

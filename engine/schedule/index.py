@@ -354,7 +354,10 @@ def _factor(x: Ix, d: int, span) -> tuple[int, Ix, Ix] | None:
 
 
 def _recombine(ix: Ix) -> Ix:
-    """d*c*(x // d) + c*(x % d) -> c*x: the flat address of a split axis is the axis again."""
+    """d*c*(x // d) + c*(x % d) -> c*x: the flat address of a split axis is the axis again; and
+    b*c*(x // (a*b)) + c*((x // a) % b) -> c*(x // a), so a flat address through a reshape's digits
+    (`1024*(r // 1024) + 32*((r // 32) % 32) + r % 32`, a group's elements read as [C/G, H, W]) is
+    the flat axis again (`r`)."""
     terms = dict(ix.terms)
     for t, c in list(terms.items()):
         if isinstance(t, Mod) and t in terms:
@@ -362,7 +365,31 @@ def _recombine(ix: Ix) -> Ix:
             if terms.get(div) == c * t.d:
                 del terms[t], terms[div]
                 return _recombine(Ix.of(terms, ix.const) + t.x * c)
+            digit = _quotient(t.x)
+            if digit is not None and not is_symbolic(t.d) and not is_symbolic(digit.d):
+                whole = FloorDiv(digit.x, digit.d * t.d)
+                if terms.get(whole) == c * t.d:
+                    del terms[t], terms[whole]
+                    return _recombine(Ix.of(terms, ix.const) + Ix.var(digit, c))
     return ix
+
+
+def flat_address(index: tuple[Ix, ...], shape: tuple) -> Ix:
+    """The element `index` reads of a row-major buffer of `shape`, counted from its start, with the
+    digits of one value that add up to it taken back (`_recombine`: exact for every value, no ranges
+    needed)."""
+    flat, stride = Ix(), 1
+    for ix, extent in reversed(list(zip(index, shape))):
+        flat = flat + ix * stride
+        stride *= extent
+    return _recombine(flat)
+
+
+def _quotient(x: Ix) -> FloorDiv | None:
+    """x's quotient when x is one `y // a` alone."""
+    if x.const == 0 and len(x.terms) == 1 and x.terms[0][1] == 1 and isinstance(x.terms[0][0], FloorDiv):
+        return x.terms[0][0]
+    return None
 
 
 def indirect(ix: Ix) -> bool:
