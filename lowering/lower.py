@@ -37,8 +37,9 @@ from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify, simpl
 from ..engine.schedule.kernel import Hold, Instance, Kernel, Read, RefKind, Schedule, index_axes, packed_operand
 from ..engine.schedule.maps import GatherRef
 from ..engine.schedule.plan import KernelPlan, Staged
-from ..engine.schedule.reads import region
+from ..engine.schedule.reads import DENSE, dense_part, region, untiled_names
 from ..engine.schedule.schedule_print import global_names
+from ..engine.schedule.split import planned_kernel
 from ..engine.schedule.target import Target
 from .loops import (
     Accumulate,
@@ -126,6 +127,7 @@ def lower_schedule(name: str, schedule: Schedule, cost: ScheduleCost, target: Ta
             if cid not in outputs:
                 t = types[cid]
                 intermediates.append(Buffer(names[cid], "global", t.dtype, t.shape))
+        kernel = planned_kernel(kernel, plan)  # (its axes split as the plan says)
         lowering = _KernelLowering(f"k{i}", kernel, plan, types, names, checks, graph)
         kernels.append(lowering.lower())
         intermediates.extend(lowering.temporaries)
@@ -471,10 +473,27 @@ class _KernelLowering:
             return Load(self.resident[r.cid], tuple(self.at(ix) for ix in r.index))
         key = (r.cid, region(r, self.k, set(self.parallel), self.types[r.cid].shape))
         if key in self.staged:
-            buffer, s = self.staged[key]
-            rename = {ix.label: other for ix, other in zip(s.index, r.index) if ix.label is not None}
-            return Load(buffer, tuple(rename.get(a, Ix.var(a)) for a in index_axes(s.index)))
+            buffer, s = self.staged[key]  # (over its first read's axes)
+            return Load(buffer, self.staged_index(s, r))
         return Load(name, tuple(self.at(ix) for ix in r.index))
+
+    def staged_index(self, s: Staged, r: Read) -> tuple[Ix, ...]:
+        """Where read `r` finds its element in the copy staged for `s` (the first read of its region,
+        whose axes the copy is laid out over): a tiled axis is itself; an untiled one is named alike in
+        `r` (reads.py `untiled_names`), or, in a block of consecutive elements (reads.py `dense_part`),
+        is its digit of `r`'s offset in the block."""
+        tiled = set(self.parallel)
+        if s.region[0] == DENSE:
+            shape = self.types[s.cid].shape
+            *_, mine = dense_part(s.index, self.k, tiled, shape)
+            offset = dense_part(r.index, self.k, tiled, shape)[2]
+            at = Ix.of(dict(offset))
+            digits = {a: simplify_in(Ix.var(Mod(Ix.var(FloorDiv(at, c)), self.k.extents[a])), self.span)
+                      for a, c in mine}
+            return tuple(digits.get(a, Ix.var(a)) for a in index_axes(s.index))
+        mine = {name: a for a, name in untiled_names(r.index, self.k, tiled).items()}
+        rename = {a: Ix.var(mine[name]) for a, name in untiled_names(s.index, self.k, tiled).items()}
+        return tuple(rename.get(a, Ix.var(a)) for a in index_axes(s.index))
 
     def expr(self, inst: Instance) -> Expr:
         """The value of an elementwise or injective instance as an expression: built once per

@@ -22,6 +22,7 @@ from ..engine.ir.errors import StitchError
 from ..engine.schedule.facts import facts
 from ..engine.schedule.plan import slice_elems
 from ..engine.schedule.schedule_print import global_names
+from ..engine.schedule.split import planned_kernel
 from . import runtime
 from .cpu import build
 
@@ -76,6 +77,7 @@ def profile(program, inputs: dict[str, np.ndarray], runs: int = 10,
     names = global_names(schedule)
     rows = []
     for lk, k, kc, times in zip(kernels, schedule.kernels, cost.kernels, samples):
+        k = planned_kernel(k, kc.plan)
         flops = sum(2 * slice_elems(inst.axes, k, {}) * depth for inst, depth in facts(k, schedule.types).matmuls)
         rows.append(KernelTime(lk.name, ", ".join(names[c] for c in k.roots), statistics.median(times),
                                target.seconds(kc.price.cycles_on(kc.plan, target, threads)),

@@ -60,7 +60,7 @@ the C micro-kernel both sides assume, machine.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..ir.extent import planned
 from ..ir.program import TensorType
@@ -68,6 +68,7 @@ from .facts import facts
 from .kernel import Kernel, Schedule
 from .plan import KernelPlan, candidate_plans
 from .price import KernelPrice, price_plan
+from .split import axis_splits, split_axes
 from .target import Target
 
 
@@ -97,13 +98,19 @@ class ScheduleCost:
 
 
 def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
-    """The kernel's cheapest plan (every tile space, order of tile loops and chunking: `candidate_plans`)."""
-    f = facts(kernel, types).on(target)
+    """The kernel's cheapest plan (every tile space, order of tile loops and chunking: `candidate_plans`),
+    of the kernel as formed and of the kernel with its axes split where its indices divide them
+    (split.py: a group's statistics made once per group, not once per channel)."""
     best = None
-    for plan in candidate_plans(kernel, types, target, f):
-        price = price_plan(kernel, plan, types, target, f)
-        if best is None or (price.cycles, price.bytes_read) < (best.price.cycles, best.price.bytes_read):
-            best = KernelCost(plan, price)  # equal time (compute-bound): fewer bytes
+    splits = axis_splits(kernel)
+    for split in ((), splits) if splits else ((),):
+        k = split_axes(kernel, split)
+        f = facts(k, types).on(target)
+        for plan in candidate_plans(k, types, target, f):
+            plan = replace(plan, splits=split) if split else plan
+            price = price_plan(k, plan, types, target, f)
+            if best is None or (price.cycles, price.bytes_read) < (best.price.cycles, best.price.bytes_read):
+                best = KernelCost(plan, price)  # equal time (compute-bound): fewer bytes
     return best
 
 

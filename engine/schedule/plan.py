@@ -73,6 +73,8 @@ class KernelPlan:
     left_in_place: frozenset = frozenset()  # matmuls whose left operand the micro-kernel reads where it is
     pipelined: bool = False  # tiles run as a two-stage pipeline where legal (two copies of a tile's buffers)
     threaded: bool = True  # tiles spread over the cores; False: run on the calling thread (`element_updates`)
+    # the kernel's axes split where its indices divide them, in order (split.py): the plan is of that kernel
+    splits: tuple[tuple[str, int], ...] = ()
 
     @property
     def chunk(self) -> tuple[str, int] | None:

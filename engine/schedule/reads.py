@@ -13,26 +13,68 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..ir.extent import planned
+from ..ir.extent import is_symbolic, planned
 from ..ir.program import dtype_bytes
-from .index import Indirect, Ix, interval
+from .index import Indirect, Ix, flat_address, interval
 from .kernel import Kernel, Read
 
-WHOLE = "*"  # a region dimension read whole (an untiled axis over the full extent)
+DENSE = "dense"  # a region key's mark: a block of consecutive elements in each tile (`dense_part`)
 
 
 def region(read: Read, kernel: Kernel, tiled: set[str], shape: tuple[int, ...]) -> tuple:
-    """A read's staging key: equal keys share one on-chip copy (whole untiled axes renamed)."""
-    labels = [ix.label for ix in read.index]
-    distinct = len(set(labels)) == len(labels)
-    key = []
-    for ix, d in zip(read.index, shape):
-        lab = ix.label
-        if distinct and lab is not None and lab not in tiled and kernel.extents[lab] == d:
-            key.append(WHOLE)
+    """A read's staging key: equal keys share one on-chip copy.
+
+    A read whose untiled axes walk a block of consecutive elements (`dense_part`) is keyed by where
+    the block starts and its length: a group's sums read `x[p0, 4*p1h + r0 // 1024, (r0 // 32) % 32,
+    r0 % 32]` and its normalized channels `x[p0, 4*p1h + p1l, p2, p3]`, both the group's 4096
+    elements, through one copy. Otherwise its untiled axes are renamed by where they first appear
+    and their extent (`untiled_names`): reads that differ only by which untiled axes walk the same
+    positions read the same elements."""
+    dense = None if read.guards else dense_part(read.index, kernel, tiled, shape)
+    if dense is not None:
+        start, length, _ = dense
+        return (DENSE, start, length, read.guards)  # (guards last, as every key: none here)
+    names = untiled_names(read.index, kernel, tiled)
+    mapping = {a: Ix.var(n) for a, n in names.items()}
+    return tuple(ix.substitute(mapping) for ix in read.index) + (read.guards,)
+
+
+def dense_part(index: tuple[Ix, ...], kernel: Kernel, tiled: set[str], shape: tuple[int, ...]):
+    """(start, length, untiled) where the read's flat address (index.py `flat_address`) is `start`, an
+    expression of tiled axes alone, plus its untiled axes walking `length` consecutive elements
+    row-major (`untiled`: each such axis with its coefficient, outermost first); else None."""
+    if any(is_symbolic(d) for d in shape):
+        return None
+    flat = flat_address(index, shape)
+    start: dict = {}
+    untiled: list[tuple[str, int]] = []
+    for t, c in flat.terms:
+        if isinstance(t, str) and t not in tiled:
+            if kernel.extents[t] != 1:
+                untiled.append((t, c))
+        elif isinstance(t, str) or all(a in tiled for a in t.axes()) and not isinstance(t, Indirect):
+            start[t] = c
         else:
-            key.append(ix)
-    return tuple(key) + (read.guards,)
+            return None
+    length = 1
+    for a, c in sorted(untiled, key=lambda ac: ac[1]):
+        if is_symbolic(c) or is_symbolic(kernel.extents[a]) or c != length:
+            return None
+        length *= kernel.extents[a]
+    if not untiled:
+        return None
+    return Ix.of(start, flat.const), length, tuple(sorted(untiled, key=lambda ac: -ac[1]))
+
+
+def untiled_names(index: tuple[Ix, ...], kernel: Kernel, tiled: set[str]) -> dict[str, str]:
+    """Each untiled axis of `index` -> its name in a region key: the order it first appears in and
+    its extent (`*0:64`). Two indices with equal keys read the same elements, axis for axis through
+    these names (lowering reads a shared copy so: `lowering/lower.py`, `read`)."""
+    names: dict[str, str] = {}
+    for a in dict.fromkeys(a for ix in index for a in ix.axes()):
+        if a not in tiled:
+            names[a] = f"*{len(names)}:{kernel.extents[a]}"
+    return names
 
 
 def image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] | None = None) -> int:

@@ -16,6 +16,7 @@ from .index import FloorDiv, Indirect, Ix, Mod
 from .kernel import Instance, Kernel, RefKind, Schedule
 from .maps import GatherRef
 from .plan import KernelPlan, count_tiles
+from .split import planned_kernel, split_text
 
 
 def global_names(schedule: Schedule) -> dict[str, str]:
@@ -65,6 +66,8 @@ def print_schedule(name: str, target_name: str, schedule: Schedule, cost: Schedu
 def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], schedule: Schedule,
                  prices: bool = True) -> list[str]:
     plan, price = kc.plan, kc.price
+    split = f"  axes split: {split_text(k, plan.splits)}" if plan.splits else ""
+    k = planned_kernel(k, plan)  # (its axes split as the plan says)
     space = ", ".join(f"{a}={k.extents[a]}" for a in plan.parallel) or "one tile"
     tile = ", ".join(str(plan.tile[a]) for a in plan.parallel)
     writes = ", ".join(f"{names[c]}: {schedule.types[c]}" for c in k.roots)
@@ -72,7 +75,7 @@ def print_kernel(index: int, k: Kernel, kc: KernelCost, names: dict[str, str], s
              + f": {count_tiles(k, plan.spread)} tile(s)")
     ordered = k.ordered()
     number = {inst.key: i for i, inst in enumerate(ordered)}
-    lines = [f"kernel k{index} -> {writes}"]
+    lines = [f"kernel k{index} -> {writes}"] + ([split] if split else [])
     if prices:
         lines += [tiles + f", on-chip {price.footprint} B per tile",
                   f"  reads {price.bytes_read} B, writes {price.bytes_written} B, {price.cycles:.4g} cycles"]
@@ -161,6 +164,7 @@ def schedule_json(schedule: Schedule, cost: ScheduleCost) -> dict:
     names = global_names(schedule)
     kernels = []
     for i, (k, kc) in enumerate(zip(schedule.kernels, cost.kernels)):
+        k = planned_kernel(k, kc.plan)
         kernels.append(
             {
                 "name": f"k{i}",
