@@ -62,6 +62,12 @@ def _delinearize(program: LoopProgram, target: Target) -> LoopProgram:
     return split_merged_loops(program)
 
 
+def _collapse(program: LoopProgram, target: Target) -> LoopProgram:
+    from .collapse import merge_reduce_loops
+
+    return merge_reduce_loops(program)
+
+
 def _panels(program: LoopProgram, target: Target) -> LoopProgram:
     from .panels import lay_out_panels
 
@@ -74,4 +80,5 @@ def _remainders(program: LoopProgram, target: Target) -> LoopProgram:
     return remainder_tiles(program)
 
 
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _panels, _remainders]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _panels, _remainders,
+          _collapse]
