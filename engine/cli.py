@@ -442,7 +442,8 @@ def cmd_compile(args) -> int:
     else:
         print(print_schedule(graph.name, target.name, compiled.schedule, compiled.cost, target.clock_ghz), end="")
         for reason in compiled.fusion_blocked:
-            print(f"note: more kernels than the most-fused schedule because {reason}")
+            print(f"note: more kernels than the most-fused schedule, which breaks a limit of '{target.name}': {reason} "
+                  f"(stitch compile --explain: what each boundary could have been)")
     return 0
 
 

@@ -113,3 +113,33 @@ def test_an_imported_block_with_its_weights_is_explained(tmp_path, capsys):
     assert main(["compile", str(ir), "--weights", str(npz), "--explain"]) == 0
     out = capsys.readouterr().out
     assert "forward-matmul (rules/forwarding.rules:" in out and "boundary:" in out
+
+
+# -- readable displays (issue 51 item 6, the newcomer's P25 and P26) --------------------------------
+
+
+def test_p25_a_multiplied_quotient_prints_in_parentheses():
+    from stitch.engine.schedule.index import FloorDiv, Ix
+    from stitch.lowering.loops import print_ix
+
+    ix = Ix.var(FloorDiv(Ix.var("p1"), 8)) * 8 + Ix.var(FloorDiv(Ix.var("r0"), 256))
+    assert str(ix) == "8*(p1 // 8) + r0 // 256" and print_ix(ix) == "8*(p1 // 8) + r0 // 256"
+
+
+def test_p26_global_bytes_below_compulsory_say_why_in_the_line(capsys):
+    """A gather reads only the table rows it picks; compulsory counts every parameter whole."""
+    assert main(["compile", str(ROOT / "examples" / "embedding_layernorm.ir")]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    got, compulsory = map(int, re.search(r"global bytes (\d+) \(compulsory (\d+)", head).groups())
+    assert got < compulsory and "parameters counted whole: this schedule reads part of some" in head
+    assert main(["compile", str(ROOT / "examples" / "layernorm.ir")]) == 0
+    assert "counted whole" not in capsys.readouterr().out
+
+
+def test_p26_a_fusion_note_names_the_limit_and_points_to_explain(tmp_path, capsys):
+    path = tmp_path / "mlp.ir"
+    path.write_text(GELU_MLP)
+    assert main(["compile", str(path), "--target", "accel"]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert "breaks a limit of 'accel': in the kernel ending in matmul, its smallest tile needs" in note
+    assert "--explain" in note

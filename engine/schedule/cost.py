@@ -119,7 +119,7 @@ def schedule_cost(schedule: Schedule, target: Target, kernel_costs: list[KernelC
     kcs = kernel_costs
     if kcs is None:
         kcs = [kernel_cost(k, schedule.types, target) for k in schedule.kernels]
-    problems = [f"kernel {k.root_instance.node.op}: {kc.price.problem}"
+    problems = [f"in the kernel ending in {k.root_instance.node.op}, {kc.price.problem}"
                 for k, kc in zip(schedule.kernels, kcs) if kc.price.problem]
     cycles = sum(kc.price.cycles for kc in kcs)
     global_bytes = sum(kc.price.bytes_read + kc.price.bytes_written for kc in kcs)

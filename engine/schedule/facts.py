@@ -157,7 +157,8 @@ def alias_problem(kernel: Kernel, f: KernelFacts, parallel: list[str]) -> str:
             la, lb = a.label, b.label
             if (la is None or lb is None or la in tiled or lb in tiled
                     or kernel.extents[la] != kernel.extents[lb]):
-                return "a held value is read at two different indices"
+                return ("a value kept on chip would be read at two different positions (a shifted or "
+                        "transposed view of it), which one on-chip buffer per tile does not hold")
     return ""
 
 

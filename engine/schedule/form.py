@@ -165,7 +165,8 @@ class _Builder:
         if hold is not Hold.INLINE:
             owner = key
             if guards:
-                self.problems.append(f"{node.op} is held on chip but read inside a concat piece")
+                self.problems.append(f"the {node.op}'s result would be kept on chip inside one piece of a concat "
+                                     f"(computed for that piece's positions only), which a held value cannot be")
         edges = operand_edges(self.choice, node)
         indices = edges[1].value if node.op == "gather" else ""  # what its Indirect atom reads
         maps = operand_maps(node.op, node.attrs, index, [self.types[c].shape for c in node.children],
@@ -197,4 +198,5 @@ class _Builder:
         # non-injective node equal to it; extraction chooses nodes. (A `local` edge's consumer never
         # broadcasts it: the rule language has every rule that makes one say not_broadcast.)
         if edge is Placement.INLINE and not is_injective(producer.op):
-            self.problems.append(f"inline needs an injective producer, not {producer.op}")
+            self.problems.append(f"it would recompute a {producer.op} at each use, and only injective values "
+                                 f"(elementwise, layout and movement ops) are recomputed")

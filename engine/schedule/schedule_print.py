@@ -48,7 +48,10 @@ def print_schedule(name: str, target_name: str, schedule: Schedule, cost: Schedu
     head = f"schedule {name} on {target_name}: {len(schedule.kernels)} kernel(s)"
     if prices:
         us = cost.cycles / (clock_ghz * 1e3)
-        head += (f", global bytes {cost.global_bytes} (compulsory {cost.compulsory_bytes}), "
+        # (compulsory counts every parameter whole: a gather or a slice reads only part of one)
+        part = ", parameters counted whole: this schedule reads part of some" if (
+            cost.global_bytes < cost.compulsory_bytes) else ""
+        head += (f", global bytes {cost.global_bytes} (compulsory {cost.compulsory_bytes}{part}), "
                  f"estimated {cost.cycles:.4g} cycles ({us:.4g} us)")
         sizes = planning_sizes(schedule)
         if sizes:  # (symbolic: the figures are the planning size's, engine/ir/extent.py)
