@@ -32,17 +32,22 @@ def merge_reduce_loops(program: LoopProgram) -> LoopProgram:
             kernels.append(k)
             continue
         buffers = {b.name: b for b in program.params + program.intermediates + program.output_buffers + k.allocs}
-        kernels.append(replace(k, body=_stmts(k.body, lambda name: buffers[name].shape)))
+        rebuilt: dict[int, For] = {}
+        body = _stmts(k.body, lambda name: buffers[name].shape, rebuilt)
+        # (the remainder tiles are known by identity, lowering/remainder.py: a rebuilt one stays one)
+        kernels.append(replace(k, body=body, tails=[rebuilt.get(id(t), t) for t in k.tails]))
     return replace(program, kernels=kernels)
 
 
-def _stmts(stmts: list[Stmt], shape_of) -> list[Stmt]:
+def _stmts(stmts: list[Stmt], shape_of, rebuilt: dict[int, For]) -> list[Stmt]:
     out = []
     for s in stmts:
         if isinstance(s, For):
-            s = For(s.var, s.extent, s.kind, _stmts(s.body, shape_of))
+            old = s
+            s = For(s.var, s.extent, s.kind, _stmts(s.body, shape_of, rebuilt))
             while _mergeable(s, shape_of):
                 s = _merge(s)
+            rebuilt[id(old)] = s
         out.append(s)
     return out
 
