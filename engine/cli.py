@@ -217,6 +217,9 @@ def add_compile_arguments(p) -> None:
                    help="also draw a picture: the e-graph's values and placements with --emit egraph, the "
                         "schedule's kernels and global tensors with any other --emit; .svg, .png and .pdf are "
                         "rendered by graphviz's dot when it is installed, otherwise DOT text is written")
+    p.add_argument("--focus", metavar="NAME",
+                   help="with --dot: draw only NAME and its neighbours (an e-graph picture: an e-class id or an op "
+                        "name; a schedule picture: a kernel, k3, or a global tensor, t5)")
     p.add_argument("--iter-limit", type=int, default=Limits.iterations, help="saturation iterations")
     p.add_argument("--node-limit", type=int, default=None,
                    help=f"e-node limit (default {NODES:,}, or {NODES_PER_OP} per op of the program where that is more)")
@@ -394,6 +397,8 @@ def cmd_compile(args) -> int:
 
     if args.json and args.emit:
         raise UsageError(f"--json prints the compile figures and --emit {args.emit} a stage: give one of them")
+    if args.focus and not args.dot:
+        raise UsageError("--focus chooses what --dot draws: give --dot OUT too")
     if args.explain and args.emit not in (None, "schedule"):
         raise UsageError(f"--explain explains the schedule; --emit {args.emit} prints another stage: give one of them")
     args.emit = args.emit or "schedule"
@@ -414,15 +419,15 @@ def cmd_compile(args) -> int:
         run, report = saturate_program(graph, rule_files, limits)
         print(report.render())
         if args.dot:
-            draw(args.dot, egraph_dot(run.data(), f"e-graph of {graph.name}"))
+            draw(args.dot, egraph_dot(run.data(), f"e-graph of {graph.name}", args.focus))
         return 0
     target = load_target(args.target)
     if args.explain:
         return explain_compile(args, graph, rule_files, target, limits)
     compiled = compile_graph(graph, rule_files, target, limits)
     if args.dot:
-        draw(args.dot, egraph_dot(compiled.data, f"e-graph of {graph.name}") if args.emit == "egraph"
-             else schedule_dot(compiled))
+        draw(args.dot, egraph_dot(compiled.data, f"e-graph of {graph.name}", args.focus) if args.emit == "egraph"
+             else schedule_dot(compiled, args.focus))
     if args.emit == "ir":
         return 0
     if args.json or args.emit in ("loops", "c"):

@@ -9,6 +9,7 @@ import pytest
 from stitch.engine import pictures
 from stitch.engine.cli import main
 from stitch.engine.ir.check import check_program
+from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.parse import parse_program
 from stitch.engine.pipeline import compile_graph, load_rule_files, saturate_program
 from stitch.engine.schedule.target import load_target
@@ -39,18 +40,53 @@ def test_the_schedule_picture_boxes_kernels_with_their_ops_and_labels_global_ten
     assert len(edges) == 4 + 2 + 1  # x, wq, wk, wv into k0; t6, wo into k1; k1's result out
 
 
-def test_the_egraph_picture_draws_values_and_placements_only_with_a_legend():
-    """Regression: egglog's picture of a 2-op program drew 135 clusters, mostly analysis tables."""
+def test_the_egraph_picture_draws_values_with_placements_on_the_arrows_and_a_legend():
+    """Regression: egglog's picture of a 2-op program drew 135 clusters, mostly analysis tables. The
+    placement e-classes are the arrows' labels (issue 51 item 6, P23), and the e-nodes of a value
+    that differ only in their operands' placements are one box."""
     run, _ = saturate_program(graph_of(TWO_OPS), load_rule_files([]))
     data = run.data()
     dot = pictures.egraph_dot(data)
+    values = [cid for cid, nodes in data.classes.items() if not all(n.is_placement for n in nodes)]
     clusters = re.findall(r"subgraph cluster_(\w+)", dot)
-    assert len(clusters) == len(data.classes) + 1 and "legend" in clusters and len(clusters) < 30
+    assert len(clusters) == len(values) + 1 == 4 + 1 and "legend" in clusters
     assert len(run.serialize().to_dot().split("subgraph")) > 100  # what --dot drew before
-    assert dot.count("(output)") == 1 and "param x" in dot and "global edge" in dot and "inline edge" in dot
-    assert "legend" in dot and "arrow: from an e-node" in dot
+    assert dot.count("(output)") == 1 and "param x" in dot and "legend" in dot
+    labels = set(re.findall(r'-> "c\d+n:\d+" \[lhead=cluster_\d+, label="([^"]*)"', dot))
+    assert "global|inline" in labels  # relu reads add either way
+    boxes = re.findall(r'^    "c\d+n:\d+" \[label="([^"]*)"\];$', dot, re.MULTILINE)
+    assert len(boxes) < data.enode_count and "relu\\n(2 placement alternatives)" in boxes
     for name in ("shape", "dtype", "Size", "rank"):  # the analysis tables
         assert f'"{name}' not in dot
+
+
+def test_a_real_layer_is_drawn_in_few_boxes_and_focus_draws_one_value_and_its_neighbours():
+    """P23: the encoder layer's e-graph (hundreds of e-nodes) drawn with each value's ways up to
+    placements as one box; `focus` keeps the values an op computes, their operands and readers."""
+    text = (EXAMPLES / "attention_block.ir").read_text()
+    run, _ = saturate_program(graph_of(text), load_rule_files([]))
+    data = run.data()
+    whole = pictures.egraph_dot(data)
+    boxes = len(re.findall(r'^    "c\d+n:\d+" \[label=', whole, re.MULTILINE))
+    assert boxes * 4 < data.enode_count
+    near = pictures.egraph_dot(data, focus="exp")
+    assert 0 < len(re.findall(r"subgraph cluster_\d+", near)) < len(re.findall(r"subgraph cluster_\d+", whole))
+    with pytest.raises(StitchError, match="--focus nope: no e-class id or op"):
+        pictures.egraph_dot(data, focus="nope")
+
+
+def test_the_schedule_picture_focuses_on_a_kernel_and_its_neighbours(tmp_path, capsys):
+    compiled = compile_graph(graph_of((EXAMPLES / "attention_block.ir").read_text()), load_rule_files([]),
+                             load_target("accel"))
+    assert len(compiled.schedule.kernels) >= 3
+    whole, near = pictures.schedule_dot(compiled), pictures.schedule_dot(compiled, focus="k0")
+    kernels = lambda dot: set(re.findall(r'^  "k:(\d+)" \[label=', dot, re.MULTILINE))  # noqa: E731
+    assert kernels(near) < kernels(whole) and "0" in kernels(near)
+    path = tmp_path / "p.dot"
+    assert main(["compile", str(EXAMPLES / "attention_block.ir"), "--target", "accel", "--dot", str(path),
+                 "--focus", "k0"]) == 0
+    assert kernels(path.read_text()) == kernels(near)
+    assert main(["compile", str(EXAMPLES / "attention_block.ir"), "--focus", "k0"]) == 2  # (without --dot)
 
 
 @pytest.mark.parametrize("emit", ["ir", "egraph", "schedule", "loops", "c"])
