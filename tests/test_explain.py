@@ -143,3 +143,26 @@ def test_p26_a_fusion_note_names_the_limit_and_points_to_explain(tmp_path, capsy
     (note,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
     assert "breaks a limit of 'accel': in the kernel ending in matmul, its smallest tile needs" in note
     assert "--explain" in note
+
+
+def test_p7_hypothesis_gc_callback_is_dropped_when_a_process_s_tests_are_done():
+    """(issue 51 item 8) conftest's pytest_sessionfinish drops it, so a worker interrupted while
+    exiting prints no traceback from inside it."""
+    import gc
+
+    from conftest import drop_hypothesis_gc_callbacks
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    @given(st.integers())
+    def draw(x):
+        pass
+
+    draw()
+    ours = [cb for cb in gc.callbacks if cb.__module__.startswith("hypothesis")]
+    assert ours  # (hypothesis times collections with one)
+    try:
+        drop_hypothesis_gc_callbacks()
+        assert not any(cb.__module__.startswith("hypothesis") for cb in gc.callbacks)
+    finally:
+        gc.callbacks.extend(ours)
