@@ -135,8 +135,8 @@ def egraph_dot(data: EGraphData, title: str = "e-graph", focus: str | None = Non
         groups[cid] = by_shape
     shown = set(values) if focus is None else _focused(focus, values, groups, data)
     drawn = sum(len(groups[cid]) for cid in shown)
-    lines = _head(f"{title}: {len(values)} values, {data.enode_count} e-nodes with the placements'; {drawn} drawn "
-                  "(e-nodes that differ only in placements as one)" + (f", around {focus}" if focus else ""))
+    lines = _head(f"{title}: {len(values)} values ({data.enode_count} e-nodes, placements included); {drawn} "
+                  "drawn, those that differ only in placements as one" + (f", around {focus}" if focus else ""))
     lines += ["  compound=true;", '  node [shape=box, style="rounded,filled", fillcolor=white, fontname="Helvetica",'
               " fontsize=10];", '  edge [fontname="Helvetica", fontsize=8];']
     roots, first, cluster = set(data.roots), {}, {}
@@ -200,7 +200,7 @@ def _enode_text(node) -> str:
 def _legend() -> list[str]:
     items = [("value", "an e-class: one value; each box in it one way to compute it (the ways that differ only "
                        "in their operands' placements drawn as one)", "#111827", "rounded")]
-    items += [(p.value, f"an arrow so labelled: the operand may be read {HELD[p]}", PLACEMENT_COLORS[p],
+    items += [(p.value, f"an arrow so labelled: the operand may be {READ[p]}", PLACEMENT_COLORS[p],
                "dashed,rounded") for p in HELD]
     items.append(("arrow", "from a way of computing a value to each operand's value, labelled with the "
                            "placements it may be read with", "#ffffff", "solid"))
@@ -216,7 +216,10 @@ def _legend() -> list[str]:
 
 HELD = {Placement.GLOBAL: "in global memory (a kernel boundary)", Placement.SHARED: "on chip for the whole tile",
         Placement.LOCAL: "tile by tile in registers", Placement.INLINE: "recomputed at each use"}
-assert set(HELD) == set(PLACEMENT_COLORS) == set(Placement)
+READ = {Placement.GLOBAL: "read from global memory (a kernel boundary)",
+        Placement.SHARED: "held on chip for the whole tile", Placement.LOCAL: "held tile by tile in registers",
+        Placement.INLINE: "recomputed at each use"}
+assert set(HELD) == set(READ) == set(PLACEMENT_COLORS) == set(Placement)
 
 
 def write_picture(path: str, dot: str) -> str:
