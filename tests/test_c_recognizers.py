@@ -43,6 +43,11 @@ LAYERNORM_FIRST = ("func f(x: f32[40, 4, 48], g: f32[4, 48]) -> f32[40, 4, 48] {
                    "  return mul(mul(d, rsqrt(add(v, 1e-5))), g)\n}\n")
 LOG_SUM_EXP = ("func f(x: f32[16, 256]) -> f32[16] {\n  m = max(x, axes=[1], keepdims=true)\n"
                "  return reshape(add(log(sum(exp(sub(x, m)), axes=[1], keepdims=true)), m), shape=[-1])\n}\n")
+# MobileNetV2's padded expansion, small: a transposed product's output, ReLU6, zero borders on both spatial axes
+PADDED = ("func f(y: f32[1, 400, 32], b: f32[32, 1, 1], z1: f32[1, 32, 1, 20], z2: f32[1, 32, 22, 1]) -> "
+          "f32[1, 32, 22, 22] {\n  x = reshape(transpose(y, perm=[0, 2, 1]), shape=[1, 32, 20, 20])\n"
+          "  p = concat(z1, minimum(maximum(add(x, b), 0.0), 6.0), z1, axis=2)\n"
+          "  return concat(z2, p, z2, axis=3)\n}\n")
 
 TWINS = [
     Twin("read_order", "func t(x: f32[1, 40, 48], b: f32[1, 48, 1]) -> f32[1, 48, 40] {\n"
@@ -84,6 +89,8 @@ TWINS = [
          streamed=True),
     Twin("pipelined_rows", SOFTMAX, re.escape("st_sum = "), True, avx512=True),
     Twin("pipelined_passes", LOG_SUM_EXP, re.escape("const int st_on0"), True, avx512=True),
+    Twin("split_outer", PADDED, r"for \(int64_t (p\d) = cut_\1_\d+; \1 < cut_\1_\d+; \+\+\1\) \{", True),
+    Twin("transpose_middle", PADDED, r"for \(int64_t p2 = [^\n]*\{\n *for \(int64_t p1 = 0", True),
     Twin("prefetch", (EXAMPLES / "layernorm_large.ir").read_text().replace("64, 256]", "8, 256]"),
          re.escape("3); __builtin_prefetch(&b_x["), True),
 ]

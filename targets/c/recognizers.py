@@ -24,9 +24,11 @@ from . import (
     read_order,
     simd_reduce,
     split,
+    split_outer,
     stream,
     summed_row,
     transpose,
+    transpose_middle,
     vector_loop,
     vector_sum,
 )
@@ -34,8 +36,10 @@ from .emit import Recognizer, Stage
 
 RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("read_order", Stage.REWRITE, read_order.match, read_order.emit),
+    Recognizer("transpose_middle", Stage.REWRITE, transpose_middle.match, transpose_middle.emit),
     Recognizer("summed_row", Stage.STATEMENTS, summed_row.match, summed_row.emit),
     Recognizer("split", Stage.STATEMENTS, split.match, split.emit),
+    Recognizer("split_outer", Stage.STATEMENTS, split_outer.match, split_outer.emit),
     Recognizer("matmul", Stage.STATEMENTS, matmul.match, matmul.emit),
     Recognizer("nibble_dot", Stage.STATEMENTS, nibble_dot.match, nibble_dot.emit),
     Recognizer("dot", Stage.STATEMENTS, dot.match, dot.emit),
