@@ -245,9 +245,9 @@ def test_an_integer_product_runs_the_micro_kernel_and_wraps_as_the_reference(i, 
 @needs_cc
 def test_a_computed_as_leftover_columns_read_it_precomputed(cache, monkeypatch):
     """24 columns (a vector and 8 left over) of a ReLU6'd A, MobileNetV2's projection: the leftover columns
-    read the block's precomputed A (a_pre) instead of computing A again per column (9.4 -> 2.2 ms for the
-    model's 56x56 block, its NaN-aware max and min branching on random signs); each such column adds the
-    same products in the same order as the plain loops, so to the bit (the vector columns fuse them)."""
+    read the block's precomputed A (a_pre) instead of computing A again per column (its NaN-aware max and
+    min branching on random signs); each such column adds the same products in the same order as the plain
+    loops, so to the bit (the vector columns fuse them)."""
     from stitch.targets.c import recognizers
 
     text = ("func f(x: f32[64, 144], b: f32[144], w: f32[144, 24]) -> f32[64, 24] {\n"

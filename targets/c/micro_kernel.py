@@ -345,9 +345,9 @@ def _row_block(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: 
 
 def _left_leaf(nest: MatmulNest, kernel: KernelWriter, r: int, dtype: str) -> str:
     """A leftover column's multiply-add of row r reading the row's precomputed A (a_pre, all of k), not
-    computing A again per column: the same product and sum in the same order (a ReLU6's A, with its
-    NaN-aware max and min, took MobileNetV2's 24-column projections 8 columns x 144 k x 8 rows of
-    mispredicted branches per block)."""
+    computing A again per column: the same product and sum in the same order (a ReLU6'd A computed again
+    ran its NaN-aware max and min as branches for every leftover column, k and row: MobileNetV2's
+    24-column projections; figures: docs/perf/2026-11-28-vision.md)."""
     a, b = f"a_pre[{r}][{nest.k.var}]", kernel.expr(nest.b)
     x, y = (a, b) if nest.acc.value.args[0] is nest.a else (b, a)
     return f"{kernel.access(nest.acc.buffer, nest.acc.index)} += (({C_ELEMENT[dtype]})({x} * {y}));"

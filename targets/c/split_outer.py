@@ -5,11 +5,11 @@ innermost loop the same way).
 `for h { for w { out[..] = h < 1 ? pad[..] : h < 113 ? f(x[..]) : pad[..] } }`, the input of a 3x3
 conv or pool padded along its rows, chose a side at every element: the selects kept the inner loop
 from vectorizing, and a value with a branch of its own (a ReLU6's NaN-aware max and min) ran as
-branches that mispredicted on half the elements: MobileNetV2's padded expansions took 7.8 ms where
-the same loop without the selects took 0.7-1.3. Cut where the outer variable crosses each split,
-every piece's nest holds one side, and the inner loop is again plain (or split.py's along its own
-variable). Only selects whose condition moves with the outer variable alone are cut here (a
-condition that also moves with an inner variable has no single crossing point).
+branches that mispredicted on half the elements (figures: docs/perf/2026-11-28-vision.md). Cut where
+the outer variable crosses each split, every piece's nest holds one side, and the inner loop is again
+plain (or split.py's along its own variable). Only selects whose condition moves with the outer
+variable alone are cut here (a condition that also moves with an inner variable has no single
+crossing point).
 """
 
 from __future__ import annotations

@@ -4,12 +4,12 @@
 padded input of a depthwise conv, channels-first, copied from the product before it, whose rows
 are positions: `t[c, h, w] = clip(y[h * W + w, c] + bias[c])`), reads one element per line of x
 at every step of b, and a whole m x b plane of lines before a moves to the neighbouring element
-of each: MobileNetV2's first one (24 channels a tile, 114 x 114 positions, lines 384 bytes apart)
-read 2 x 12,996 lines 24 times over, far beyond the first-level cache, and took 16 ms against the
-cost model's 0.7. Written `for m { for a { for b } }`, the lines one m reads (b of them, each
-holding a's elements) stay in the first-level cache across all of a. Taken when those lines fit
-in L1_BYTES. Each iteration writes its own element and reads no element another writes, so the
-order is free. Reads along b (the zero borders of a pad) keep reading contiguously.
+of each: far more than the first-level cache holds for MobileNetV2's expansions (24 channels a
+tile, 114 x 114 positions, lines 384 bytes apart; figures: docs/perf/2026-11-28-vision.md).
+Written `for m { for a { for b } }`, the lines one m reads (b of them, each holding a's elements)
+stay in the first-level cache across all of a. Taken when those lines fit in L1_BYTES. Each
+iteration writes its own element and reads no element another writes, so the order is free.
+Reads along b (the zero borders of a pad) keep reading contiguously.
 """
 
 from __future__ import annotations
