@@ -307,6 +307,8 @@ def convert_pool(kind: str):
             return [y] + indices
         if kind == "lp":
             p = node.attr("p", 2)
+            if p < 1:
+                raise invalid(f"LpPool with p={p} (p is a positive integer)")
             if p == 2:
                 y = b.op("sqrt", [b.op("sum", [b.op("mul", [w, w], hint)], hint, axes=taps)], hint)
             elif p == 1:

@@ -126,6 +126,7 @@ def test_a_max_pool_reads_its_producer_through_index_maps(tmp_path):
     ("MaxPool", (1, 2, 4, 4), np.float32, {"kernel_shape": [6, 6]}, "invalid", "larger than the padded input"),
     ("LpPool", (6, 6), np.float32, {"kernel_shape": [3]}, "invalid", "LpPool of an input of rank 2"),
     ("AveragePool", (1, 2, 6, 6), np.int8, {"kernel_shape": [3, 3]}, "dtype", "needs a float tensor"),
+    ("LpPool", (1, 2, 6, 6), np.float32, {"kernel_shape": [3, 3], "p": 0}, "invalid", "LpPool with p=0"),
 ])
 def test_pool_attributes_that_break_the_specification_are_refused(op, shape, dtype, attrs, kind, why):
     model = pool_model(op, shape, dtype, **attrs)
