@@ -12,8 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-# Imported only by `stitch import` and the ONNX frontend, which say how to install the onnx extra.
-EXTRAS = {"onnx": "onnx", "google": "onnx"}  # google.protobuf comes with onnx
+# Imported only by `stitch import` and the ONNX frontend, which say how to install the onnx extra; torch only
+# by the torch.compile backend and its frontend (engine/torch_backend.py, frontends/torch_*.py).
+EXTRAS = {"onnx": "onnx", "google": "onnx", "torch": "torch"}  # google.protobuf comes with onnx
 
 
 def imported_modules() -> dict[str, set[str]]:
