@@ -490,7 +490,9 @@ class _KernelLowering:
             at = Ix.of(dict(offset))
             digits = {a: simplify_in(Ix.var(Mod(Ix.var(FloorDiv(at, c)), self.k.extents[a])), self.span)
                       for a, c in mine}
-            return tuple(digits.get(a, Ix.var(a)) for a in index_axes(s.index))
+            # (an untiled axis of extent 1 is no part of the block: its one position, 0, where `r` has no such axis)
+            own = set(index_axes(r.index)) | tiled
+            return tuple(digits.get(a, Ix.var(a) if a in own else Ix.constant(0)) for a in index_axes(s.index))
         mine = {name: a for a, name in untiled_names(r.index, self.k, tiled).items()}
         rename = {a: Ix.var(mine[name]) for a, name in untiled_names(s.index, self.k, tiled).items()}
         return tuple(rename.get(a, Ix.var(a)) for a in index_axes(s.index))

@@ -173,3 +173,22 @@ def test_a_group_norm_and_silu_exported_by_torch_is_one_kernel_at_the_compulsory
         (got,), traffic = execute(lower(c), feeds)
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
         assert traffic.read + traffic.written == c.cost.global_bytes
+
+
+def test_a_block_read_at_0_of_an_axis_of_extent_1_shares_the_copy_made_along_it():
+    """x[p0, p1, p2] (p0 of extent 1) and the row mean's x[0, p1, r0] read one block of 32 elements per
+    tile: one copy, which the mean reads at 0 where the copy's nest ran p0 (the reduction's nest has
+    no p0 loop: reading the copy at p0 failed the verifier, found through torch.compile's GPT-2 block)."""
+    text = """func f(x: f32[1, 7, 32]) -> f32[1, 7, 32] {
+  m = mean(reshape(x, shape=[7, 32]), axes=[1], keepdims=true)
+  return sub(x, reshape(m, shape=[1, 7, 1]))
+}
+"""
+    graph = check_program(parse_program(text))["f"]
+    for target in (CPU, ACCEL):
+        c = compile_text(text, target)
+        program = lower(c)
+        loops = print_loops(program)
+        assert loops.count("= x[") == 1 and "+= x_s0[0, p1, r0]" in loops, loops
+        traffic = executes_like_the_reference(program, graph, seed=4)
+        assert traffic.read + traffic.written == c.cost.global_bytes
