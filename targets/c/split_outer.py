@@ -59,6 +59,8 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     s = stmts[at]
     if not (isinstance(s, For) and s.kind != "parallel" and 1 < count(s) <= MAX_PIECES):
         return None
+    if isinstance(chain(s)[1], Accumulate):  # (a product over windows of taps: the micro-kernel's, which
+        return None                          # packs the windows' rows; cut, the strided conv lost its a_pre)
     return Plan(s)
 
 
