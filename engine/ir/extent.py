@@ -224,7 +224,6 @@ def _apply(fn, a: Extent, b, planned):
     return out
 
 
-
 def extent(d: Dim, values: dict[str, int]) -> int:
     """`d` for scheduling: an int when static, else its Extent at the symbols' planning `values`."""
     if isinstance(d, Extent) or isinstance(d, int):

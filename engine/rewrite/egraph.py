@@ -405,9 +405,10 @@ def concat_term(operands: list[str], axis: int) -> str:
     return term
 
 
-def graph_to_egglog(graph: Graph) -> tuple[str, list[str]]:
-    """Commands that insert `graph` with every edge Global; and the root names, in output order."""
-    encoding = Encoding.of(graph)
+def graph_to_egglog(graph: Graph, encoding: Encoding | None = None) -> tuple[str, list[str]]:
+    """Commands that insert `graph` with every edge Global (its symbolic dimensions by `encoding`,
+    by default the graph's own); and the root names, in output order."""
+    encoding = encoding or Encoding.of(graph)
     lines = []
     operand: dict[int, str] = {}
     for n in graph.nodes:

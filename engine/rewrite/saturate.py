@@ -151,10 +151,10 @@ class EGraphRun:
             for rf, text in zip(rule_files, texts):
                 self._exec(text, f"rule file {rf.filename}")
         self._exec("(push)", "a restore point")
-        text, self.roots = graph_to_egglog(graph)
+        self.encoding = Encoding.of(graph)  # how its symbolic dimensions are held (symbols.py)
+        text, self.roots = graph_to_egglog(graph, self.encoding)
         self._exec(text, "the program")
         self.exact_ints = exact_int_constants(graph)
-        self.encoding = Encoding.of(graph)  # how its symbolic dimensions are held (symbols.py)
         self.planning = planning_values(graph.symbols)  # what scheduling sizes them at
         self._json: str | None = None
 

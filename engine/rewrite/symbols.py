@@ -32,9 +32,9 @@ symbolic axis by a step above 1).
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import lru_cache
 
-from ..ir.dims import Dim, Expr, Monomial, Quot, polynomial
+from ..ir.dims import Dim, Expr, Monomial, polynomial
 from ..ir.errors import StitchError
 from ..ir.extent import extent
 
@@ -58,12 +58,7 @@ class Encoding:
     def __init__(self, terms: tuple[Monomial, ...]):
         self.terms = terms
         self.limit = coefficient_limit(len(terms))
-        self.hints: list[int] = []
-        hint = HINT
-        for _ in terms:
-            self.hints.append(hint)
-            hint = _next_prime(4 * self.limit * hint)
-        assert not terms or self.limit * self.hints[-1] < VALUE_LIMIT, "coefficient_limit leaves the i64"
+        self.hints = _hints(len(terms))
         self.index = {m: i for i, m in enumerate(terms)}
 
     @classmethod
@@ -71,10 +66,6 @@ class Encoding:
         """The encoding of `graph`: a term for each monomial of its dimensions and shape attributes."""
         found = {mono for d in _dims(graph) if isinstance(d, Expr) for mono, _ in d.terms if mono}
         return cls(tuple(sorted(found, key=_text)))
-
-    @cached_property
-    def symbols(self) -> tuple[str, ...]:
-        return tuple(sorted({name for m in self.terms for a in m for name in _atom_names(a)}))
 
     def problem(self, graph) -> str:
         """Why the e-graph cannot carry `graph`'s dimensions ('' when it can)."""
@@ -144,12 +135,19 @@ def _dims(graph):
                 yield from (d for d in v if isinstance(d, (int, Expr)) and not isinstance(d, bool))
 
 
-def _atom_names(atom) -> frozenset[str]:
-    return frozenset((atom.name,)) if not isinstance(atom, Quot) else atom.num.symbols
-
-
 def _text(mono: Monomial) -> str:
     return str(polynomial({mono: 1}))
+
+
+@lru_cache(maxsize=None)
+def _hints(count: int) -> tuple[int, ...]:
+    """The primes of a program of `count` terms: each more than 4 * coefficient_limit times the last."""
+    limit, hints, hint = coefficient_limit(count), [], HINT
+    for _ in range(count):
+        hints.append(hint)
+        hint = _next_prime(4 * limit * hint)
+    assert not hints or limit * hints[-1] < VALUE_LIMIT, "coefficient_limit leaves the i64"
+    return tuple(hints)
 
 
 def _next_prime(n: int) -> int:
