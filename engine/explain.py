@@ -153,8 +153,7 @@ def explain(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Li
                         edge.traced = inst.cid in names
                         edge.offers = asker.offers(inst.cid, inst.node, i, edge.placement, producer)
                         fused.append(edge)
-                    elif producer not in extracted.schedule.params and data.classes.get(producer) and any(
-                            producer in kk.roots for kk in extracted.schedule.kernels):
+                    elif extracted.schedule.kernel_of(producer) is not None:  # (another kernel writes it)
                         alts = _alternatives(data, choice, inst, i, producer, target, asker)
                         boundaries.append(Boundary(edge, alts))
         return Explanation(graph.name, target.name, chosen, len(extracted.schedule.kernels), fused, boundaries,

@@ -50,7 +50,7 @@ from .loops import (
     index_vars,
     leaves,
     loads,
-    map_indices,
+    map_indices_deep,
     map_leaf_loads,
     map_loads,
     perfect_nest,
@@ -201,10 +201,11 @@ class _Hoist:
 
 
 def _reads_a_symbol(value) -> bool:
-    """Whether an index of `value` (a load's, a concat's select, an iota's value) holds a symbolic extent."""
+    """Whether an index of `value` at any depth (a load's, a concat's select, an iota's value, inside
+    a gathered index too) holds a symbolic extent."""
     indices: list[Ix] = []
-    map_indices(value, lambda ix: indices.append(ix) or ix)
-    return any(map(symbolic, indices)) or any(symbolic(ix) for ld in loads(value) for ix in ld.index)
+    map_indices_deep(value, lambda ix: indices.append(ix) or ix)
+    return any(map(symbolic, indices))
 
 
 def _nest(loops: list[For], leaf: Stmt) -> Stmt:
