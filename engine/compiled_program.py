@@ -15,7 +15,7 @@ import numpy as np
 from .ir.errors import StitchError
 from .ir.extent import instantiate, planning_values
 from .ir.graph import Graph
-from .ir.interp import aligned_empty, bind_call, bind_inputs, np_dtype
+from .ir.interp import aligned_empty, bind_call, bind_inputs, np_dtype, shape_at
 from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
@@ -110,7 +110,7 @@ class CompiledProgram:
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
         given, sizes, program = self._called(inputs)
         if out is not None:  # (the bound arrays are the program's own: no out= array shares them)
-            check_outputs(self.graph, out, given)
+            check_outputs(self.graph, out, given, sizes)
         if program.executor == "c":  # (it walks nothing recursively: no raised recursion limit, 3 us a call)
             return program.native.run(given, out, sizes)  # (the native program passes its bound arrays itself)
         args = given | program.bound if program.bound else given
@@ -196,7 +196,7 @@ class CompiledProgram:
         return profile(program, given | program.bound, runs, sizes)
 
 
-def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:
+def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray], sizes: dict[str, int] | None = None) -> None:
     """Refuse `out=` arrays the program cannot write into: one error listing every problem.
 
     Checked on every target alike: the C target writes through raw pointers (a read-only
@@ -210,8 +210,11 @@ def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray]) -> None:
         if not isinstance(arr, np.ndarray):
             problems.append(f"out[{k}] is a {type(arr).__name__}, not a numpy array")
             continue
-        if arr.dtype != np_dtype(want.dtype) or arr.shape != want.shape:
-            problems.append(f"out[{k}] is {arr.dtype}{list(arr.shape)}, the output is {want}")
+        shape = shape_at(want.shape, sizes or {})
+        if arr.dtype != np_dtype(want.dtype) or arr.shape != shape:
+            called = ", ".join(f"{s}={v}" for s, v in (sizes or {}).items())
+            at_sizes = "" if shape == want.shape else f" ({list(shape)} at {called})"
+            problems.append(f"out[{k}] is {arr.dtype}{list(arr.shape)}, the output is {want}{at_sizes}")
         flags = arr.flags
         if not flags.writeable:
             problems.append(f"out[{k}] is read-only")

@@ -11,6 +11,7 @@ import pytest
 import stitch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import evaluate, np_dtype, random_inputs
 from stitch.engine.ir.printer import print_func
 from stitch.engine.ir.program import Var
@@ -67,3 +68,20 @@ def test_out_arrays_of_generated_programs_equal_the_reference(func, target, seed
     fresh = program(**inputs)
     assert len({id(a) for a in fresh}) == len(fresh), text
     assert not any(np.shares_memory(a, v) for a in fresh for v in inputs.values()), text
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_out_arrays_of_a_symbolic_program_are_checked_at_the_call_sizes(target, cache):  # noqa: F811
+    """A symbolic output's out= array has the output's shape at this call's sizes (it was compared with
+    the unevaluated `n + 1` and every such array was refused); one of another size is refused, naming both."""
+    text = ("func f[n: 1..64](x: f32[n, 4]) -> f32[n + 1, 4] {\n"
+            "  return concat(exp(x), slice(x, axes=[0], starts=[0], ends=[1], steps=[1]), axis=0)\n}")
+    program = stitch.compile(text, target=target, cache_dir=cache)
+    for n in (1, 5, 64):
+        x = np.linspace(-1, 1, 4 * n, dtype=np.float32).reshape(n, 4)
+        out = [np.full((n + 1, 4), 7, np.float32)]
+        got = program(x=x, out=out)
+        assert got[0] is out[0] and compare(out[0], evaluate(program.graph, {"x": x})[0]) == ""
+    with pytest.raises(StitchError, match=r"out\[0\] is float32\[5, 4\], the output is f32\[n \+ 1, 4\] "
+                                                 r"\(\[6, 4\] at n=5\)"):
+        program(x=np.zeros((5, 4), np.float32), out=[np.zeros((5, 4), np.float32)])

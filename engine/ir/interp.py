@@ -289,7 +289,7 @@ def _array(kind: str, name: str, value, want: TensorType) -> np.ndarray:
 
 def _checked(kind: str, name: str, value, want, sizes: dict[str, int] | None = None) -> np.ndarray:
     arr = np.asarray(value)
-    shape = want.shape if dims.is_static(want.shape) else _shape_at(want.shape, sizes or {})
+    shape = want.shape if dims.is_static(want.shape) else shape_at(want.shape, sizes or {})
     if arr.shape != shape:
         raise StitchError(f"{kind} '{name}' has shape {list(arr.shape)} but the parameter is {want}")
     if arr.dtype != np_dtype(want.dtype):
@@ -297,7 +297,7 @@ def _checked(kind: str, name: str, value, want, sizes: dict[str, int] | None = N
     return arr
 
 
-def _shape_at(shape: tuple, sizes: dict[str, int]) -> tuple:
+def shape_at(shape: tuple, sizes: dict[str, int]) -> tuple:
     """A parameter's shape at the symbols' values; a dimension whose symbols have none stays an expression."""
     try:
         return tuple(dims.evaluate(d, sizes) for d in shape)
