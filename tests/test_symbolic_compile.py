@@ -146,17 +146,17 @@ def test_the_loops_instantiated_at_any_size_verify(which):
 
 
 def test_a_call_runs_the_schedule_of_the_smallest_size_bucket_it_fits():
-    """ROWS (n in 1..300) is scheduled at 300 and at the bucket 128 (engine/ir/extent.py BUCKETS): a
-    call at n <= 128 runs the bucket's program, one above runs the top's; both from one compile."""
+    """ROWS (n in 1..300) is scheduled at 300 and at the bucket 64 (engine/ir/extent.py BUCKETS): a
+    call at n <= 64 runs the bucket's program, one above runs the top's; both from one compile."""
     from stitch.engine.schedule.schedule_print import planning_sizes
 
     program = stitch.compile(ROWS)
     ((tops, small),) = program.variants
-    assert tops == {"n": 128} and planning_sizes(small.compiled.schedule) == {"n": 128}
+    assert tops == {"n": 64} and planning_sizes(small.compiled.schedule) == {"n": 64}
     assert planning_sizes(program.compiled.schedule) == {"n": 300}
-    assert program.bucket({"n": 128}) is small and program.bucket({"n": 129}) is program
+    assert program.bucket({"n": 64}) is small and program.bucket({"n": 65}) is program
     assert small.loops.symbols == ("n",)  # (a symbolic program too: every size up to its top)
-    check_at_sizes(program, ROWS, (128, 129))
+    check_at_sizes(program, ROWS, (64, 65))
 
 
 @needs_cc

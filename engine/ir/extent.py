@@ -47,9 +47,9 @@ def planning_values(symbols: dict[str, tuple[int, int]]) -> dict[str, int]:
 
 # The tops of the size buckets below a range's top: a program of one symbol is also scheduled at each
 # of these its range holds, and a call runs the schedule of the smallest bucket its size fits (a
-# schedule planned for 1024 rows keeps less on chip and makes fewer tiles than one for 128 would;
-# why 128 alone: docs/perf/2026-11-28-zen4.md).
-BUCKETS = (128,)
+# schedule planned for 1024 rows keeps less on chip and makes fewer tiles than one for 64 would;
+# why 64 alone: docs/explanation/symbolic-dimensions.md).
+BUCKETS = (64,)
 
 
 def bucket_tops(symbols: dict[str, tuple[int, int]]) -> list[int]:
