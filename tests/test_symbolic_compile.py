@@ -348,3 +348,28 @@ def test_a_layer_norm_over_a_symbolic_number_of_rows_keeps_its_remainder_tiles_k
     compile failed (an imported dynamic GPT-2's layer norms too)."""
     program = stitch.compile(LAYER_NORM, target=target)
     check_at_sizes(program, LAYER_NORM, (1, 63, 64, 65, 300) if target == "cpu" else (1, 65))
+
+
+TWO_SYMBOL_ATTENTION = """
+func attention[b: 2..32, t: 2..32](x: f32[b, t, 16], w: f32[16, 48], mask: f32[b, t], o: f32[16, 16]) -> f32[b, t, 16] {
+  h = reshape(matmul(reshape(x, shape=[b * t, 16]), w), shape=[b, t, 48])
+  q = slice(h, axes=[2], starts=[0], ends=[16])
+  k = slice(h, axes=[2], starts=[16], ends=[32])
+  v = slice(h, axes=[2], starts=[32], ends=[48])
+  s = add(div(matmul(q, transpose(k, perm=[0, 2, 1])), 4.0), mul(sub(1.0, reshape(mask, shape=[b, 1, t])), -10000.0))
+  e = exp(sub(s, max(s, axes=[2], keepdims=true)))
+  a = reshape(matmul(div(e, sum(e, axes=[2], keepdims=true)), v), shape=[b * t, 16])
+  return reshape(matmul(a, o), shape=[b, t, 16])
+}
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "accel"])
+def test_a_batch_and_length_attention_compiles_with_symbolic_key_columns(target):
+    """The attention torch.compile hands over once batch and length are both dynamic (issue 50): the
+    scores' columns are the symbol t, and the C micro-kernel took its register block's vector count
+    from them (`t // 16`, a TypeError); the cost model divided two extents that do not divide
+    (`t * 1024` by `t * 16384`, the rows of a product read through the reshape)."""
+    program = stitch.compile(TWO_SYMBOL_ATTENTION, target=target)
+    check_at_sizes(program, TWO_SYMBOL_ATTENTION, [{"b": 2, "t": 2}, {"b": 3, "t": 17}, {"b": 5, "t": 31},
+                                                   {"b": 32, "t": 32}])

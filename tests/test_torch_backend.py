@@ -161,6 +161,21 @@ def test_an_encoder_at_five_lengths_compiles_twice():
     assert torch_backend.stats["programs"] - before == 2
 
 
+def test_batch_and_length_both_dynamic_compile_twice():
+    """Two sizes dynamo marks dynamic in one graph (batch and sequence) become two symbols of one
+    program: the static first compile, then one symbolic program for every later (batch, length)."""
+    module = seeded(Attention())
+    fn = compiled(module, max_size=32)
+    before, eager = torch_backend.stats["programs"], torch_backend.stats["eager"]
+    torch.manual_seed(4)
+    with torch.no_grad():
+        for b, t in ((1, 5), (2, 9), (3, 12), (2, 17), (4, 3)):
+            x, mask = torch.randn(b, t, 16), torch.ones(b, t)
+            mask[:, -1] = 0.0
+            assert_matches(fn(x, mask), module(x, mask))
+    assert torch_backend.stats["programs"] - before == 2 and torch_backend.stats["eager"] == eager
+
+
 def test_a_length_past_the_range_runs_in_torch():
     module = seeded(CacheStep())
     fn = compiled(module, max_size=8)

@@ -164,9 +164,19 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelFac
             continue
         m = target.matrix
         rows, cols = (slice_elems(axes, kernel, tile) for axes in matrix_dims(inst))
-        batch = out // max(rows * cols, 1)
+        batch = batch_count(out, rows * cols)
         matrix += batch * -(-rows // m.tile_m) * -(-cols // m.tile_n) * -(-k // m.tile_k) * m.cycles_per_tile
     return vector, matrix
+
+
+def batch_count(elems, matrix):
+    """How many matrices of `matrix` elements a product's `elems` output elements hold (a price: at the
+    planning values where two symbolic extents do not divide exactly, as when a row index spans a
+    column's axis after a reshape: `s27 * 1024` over `s27 * 16384` in a two-symbol attention)."""
+    try:
+        return elems // max(matrix, 1)
+    except TypeError:
+        return elems.value // max(matrix.value, 1)
 
 
 def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelFacts, types,
@@ -192,7 +202,7 @@ def panel_bytes(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelF
         row_axes, col_axes = matrix_dims(inst)
         rows = slice_elems(row_axes, kernel, tile)
         cols = slice_elems(col_axes, kernel, tile)
-        batch = slice_elems(inst.axes, kernel, tile) // max(rows * cols, 1)
+        batch = batch_count(slice_elems(inst.axes, kernel, tile), rows * cols)
         depth = chunk[1] if chunk else k
         chunks = k // depth
         if inst.key in (f.plain if left_in_place is None else left_in_place):

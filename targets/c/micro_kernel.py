@@ -109,7 +109,7 @@ def render_matmul(nest: MatmulNest, kernel: KernelWriter, pad: str, dtype: str, 
     vec = _Vec(*vector_names(dtype, width, vector_bytes), width // dtype_bytes(dtype))
     lanes = vec.lanes
     registers = 32 if vector_bytes >= 64 else 16
-    nv = block_vectors(nest.j.extent // lanes, registers)
+    nv = block_vectors(planned(nest.j.extent) // lanes, registers)  # (a number: vectors unrolled)
     mr = max(1, min(MAX_ROWS, planned(nest.i.extent), (registers - nv - 2) // nv))  # (a number: rows unrolled)
     n_i = nest.i.extent
     lines = [f"{pad}{{ const int64_t {', '.join(f'{u} = 0' for u in nest.units)};"] if nest.units else []
