@@ -35,6 +35,7 @@ from ..engine.schedule.cost import ScheduleCost
 from ..engine.schedule.facts import matrix_dims, reduced_axes
 from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify, simplify_in
 from ..engine.schedule.kernel import Hold, Instance, Kernel, Read, RefKind, Schedule, index_axes, packed_operand
+from ..engine.schedule.machine import sum_accumulator
 from ..engine.schedule.maps import GatherRef
 from ..engine.schedule.plan import KernelPlan, Staged
 from ..engine.schedule.reads import DENSE, dense_part, region, untiled_names
@@ -414,13 +415,17 @@ class _KernelLowering:
         counts = [self.k.extents[a] // self.tile[a] + (1 if self._has_remainder(a) else 0) for a in split]
         part = f"{self.name}_part{inst.key}"
         shape = tuple(counts) + tuple(self.k.extents[a] for a in inst.axes)
-        self.temporaries.append(Buffer(part, "global", dtype, shape))
+        # an f16 sum's partials keep its f32 accumulator's value and are combined in f32 (widen.py
+        # widens the combining temporary and lets the f32 partials through): rounded to f16, a
+        # partial overflowed where the whole sum does not (a mean's) and rounded once per tile
+        wide = op in ("sum", "mean") and sum_accumulator(dtype) != dtype
+        self.temporaries.append(Buffer(part, "global", sum_accumulator(dtype) if wide else dtype, shape))
         tile_ix = tuple(Ix.var(a + "o") for a in split)
         write = self.nest(inst.axes, Store(part, tile_ix + self.own(inst), Load(acc, self.own(inst))))
         # after the tiles: fold the partials in order
         self.after_tiles = True
         stored = inst.key in self.k.stores
-        if stored and inst.hold is Hold.ROOT:
+        if stored and inst.hold is Hold.ROOT and not wide:
             total, at = self.names[inst.cid], self.value_index(inst)
         else:
             total = f"{self.name}_all{inst.key}"

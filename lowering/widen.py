@@ -7,7 +7,9 @@ reduction as an accumulator temporary: initialized, accumulated into
 (`Accumulate(op="sum")`), divided in place for a mean, then read. This pass
 makes every f16 temporary that a vector sum accumulates into an f32 buffer:
 its initialization and the mean's division compute in f32, and every other
-read is cast back to f16, the one rounding. The backends (C, the numpy
+read is cast back to f16, the one rounding, except a plain copy into a buffer lowering declared
+f32: the partials of a sum split across tiles (lowering/lower.py's `split_across_tiles`), which
+carry each tile's f32 sum to the f32 combination. The backends (C, the numpy
 executor, the simulator) then need no rule of their own. (An f16 matmul's
 accumulator is kept in float by the backends themselves:
 `loops.accumulates_in_float`.)
@@ -35,7 +37,8 @@ def widen_f16_accumulators(program: LoopProgram) -> LoopProgram:
     def buffer(b: Buffer) -> Buffer:
         return replace(b, dtype=WIDE) if b.name in wide else b
 
-    kernels = [replace(k, allocs=[buffer(b) for b in k.allocs], body=[_stmt(s, wide) for s in k.body])
+    partials = {b.name for b in program.intermediates if b.dtype == WIDE}
+    kernels = [replace(k, allocs=[buffer(b) for b in k.allocs], body=[_stmt(s, wide, partials) for s in k.body])
                for k in program.kernels]
     return replace(program, kernels=kernels, intermediates=[buffer(b) for b in program.intermediates])
 
@@ -55,13 +58,15 @@ def _leaves(stmts):
             yield s
 
 
-def _stmt(s, wide: set[str]):
+def _stmt(s, wide: set[str], partials: set[str]):
     if isinstance(s, For):
-        return replace(s, body=[_stmt(b, wide) for b in s.body])
+        return replace(s, body=[_stmt(b, wide, partials) for b in s.body])
     if isinstance(s, Accumulate):
         return replace(s, value=_narrow(s.value, wide))
     if s.buffer in wide:  # the initialization, or a mean's division: in f32
         return Store(s.buffer, s.index, _in_wide(s.value, wide))
+    if s.buffer in partials and isinstance(s.value, Load) and s.value.buffer in wide:
+        return s  # a tile's f32 sum into its f32 partial (before this pass only lowering writes f16 into f32 so)
     return replace(s, value=_narrow(s.value, wide))
 
 
