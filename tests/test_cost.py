@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import stitch_testing
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from stitch.engine.cli import main
@@ -256,8 +257,9 @@ def test_extraction_reports_the_chosen_schedule_cost():
 
 def test_greedy_finds_the_exhaustive_optimum_on_the_examples():
     """(layernorm's and bias_gelu's spaces, 245,760 and 262,144 points, take 2-3 minutes
-    exhaustively; the greedy search found their optimum when it was last measured)"""
-    for name in ("softmax", "rmsnorm", "layernorm_lastaxis", "mlp"):
+    exhaustively; the greedy search found their optimum when it was last measured. layernorm_lastaxis's
+    exhaustive search takes 11 s: with --long only)"""
+    for name in ("softmax", "rmsnorm", "mlp") + (("layernorm_lastaxis",) if stitch_testing.LONG else ()):
         g = example(name)
         run, _ = saturate_program(g, builtin_rule_files())
         data = run.data()

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import stitch
+import stitch_testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stitch.engine.cli import main
@@ -49,7 +50,12 @@ def test_every_example_runs_checked_compiled(path, cache, capsys):
     assert "ran on c" in out and "check: outputs equal the reference" in out
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.ir")), ids=lambda p: p.stem)
+# the examples the numpy executor takes 5-8 s to run: with --long only
+SLOW_ON_NUMPY = {"bias_gelu", "layernorm_large", "rmsnorm"}
+
+
+@pytest.mark.parametrize("path", [p for p in sorted(EXAMPLES.glob("*.ir"))
+                                  if stitch_testing.LONG or p.stem not in SLOW_ON_NUMPY], ids=lambda p: p.stem)
 def test_every_example_runs_checked_on_the_numpy_fallback(path, cache, capsys, monkeypatch):
     monkeypatch.setattr(cpu, "compiler", lambda: None)
     assert main(["run", str(path), "--check", "--cache-dir", str(cache), *dim_args(path)]) == 0

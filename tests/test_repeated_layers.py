@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import stitch_testing
 from hypothesis import given, settings
 from stitch.engine.ir.graph import Graph
 from stitch.engine.pipeline import check_entry, compile_graph, read_program
@@ -104,7 +105,7 @@ def test_a_renamed_plan_is_the_plan_of_the_kernel_it_is_renamed_to(graph):
                 first[shaped[0]] = (kernel, shaped[1])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=100 if stitch_testing.LONG else 10, deadline=None)  # (each example compiles 4 times)
 @given(graphs())
 def test_a_program_twice_side_by_side_gets_the_schedule_forming_and_pricing_each_kernel_gives(graph):
     """Walks, joins and prices of the second copy come renamed from the first's (space.py): the

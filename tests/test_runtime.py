@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import stitch
+import stitch_testing
 from stitch.engine.cli import main
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import evaluate, random_inputs
@@ -22,9 +23,6 @@ from stitch.engine.ir.tolerance import compare
 from stitch.targets import cc, cpu, runtime
 from stitch.targets.c import tuning
 from stitch_testing import EXAMPLES, needs_cc, target_text
-
-
-
 
 
 @pytest.fixture
@@ -429,10 +427,11 @@ def big_onchip_target(tmp_path: Path) -> Path:
 
 
 @needs_cc
-@pytest.mark.parametrize("name", ["rmsnorm", "layernorm_large", "attention", "mlp_large"])
+@pytest.mark.parametrize("name", ["attention", "mlp_large"] + ["rmsnorm", "layernorm_large"] * stitch_testing.LONG)
 def test_a_large_onchip_budget_keeps_tile_buffers_off_the_stack(name, cache, tmp_path):
     """Issue 18.1: with 32 MiB on chip a tile's buffers are 16 MB; as stack arrays they segfaulted.
-    Run in a child process, so a crash is a failure rather than the end of the test run."""
+    Run in a child process, so a crash is a failure rather than the end of the test run. (The norms,
+    5-9 s each, with --long only.)"""
     target = big_onchip_target(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "stitch.engine.cli", "run", str(EXAMPLES / f"{name}.ir"), "--check",
                            "--target", str(target), "--cache-dir", str(cache)], capture_output=True, text=True)
