@@ -360,10 +360,11 @@ def perfect_nest(loop: For) -> tuple[list[For], Union[Store, Accumulate]] | None
 
 
 def accumulates_in_float(leaf, dtype: str) -> bool:
-    """An f16 matmul's multiply-accumulate: as numpy's f16 matmul, products and sums are float and
-    each cell is rounded once (the C target and the numpy executor both honour this)."""
-    return (isinstance(leaf, Accumulate) and leaf.unit == "matrix" and leaf.op == "sum" and dtype == "f16"
-            and isinstance(leaf.value, Op) and leaf.value.op == "mul")
+    """An f16 matmul's multiply-accumulate into an accumulator of `dtype` (f16, or f32 once
+    lowering/widen.py widened it): as numpy's f16 matmul, products and sums are float and each cell
+    is rounded once (the C target and the numpy executor both honour this)."""
+    return (isinstance(leaf, Accumulate) and leaf.unit == "matrix" and leaf.op == "sum" and dtype in ("f16", "f32")
+            and isinstance(leaf.value, Op) and leaf.value.op == "mul" and leaf.value.dtype == "f16")
 
 
 # ---------------------------------------------------------------------------

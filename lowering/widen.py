@@ -10,9 +10,11 @@ its initialization and the mean's division compute in f32, and every other
 read is cast back to f16, the one rounding, except a plain copy into a buffer lowering declared
 f32: the partials of a sum split across tiles (lowering/lower.py's `split_across_tiles`), which
 carry each tile's f32 sum to the f32 combination. The backends (C, the numpy
-executor, the simulator) then need no rule of their own. (An f16 matmul's
-accumulator is kept in float by the backends themselves:
-`loops.accumulates_in_float`.)
+executor, the simulator) then need no rule of their own. An f16 matmul's accumulator is widened
+too: a product whose reduction is walked in chunks accumulates each chunk in one statement, and
+its f16 accumulator rounded between chunks, so that partial sums past 65504 gave inf where the
+whole product does not. (Its products are float too, which the backends see from the f16
+multiply it accumulates: `loops.accumulates_in_float`.)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def widen_f16_accumulators(program: LoopProgram) -> LoopProgram:
     """A new program with f16 sum accumulators in f32; `program` is left as it was."""
     temporaries = {name for k in program.kernels for name in k.forwardable}
     wide = {s.buffer for k in program.kernels for s in _leaves(k.body)
-            if isinstance(s, Accumulate) and s.op == "sum" and s.unit == "vector" and s.buffer in temporaries
+            if isinstance(s, Accumulate) and s.op == "sum" and s.buffer in temporaries
             and _dtype(program, s.buffer) == "f16"}
     if not wide:
         return program

@@ -257,3 +257,23 @@ def test_f16_sums_split_across_tiles_keep_f32_partials(target, tmp_path):
         assert same_class(g, w, "summed", terms=64).all(), (g, w)
     # (still split across tiles, so this tests the partials)
     assert [b.dtype for b in program.loops.intermediates if "_part" in b.name] == ["f32", "f32"]
+
+
+def test_an_f16_product_walked_in_chunks_sums_in_f32(tmp_path):
+    """A long f16 reduction is walked in chunks (KernelPlan.chunked); the accumulator was f16 between
+    chunks, so partial sums past 65504 gave inf (32768 x 100 then 32768 x -99: the product is 32768)
+    and every chunk rounded once more. It is f32 now (lowering/widen.py), on every target."""
+    if not HAVE_CC:
+        pytest.skip("no C compiler on this machine")
+    k = 65536
+    text = f"func f(a: f16[16, {k}], b: f16[{k}, 16]) -> f16[16, 16] {{\n  return matmul(a, b)\n}}\n"
+    program = stitch.compile(text, cache_dir=tmp_path)
+    assert "r0o" in str(program.loops.kernels[0].body)  # (still chunked, so this tests the chunks)
+    a = np.ones((16, k), np.float16)
+    b = np.full((k, 16), 100.0, np.float16)
+    b[k // 2:] = -99.0
+    (got,) = program(a=a, b=b)
+    assert np.all(got == k // 2)
+    rng = np.random.default_rng(0)
+    a, b = rng.uniform(-2, 2, (16, k)).astype(np.float16), rng.uniform(-2, 2, (k, 16)).astype(np.float16)
+    np.testing.assert_array_equal(program(a=a, b=b)[0], np.matmul(a, b))

@@ -80,7 +80,8 @@ def facts(kernel: Kernel, types) -> KernelFacts:
             work.extend(_inline_work(kernel, inst))
         if inst.hold in (Hold.SHARED, Hold.LOCAL) or (inst.hold is Hold.ROOT and accumulates):
             dtype = types[inst.cid].dtype
-            buffers.append((inst.axes, dtype_bytes(sum_accumulator(dtype) if op in ("sum", "mean") else dtype)))
+            wide = op in ("sum", "mean", "matmul")
+            buffers.append((inst.axes, dtype_bytes(sum_accumulator(dtype) if wide else dtype)))
         for ref, index in zip(inst.operands, inst.operand_index):
             if ref.held and kernel.instances[ref.key].held and kernel.instances[ref.key].index != index:
                 aliases.append((kernel.instances[ref.key].index, index))

@@ -54,6 +54,6 @@ def reads_left_in_place(indices: Iterable[tuple[Ix, ...]] | None) -> bool:
 
 
 def sum_accumulator(dtype: str) -> str:
-    """The dtype a sum (or mean) of `dtype` accumulates in: an f16 sum in f32, rounded once (README,
-    "Floating-point semantics")."""
+    """The dtype a sum, mean or matmul of `dtype` accumulates in: an f16 sum in f32, rounded once
+    (docs/explanation/floating-point.md)."""
     return "f32" if dtype == "f16" else dtype

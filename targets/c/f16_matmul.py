@@ -1,6 +1,7 @@
 """An f16 matmul nest, with numpy's f16 matmul semantics: products and sums in float, one rounding
 per output element. The accumulator's cells of one row block live in a float shadow across the
-reduce loop (rounding them at every step drifts by several ulp)."""
+reduce loop (rounding them at every step drifts by several ulp). The accumulator itself is f32
+(lowering/widen.py), so a reduction walked in chunks keeps its float sum between chunks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from ...lowering.loops import Accumulate, For, accumulates_in_float, index_vars, perfect_nest
 from . import tuning
 from .emit import KernelWriter
+from .prelude import C_TYPES
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
 
     lines += over(cells, f"acc_f[{offset}] = (float){target};")
     lines += over(inner, f"acc_f[{offset}] += {a} * {b};")
-    lines += over(cells, f"{target} = (_Float16)acc_f[{offset}];")
+    lines += over(cells, f"{target} = ({C_TYPES[w.buffers[leaf.buffer].dtype]})acc_f[{offset}];")
     lines.append(f"{inside}}}")
     lines += ["  " * i + "}" for i in reversed(range(len(outer)))]
     w.lines += ["  " * depth + line for line in lines]
