@@ -264,9 +264,9 @@ class _FuncBuilder:
             if self.chance(10):
                 return Const(_NON_FINITE[self.int(0, 2)])
             return Const(self.draw(st.sampled_from(_NICE_FLOATS) | st.floats(-100, 100, allow_subnormal=False)))
-        if self.chance(10):  # an integral float literal in an integer context
-            return Const(float(self.int(-4, 4)))
         low, high = int_range(dtype)
+        if self.chance(10):  # an integral float literal in an integer context (in its range: -1.0 is no u8)
+            return Const(float(self.int(max(low, -4), 4)))
         return Const(self.draw(st.integers(max(low, -100), min(high, 100)) | st.sampled_from((low, high))))
 
     def broadcast_parts(self, shape: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
