@@ -33,7 +33,7 @@ from typing import ClassVar, Union
 
 from ..ir.dims import exact_div
 from ..ir.extent import Extent, dim_of, is_symbolic
-from ..ir.frozen import cached_hash
+from ..ir.frozen import cached_hash, cached_repr
 
 Term = Union[str, "FloorDiv", "Mod", "Indirect"]
 
@@ -44,6 +44,7 @@ def _order(tc: tuple) -> tuple:
     return (0, -abs(coef), term) if isinstance(term, str) else (1, -abs(coef), repr(term))
 
 
+@cached_repr
 @cached_hash
 @dataclass(frozen=True)
 class Ix:
@@ -156,6 +157,7 @@ def _term_text(t: Term, alone: bool = True) -> str:
     return str(t) if alone or not isinstance(t, _ByConstant) else f"({t})"
 
 
+@cached_repr
 @cached_hash
 @dataclass(frozen=True)
 class _ByConstant:
@@ -183,6 +185,7 @@ class Mod(_ByConstant):
     symbol = "%"
 
 
+@cached_repr
 @cached_hash
 @dataclass(frozen=True)
 class Indirect:

@@ -101,19 +101,30 @@ def candidate_plans(kernel: Kernel, types, target: Target, f: KernelFacts) -> It
         spaces.append(whole)
     axis = chunk_axis(kernel, f, target)
     chunks = [None] + [(axis, size) for size in chunk_sizes(kernel.extents[axis])] if axis else [None]
+    memo: dict = {}  # (the orders of one tile space share their inputs' classes, and a growth order its tile)
     for space in spaces:
         for order, grow in tile_orders(kernel, space, types, target):
             for chunk in chunks:
-                yield plan_kernel(kernel, order, grow, types, target, f, chunk)
+                yield plan_kernel(kernel, order, grow, types, target, f, chunk, memo)
 
 
 def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target: Target, f: KernelFacts,
-                chunk: tuple[str, int] | None = None) -> KernelPlan:
-    """The plan with tile loops in `order`, the tile grown in `grow` order, and `chunk`."""
+                chunk: tuple[str, int] | None = None, memo: dict | None = None) -> KernelPlan:
+    """The plan with tile loops in `order`, the tile grown in `grow` order, and `chunk`. `memo` keeps, for
+    the plans of one kernel, what depends on the tiled axes but not on their order: the inputs' classes
+    (`classify`) and each growth order's tile (`choose_tile`; a kernel of three tiled axes prices 37
+    orders, which grow 6 tiles)."""
     fixed = dict([chunk]) if chunk else {}
     parallel = order + list(fixed)  # the chunk loop is innermost
-    ins = classify(kernel, types, parallel, target, f)
-    tile, _ = choose_tile(kernel, parallel, grow, types, target, ins, f, fixed)
+    memo = {} if memo is None else memo
+    space = (frozenset(parallel), chunk)
+    ins = memo.get(space)
+    if ins is None:
+        ins = memo[space] = classify(kernel, types, parallel, target, f)
+    grown = memo.get((space, tuple(grow)))
+    if grown is None:
+        grown = memo[(space, tuple(grow))] = choose_tile(kernel, parallel, grow, types, target, ins, f, fixed)[0]
+    tile = {a: grown[a] for a in parallel}  # (in loop order, as choose_tile makes it)
     partial = frozenset(key for key, axes in f.partial_axes.items()
                         if any(a in tile and tile[a] < kernel.extents[a] and a not in kernel.instances[key].axes
                                for a in axes))
@@ -254,11 +265,23 @@ def slice_elems(axes, kernel: Kernel, tile: dict[str, int]) -> int:
 
 
 def footprint(kernel: Kernel, tile: dict[str, int], types, alignment: int, ins: Inputs, f: KernelFacts) -> int:
-    total = sum(align(types[cid].nbytes, alignment) for cid in ins.resident)
-    for s in ins.staged:
-        axes = index_axes(s.index)
-        total += align(slice_elems(axes, kernel, tile) * dtype_bytes(types[s.cid].dtype), alignment)
-    for axes, nbytes in f.buffers:
+    return footprint_of(footprint_parts(types, alignment, ins, f), kernel, tile, alignment)
+
+
+def footprint_parts(types, alignment: int, ins: Inputs, f: KernelFacts) -> tuple[int, list[tuple[tuple, int]]]:
+    """What a tile's footprint is made of, whatever the tile: the resident inputs' aligned bytes, and
+    (axes, bytes per element) of each staged read and on-chip buffer (`choose_tile` sizes many tiles
+    of one plan from them)."""
+    resident = sum(align(types[cid].nbytes, alignment) for cid in ins.resident)
+    per_tile = [(index_axes(s.index), dtype_bytes(types[s.cid].dtype)) for s in ins.staged]
+    return resident, per_tile + list(f.buffers)
+
+
+def footprint_of(parts: tuple[int, list[tuple[tuple, int]]], kernel: Kernel, tile: dict[str, int],
+                 alignment: int) -> int:
+    """`footprint` of a tile from its plan's `footprint_parts`."""
+    total, per_tile = parts
+    for axes, nbytes in per_tile:
         total += align(slice_elems(axes, kernel, tile) * nbytes, alignment)
     return total
 
@@ -286,7 +309,8 @@ def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, tar
     every core; `fixed` axes (a chunked reduction) keep their size and make no tiles of their own."""
     fixed = fixed or {}
     tile = {a: fixed.get(a, 1) for a in parallel}
-    fp = footprint(kernel, tile, types, target.alignment, ins, f)
+    parts = footprint_parts(types, target.alignment, ins, f)
+    fp = footprint_of(parts, kernel, tile, target.alignment)
     if fp > target.onchip_bytes:
         return tile, fp
     want_tiles = target.min_tiles
@@ -299,7 +323,7 @@ def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, tar
             if group and group % size:  # a tile within one group's columns
                 continue
             trial = dict(tile, **{axis: size})
-            fp_trial = footprint(kernel, trial, types, target.alignment, ins, f)
+            fp_trial = footprint_of(parts, kernel, trial, target.alignment)
             spread = count_tiles(kernel, {a: t for a, t in trial.items() if a not in fixed})
             if fp_trial > target.onchip_bytes or spread < want_tiles:
                 break

@@ -17,6 +17,7 @@ from ..ir.extent import is_symbolic, planned
 from ..ir.program import dtype_bytes
 from .index import Indirect, Ix, flat_address, interval
 from .kernel import Kernel, Read
+from .tile_grid import in_tile, tile_boxes, tile_hulls
 
 DENSE = "dense"  # a region key's mark: a block of consecutive elements in each tile (`dense_part`)
 
@@ -80,22 +81,30 @@ def untiled_names(index: tuple[Ix, ...], kernel: Kernel, tiled: set[str]) -> dic
 def image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] | None = None) -> int:
     """Elements of the input one read touches over the whole kernel: the product of its axes'
     ranges (an injective index map), at most its bounding box, taken tile by tile (`tile`) where
-    the box is the smaller: each tile reads its own box. Cached: a kernel is priced in every tile
-    order and chunk size, which often choose the same tile (a conv's windows, summed box by box,
-    took 3 ms an image). Keyed by the read's and kernel's identity: equal kernels rebuilt apart would be
-    compared field by field on every lookup, which costs more than the image."""
-    key = (id(r), id(kernel), shape, tuple(sorted(tile.items())) if tile else None)
-    hit = _IMAGES.get(key)
-    if hit is not None and hit[0] is r and hit[1] is kernel:
-        return hit[2]
-    if len(_IMAGES) > IMAGE_CACHE:
-        _IMAGES.clear()
-    n = _image(r, kernel, shape, tile)
-    _IMAGES[key] = (r, kernel, n)  # (held: their ids stay theirs while the entry lives)
+    the box is the smaller: each tile reads its own box. Cached by what it depends on (`geometry`):
+    a kernel is priced in every tile order and chunk size, which often choose the same tile, and the
+    search forms and prices the same conv's windows in kernel after kernel (ResNet-18: 194,523
+    images asked, 10,017 distinct)."""
+    key = (geometry((r,), kernel, tile), shape)
+    n = _IMAGES.get(key)
+    if n is None:
+        if len(_IMAGES) > IMAGE_CACHE:
+            _IMAGES.clear()
+        n = _IMAGES[key] = _image(r, kernel, shape, tile)
     return n
 
 
-IMAGE_CACHE = 1 << 14  # images kept (a compile prices a few thousand kernels; emptied when full)
+def geometry(rs, kernel: Kernel, tile: dict[str, int] | None) -> tuple:
+    """What the images and hulls of reads `rs` depend on besides the input's shape: their indices and
+    guards, and the extent and tile of each axis their indices name (the only axes whose ranges they
+    ask for; a kernel is not compared whole: equal kernels rebuilt apart would be compared field by
+    field on every lookup)."""
+    axes = dict.fromkeys(a for r in rs for a in r.axes)
+    return (tuple((r.index, r.guards) for r in rs), tuple(kernel.extents[a] for a in axes),
+            tuple(tile.get(a, 0) for a in axes) if tile else None)
+
+
+IMAGE_CACHE = 1 << 15  # images and hulls kept (a compile asks for a few thousand distinct; emptied when full)
 _IMAGES: dict[tuple, int] = {}
 
 
@@ -117,14 +126,30 @@ def _tile_boxes(r: Read, kernel: Kernel, shape: tuple[int, ...], span, tile: dic
     """A read with fewer elements than points (a broadcast through a reshape's div/mod: x[p % 2])
     touches, in each tile of the axes it varies along, at most that tile's points and box; a tile
     reads again what an earlier one read (x[0] and x[1] in every tile of two)."""
-    count, origins = _tile_origins(r.axes, kernel, tile)
+    count, _ = _tile_origins(r.axes, kernel, tile)
     if count == 1:
         return box
     if count > TILE_BOXES:
         return count * box
+    if count < GRID_TILES or _symbolic(r.axes, kernel, shape):
+        return _tile_boxes_by_tile(r, kernel, shape, span, tile)
+    return tile_boxes(r, span, shape, kernel, tile)
+
+
+# From this many tiles the sums over tiles are taken as arrays over the grid of tiles (tile_grid.py),
+# below it tile by tile (a few tiles: numpy's calls cost more than the loop); the same integers.
+GRID_TILES = 16
+
+
+def _symbolic(axes, kernel: Kernel, shape: tuple) -> bool:
+    return any(is_symbolic(kernel.extents[a]) for a in axes) or any(is_symbolic(d) for d in shape)
+
+
+def _tile_boxes_by_tile(r: Read, kernel: Kernel, shape: tuple[int, ...], span, tile: dict[str, int]) -> int:
+    """`_tile_boxes`' sum one tile at a time (tile_grid.py `tile_boxes` is the same over arrays)."""
     total = 0
-    for at in origins:
-        tile_span = _in_tile(span, at, tile)
+    for at in _tile_origins(r.axes, kernel, tile)[1]:
+        tile_span = in_tile(span, at, tile)
         total += min(_points(r.axes, tile_span), _volume(_box(r, shape, tile_span)))
     return total
 
@@ -134,15 +159,6 @@ def _tile_origins(axes, kernel: Kernel, tile: dict[str, int]):
     tiled = sorted({a for a in axes if a in tile and tile[a] < kernel.extents[a]})
     starts = [range(0, kernel.extents[a], tile[a]) for a in tiled]
     return math.prod(len(s) for s in starts), (dict(zip(tiled, o)) for o in itertools.product(*starts))
-
-
-def _in_tile(span, at: dict[str, int], tile: dict[str, int]):
-    """`span` (an axis's inclusive range) narrowed to the tile whose origin is `at`."""
-    def tile_span(a: str) -> tuple[int, int]:
-        lo, hi = span(a)
-        return (max(lo, at[a]), min(hi, at[a] + tile[a] - 1)) if a in at else (lo, hi)
-
-    return tile_span
 
 
 def _points(axes, span) -> int:
@@ -223,15 +239,33 @@ def _tile_hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: di
     """Elements of the box around every read's box, tile by tile, summed over tiles: no tile reads
     more of the input than that (a tile of x + transpose(x) reads a row and a column of x, and the
     next tile another row and column: the rows' sum is the input, the columns' too)."""
+    key = ("hull", geometry(rs, kernel, tile), shape)  # (cached beside the images, as they are)
+    n = _IMAGES.get(key)
+    if n is None:
+        if len(_IMAGES) > IMAGE_CACHE:
+            _IMAGES.clear()
+        n = _IMAGES[key] = _hulls(rs, kernel, shape, tile)
+    return n
+
+
+def _hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int]) -> int:
     spans = [_spans(r, kernel) for r in rs]
-    count, origins = _tile_origins([a for r in rs for a in r.axes], kernel, tile)
+    axes = [a for r in rs for a in r.axes]
+    count, _ = _tile_origins(axes, kernel, tile)
     if count > TILE_BOXES:
         return count * math.prod(shape)
+    if count < GRID_TILES or _symbolic(axes, kernel, shape):
+        return _tile_hulls_by_tile(rs, kernel, shape, tile, spans)
+    return tile_hulls(rs, spans, shape, kernel, tile)
+
+
+def _tile_hulls_by_tile(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int], spans) -> int:
+    """`_tile_hulls`' sum one tile at a time (tile_grid.py `tile_hulls` is the same over arrays)."""
     total = 0
-    for at in origins:
+    for at in _tile_origins([a for r in rs for a in r.axes], kernel, tile)[1]:
         boxes = []
         for r, span in zip(rs, spans):
-            tile_span = _in_tile(span, at, tile)
+            tile_span = in_tile(span, at, tile)
             box = _box(r, shape, tile_span)
             if _volume(box) and _points(r.axes, tile_span):
                 boxes.append(box)
