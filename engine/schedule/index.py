@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar, Union
 
 from ..ir.dims import exact_div
@@ -103,6 +104,11 @@ class Ix:
 
     def coef(self, name: str) -> int:
         return dict(self.terms).get(name, 0)
+
+    @cached_property
+    def axis_names(self) -> tuple[str, ...]:
+        """Every axis name this expression depends on, once each, in first-use order."""
+        return tuple(dict.fromkeys(self.axes()))
 
     def axes(self) -> Iterator[str]:
         """Every axis name this expression depends on (inside atoms too), with repeats."""
@@ -259,7 +265,27 @@ def simplify(ix: Ix, extent: Callable[[str], int]) -> Ix:
 def simplify_in(ix: Ix, span: Callable[[str], tuple[int, int]]) -> Ix:
     """`simplify` where each axis ranges over the inclusive span(a), not only from 0: a concat's
     side, read only where the concat's index is below (or from) its split, knows that much more
-    (Llama's rotate_half: `(r + 736) // 768` is 1 where r >= 32)."""
+    (Llama's rotate_half: `(r + 736) // 768` is 1 where r >= 32).
+
+    An index with div/mod atoms is simplified once per span of its axes (what the answer depends
+    on): a chain of reshapes nests each one's atoms in the next one's index, and the search forms
+    the chain's kernels again and again (ResNet-18's whole-program starts: a fifth of its search)."""
+    if all(isinstance(t, str) for t, _ in ix.terms):
+        return _simplify_in(ix, span)
+    key = (ix, tuple(span(a) for a in ix.axis_names))
+    out = _SIMPLIFIED.get(key)
+    if out is None:
+        if len(_SIMPLIFIED) >= SIMPLIFIED_KEPT:
+            _SIMPLIFIED.clear()
+        out = _SIMPLIFIED[key] = _simplify_in(ix, span)
+    return out
+
+
+_SIMPLIFIED: dict = {}
+SIMPLIFIED_KEPT = 1 << 16  # simplified indices kept (emptied when full)
+
+
+def _simplify_in(ix: Ix, span: Callable[[str], tuple[int, int]]) -> Ix:
     out = Ix.constant(ix.const)
     for t, c in ix.terms:
         if isinstance(t, FloorDiv):
