@@ -175,7 +175,8 @@ def plain_products(x: np.ndarray, w: np.ndarray, dtype: str) -> np.ndarray:
     return (magnitude.sum(axis=1) < float(acc.max) / 4) & ~under.any(axis=1)
 
 
-TABLE = build()
+with np.errstate(all="ignore"):
+    TABLE = build()
 
 
 def same_class(got: np.ndarray, want: np.ndarray, kind: str, terms: int = 1, scale=None) -> np.ndarray:
