@@ -85,12 +85,16 @@ def image(r: Read, kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int] 
     a kernel is priced in every tile order and chunk size, which often choose the same tile, and the
     search forms and prices the same conv's windows in kernel after kernel (ResNet-18: 194,523
     images asked, 10,017 distinct)."""
-    key = (geometry((r,), kernel, tile), shape)
+    return _cached((geometry((r,), kernel, tile), shape), lambda: _image(r, kernel, shape, tile))
+
+
+def _cached(key, work) -> int:
+    """`work()`, remembered under `key` in the images' cache (cleared whole past IMAGE_CACHE entries)."""
     n = _IMAGES.get(key)
     if n is None:
         if len(_IMAGES) > IMAGE_CACHE:
             _IMAGES.clear()
-        n = _IMAGES[key] = _image(r, kernel, shape, tile)
+        n = _IMAGES[key] = work()
     return n
 
 
@@ -240,12 +244,7 @@ def _tile_hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: di
     more of the input than that (a tile of x + transpose(x) reads a row and a column of x, and the
     next tile another row and column: the rows' sum is the input, the columns' too)."""
     key = ("hull", geometry(rs, kernel, tile), shape)  # (cached beside the images, as they are)
-    n = _IMAGES.get(key)
-    if n is None:
-        if len(_IMAGES) > IMAGE_CACHE:
-            _IMAGES.clear()
-        n = _IMAGES[key] = _hulls(rs, kernel, shape, tile)
-    return n
+    return _cached(key, lambda: _hulls(rs, kernel, shape, tile))
 
 
 def _hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int]) -> int:
