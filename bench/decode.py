@@ -73,8 +73,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow to compile)")
     ap.add_argument("--quantized", default="4-bit,int8",
                     help="quantized variants to run beside f32 (stitch and onnxruntime on the same model): 4-bit "
-                         "(MatMulNBitsQuantizer, block 32, symmetric), 4-bit-acc4 (the same at accuracy_level 4: "
-                         "int8 activations), int8 (quantize_dynamic); '' for none")
+                         "(MatMulNBitsQuantizer, block 32, symmetric), int8 (quantize_dynamic); '' for none")
     return ap.parse_args()
 
 
@@ -180,9 +179,7 @@ def export(step, layers: int, example: list) -> bytes:
 def quantize(model: bytes, kind: str) -> bytes:
     """The exported step quantized by onnxruntime's own tools: `4-bit` MatMulNBitsQuantizer (4 bits, blocks
     of 32 along K, symmetric) after replace_gemm_with_matmul (it quantizes MatMul only, and GPT-2's
-    projections export as Gemm); `4-bit-acc4` the same with accuracy_level 4 (activations quantized to int8
-    per block: onnxruntime's and stitch's integer paths); `int8` quantize_dynamic (int8 weights, activations
-    quantized per call)."""
+    projections export as Gemm); `int8` quantize_dynamic (int8 weights, activations quantized per call)."""
     import tempfile
 
     import onnx
@@ -191,10 +188,9 @@ def quantize(model: bytes, kind: str) -> bytes:
     from onnxruntime.quantization.onnx_model import ONNXModel
 
     proto = onnx.load_from_string(model)
-    if kind in ("4-bit", "4-bit-acc4"):
+    if kind == "4-bit":
         ONNXModel(proto).replace_gemm_with_matmul()
-        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=32, is_symmetric=True,
-                                         accuracy_level=4 if kind == "4-bit-acc4" else None)
+        quantizer = MatMulNBitsQuantizer(proto, bits=4, block_size=32, is_symmetric=True)
         quantizer.process()
         return quantizer.model.model.SerializeToString()
     assert kind == "int8", kind
