@@ -61,42 +61,6 @@ CASES = {
 }
 
 
-def quantized_x(k: int) -> str:
-    """x quantized to int8 per block of 32 as the ONNX importer writes it at accuracy_level 4
-    (frontends/onnx_quantized.py): xa = cast(round(x * 127 / max|x|), i8) * (max|x| / 127)."""
-    b = k // 32
-    return f"""  xb = reshape(x, shape=[1, {b}, 32])
-  m = max(abs(xb), axes=[2], keepdims=true)
-  v = mul(xb, where(greater(m, 0.0), div(127.0, m), 0.0))
-  r = sub(add(minimum(where(greater(v, -1024.0), v, -1024.0), 1024.0), 12582912.0), 12582912.0)
-  xq = cast(minimum(maximum(r, -128.0), 127.0), dtype=i8)
-  xa = reshape(mul(cast(xq, dtype=f32), div(m, 127.0)), shape=[1, {k}])
-"""
-
-
-def int8_nibbles(k: int, n: int, zero: str) -> str:
-    """nibbles(), the activation quantized to int8 first: the recognizer's VNNI path."""
-    text = nibbles(k, n, 32, zero)
-    head, body = text.split("\n", 1)
-    return head + "\n" + quantized_x(k) + body.replace("matmul(x,", "matmul(xa,")
-
-
-def int8_bytes(k: int, n: int) -> str:
-    """A u8 weight with the zero point 128, the activation quantized to int8 first."""
-    text = bytes_weight(k, n, 32, "u8").replace("cast(b, dtype=f32)", "sub(cast(b, dtype=f32), 128.0)")
-    head, body = text.split("\n", 1)
-    return head + "\n" + quantized_x(k) + body.replace("matmul(x,", "matmul(xa,")
-
-
-INT8_CASES = {
-    "int8 x nibbles": int8_nibbles(768, 40, "literal"),
-    "int8 x nibbles, a partial group": int8_nibbles(224, 9, "literal"),
-    "int8 x nibbles, zero points": int8_nibbles(256, 37, "tensor"),
-    "int8 x nibbles, no zero point": int8_nibbles(96, 6, "none"),
-    "int8 x u8": int8_bytes(160, 21),
-}
-
-
 def weights(graph, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     out = {}
@@ -126,31 +90,6 @@ def test_the_recognizer_computes_what_the_plain_loops_compute(case, tmp_path, mo
     reference = evaluate(taken.graph, x | values)
     for program in (taken, plain):
         assert differences(program(**x), reference, taken.graph) == [], case
-
-
-@pytest.mark.parametrize("case", sorted(INT8_CASES))
-def test_the_vnni_path_computes_what_the_plain_loops_compute(case, tmp_path, monkeypatch):
-    """An activation quantized to int8 per block (the IR's own ops): integer dot products with VNNI,
-    against the plain loops and the reference; a block whose scale is not one value (x all zero in one
-    block, NaN in another) takes the loops as written."""
-    text = INT8_CASES[case]
-    probe = stitch.compile(text, cache_dir=tmp_path)
-    values = weights(probe.graph, 5)
-    x = {"x": values.pop("x")}
-    taken = stitch.compile(text, weights=values, cache_dir=tmp_path)
-    if AVX512:
-        assert "_mm512_dpbusd_epi32" in taken.native.source_path.read_text(), case
-    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("nibble_dot"))
-    plain = stitch.compile(text, weights=values, cache_dir=tmp_path)
-    assert "dpbusd" not in plain.native.source_path.read_text()
-    zeroed = dict(x=x["x"].copy())
-    zeroed["x"][0, :32] = 0
-    with_nan = dict(x=x["x"].copy())
-    with_nan["x"][0, 40] = np.nan
-    for inputs in (x, zeroed, with_nan):
-        reference = evaluate(taken.graph, inputs | values)
-        for program in (taken, plain):
-            assert differences(program(**inputs), reference, taken.graph) == [], case
 
 
 def test_the_weight_is_read_packed(tmp_path):

@@ -35,13 +35,10 @@ import numpy as np
 from ...engine.schedule.index import Ix, indirect
 from ...lowering.execute import TileRun
 from ...lowering.loops import Accumulate, For, IndexValue, Lit, Load, Op, index_vars, loads
-from ...lowering.matmul import expr_dtype
 from .dot import column_steps, one_row_product
 from .emit import KernelWriter
-from .nibble_vnni import emit_vnni
 
 BLOCK = 32  # k per step: one 16-byte load of nibbles, two of bytes
-INT_BLOCK = 32  # k per block of the int8 activation (one scale each)
 DOT_COLUMNS = 4  # columns summed side by side, sharing A's vectors
 _EVEN = "_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0)"
 _ODD = "_mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)"
@@ -59,7 +56,6 @@ class Plan:
     nibbles: bool
     scale: object
     zero: object | None
-    act: tuple | None = None  # (X, D) where A is cast(X, f32) * D with X an i8: the integer path
     taken: int = 1
 
 
@@ -71,26 +67,9 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     if not (isinstance(k.extent, int) and isinstance(j.extent, int) and k.extent >= BLOCK):
         return None
     for a, b in pairs:
-        act = _int8_activation(w, a) if k.extent >= INT_BLOCK else None
-        plan = _dequantized(w, b, k, j) if act is not None or w.vector_expr(a, k.var) is not None else None
-        if plan is not None and act is not None and w.buffers[plan[0].buffer].dtype == "u8":
-            return Plan(k, j, acc, a, b, *plan, act=act)
-        if plan is not None and w.vector_expr(a, k.var) is not None:
+        plan = _dequantized(w, b, k, j) if w.vector_expr(a, k.var) is not None else None
+        if plan is not None:
             return Plan(k, j, acc, a, b, *plan)
-    return None
-
-
-def _int8_activation(w: KernelWriter, a) -> tuple | None:
-    """(X, D) where A is `cast(X, f32) * D` (either order) with X an i8 expression and D an f32 one: an
-    activation quantized to int8 (the ONNX importer writes it so at MatMulNBits' accuracy_level 4). That
-    D is one value per block of INT_BLOCK k is checked at run time."""
-    if not (isinstance(a, Op) and a.op == "mul" and a.dtype == "f32"):
-        return None
-    for x, d in (a.args, a.args[::-1]):
-        if (isinstance(x, Op) and x.op == "cast" and x.dtype == "f32" and len(x.args) == 1
-                and expr_dtype(x.args[0], lambda n: w.buffers[n].dtype) == "i8"
-                and expr_dtype(d, lambda n: w.buffers[n].dtype) == "f32"):
-            return x.args[0], d
     return None
 
 
@@ -199,13 +178,6 @@ def _evaluate(e, var: str, ks: np.ndarray):
 
 
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
-    if plan.act is not None:
-        emit_vnni(w, plan, pad)
-        return
-    _emit_f32(w, plan, pad)
-
-
-def _emit_f32(w: KernelWriter, plan: Plan, pad: str) -> None:
     """Blocks of DOT_COLUMNS columns, then the columns left over one at a time; in each, the whole
     blocks of k unpacked in registers, then k's leftover elements as written."""
     k, j = plan.k, plan.j
