@@ -197,13 +197,8 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
             ends.append(end)
         # the first of equals (one end: nothing to compare, no whole program to build)
         state = ends[0] if len(ends) == 1 else min(ends, key=lambda end: order_key(space.price(end.choice)[0]))
-        state.fine = True  # then hold fused values another way where it pays, and fuse again where
-        # that opens a move (a softmax's exp, once held for the tile, joins its sum and division)
-        for _ in range(GREEDY_ROUNDS):
-            if not _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1):
-                break
-            if not _first_improvement(state, lambda: list(reversed(state.roots)) + shared_inputs, by_sig, 1):
-                break
+        state.fine = True  # then hold fused values another way where it pays
+        _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1)
     cost, schedule = space.price(state.choice)
     return SearchResult(state.choice, schedule, cost, space.evaluated, False)
 
@@ -218,20 +213,16 @@ def _steepest_descent(state: _State, shared_inputs: list[str], by_sig) -> None:
         state.take(min(moves, key=lambda m: m.delta))
 
 
-def _first_improvement(state: _State, producers, by_sig, rounds: int) -> bool:
-    """Passes over `producers()`, each taking every paying move as it meets it (`rounds` at most);
-    whether any move was taken."""
-    moved = False
+def _first_improvement(state: _State, producers, by_sig, rounds: int) -> None:
+    """Passes over `producers()`, each taking every paying move as it meets it (`rounds` at most)."""
     for _ in range(rounds):
         improved = False
         # outputs too: fused into its consumers, an output is stored by the kernel that computes it
         for producer in producers():
             if state.try_fuse(producer, by_sig):
                 improved = True
-        moved = moved or improved
         if not improved:
-            break
-    return moved
+            return
 
 
 class _State:
@@ -400,18 +391,14 @@ class _State:
         trial = None  # (the choice copied at the first change: most sibling trials change nothing)
         changed = set()
         kernel = self.kernel_of.get(producer)
-        readers = dict.fromkeys(self.readers.get(producer, ()))
-        # readers that another reader reads from global memory (a softmax's `sum(e)` beside
-        # `e / sum(e)`): with `siblings` both join the producer's kernel in one move
-        diamond = {v for c in readers for g, v in space.signature(self.choice[c])[2] if g and v in readers}
-        for consumer in readers:
+        for consumer in dict.fromkeys(self.readers.get(producer, ())):
             node = self.choice[consumer]
             op, attrs, edges = space.signature(node)
             together = {producer}
             if siblings:
-                together |= {v for g, v in edges if g and v != producer and v not in space.params
-                             and ((kernel is not None and self.kernel_of.get(v) is kernel) or v in diamond)}
-                if len(together) == 1 and consumer not in diamond:
+                together |= {v for g, v in edges if g and v != producer and kernel is not None
+                             and self.kernel_of.get(v) is kernel and v not in space.params}
+                if len(together) == 1:
                     continue
             fused = tuple((False, v) if v in together else (g, v) for g, v in edges)
             if fused == edges and not self._keeps(consumer, node, producer):
