@@ -61,8 +61,7 @@ TWINS = [
     Twin("matmul", "func f(a: f32[32, 64], b: f32[64, 48]) -> f32[32, 48] { return matmul(a, b) }",
          re.escape("(a0, b0, c0_0)"), False),
     Twin("dot", "func f(q: f32[4, 1, 64], k: f32[4, 40, 64]) -> f32[4, 1, 40] {\n"
-         "  return matmul(q, transpose(k, perm=[0, 2, 1]))\n}\n", re.escape("_mm512_reduce_add_ps((__m512)s0)"),
-         False, avx512=True),
+         "  return matmul(q, transpose(k, perm=[0, 2, 1]))\n}\n", re.escape("st_hsum_f32(s0)"), False),
     Twin("nibble_dot", "func f(x: f32[1, 64], b: u8[24, 64], s: f32[24, 2]) -> f32[1, 24] {\n"
          "  sc = reshape(broadcast_to(reshape(s, shape=[24, 2, 1]), shape=[24, 2, 32]), shape=[24, 64])\n"
          "  return matmul(x, transpose(mul(sub(cast(b, dtype=f32), 128.0), sc), perm=[1, 0]))\n}\n",

@@ -6,9 +6,10 @@ STATEMENTS recognizer).
 with B's reads contiguous along k and far apart along j (a decoder step's query against its keys,
 `q . k^T`, the keys read where they are: engine/schedule/kernel.py, `read_along_sum`). As written,
 every k walks all the columns of B a row apart (a 256-byte stride for 64-wide heads); here every
-column j is one dot product along its contiguous run: DOT_COLUMNS columns at a time, each a 16-lane
-vector sum over k, added across lanes once, then C[.., j] += it. The sum's order differs from the
-loops as written (as the matmul micro-kernel's does): within the reference's tolerance.
+column j is one dot product along its contiguous run: DOT_COLUMNS columns at a time, each a vector
+sum over k (16 lanes on AVX-512, 8 on AVX2), added across lanes once, then C[.., j] += it. The
+sum's order differs from the loops as written (as the matmul micro-kernel's does): within the
+reference's tolerance.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from ...lowering.matmul import contiguous_in, expr_uses, uses_var
 from .emit import KernelWriter
 from .split import open_cut, replace_in, select_on
 
-LANES = 16  # an st_vf32
 DOT_COLUMNS = 4  # columns summed side by side (their loads in flight together)
 
 
@@ -31,17 +31,19 @@ class Plan:
     acc: Accumulate
     a: object  # the factor without j
     a_vec: str
-    # B as a tree: ("piece", B over some columns, its 16-lane C), or ("cut", a concat's select along
+    # B as a tree: ("piece", B over some columns, its vector C), or ("cut", a concat's select along
     # j, the tree of its low side, the tree of its high side): each piece its own columns
     b: tuple
     taken: int = 1
 
 
-def one_row_product(w: KernelWriter, stmt, dtype: str = "f32") -> tuple[For, For, Accumulate, list[tuple]] | None:
+def one_row_product(w: KernelWriter, stmt, dtype: str = "f32",
+                    vector_bytes: int = 64) -> tuple[For, For, Accumulate, list[tuple]] | None:
     """(k, j, the accumulation, its (A, B) factor pairs) where `stmt` is
-    `for k reduce { for j { C[.., j] += A(k) * B(j, k) } }` in `dtype` with AVX-512 (this module's
-    shape and nibble_dot.py's in f32, int_dot.py's in i32); else None."""
-    if w.vector_bytes < 64:
+    `for k reduce { for j { C[.., j] += A(k) * B(j, k) } }` in `dtype` with vectors of at least
+    `vector_bytes` (this module's shape from AVX2's 32 on; nibble_dot.py's in f32 and int_dot.py's in
+    i32 with AVX-512's 64); else None."""
+    if w.vector_bytes < vector_bytes:
         return None
     k = stmt
     if not (isinstance(k, For) and k.kind == "reduce" and len(k.body) == 1):
@@ -73,7 +75,7 @@ def column_steps(pad: str, end, steps: list[tuple[int, list[str]]]) -> list[str]
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
-    shape = one_row_product(w, stmts[at])
+    shape = one_row_product(w, stmts[at], vector_bytes=32)
     if shape is None:
         return None
     k, j, acc, pairs = shape
@@ -86,7 +88,7 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
 
 def _pieces(w: KernelWriter, b, k: str, j: str) -> tuple | None:
     """B's tree (`Plan.b`), cut at each concat along j (targets/c/split.py's selects); None where a
-    piece does not read along k or has no 16-lane form."""
+    piece does not read along k or has no vector form."""
     sel = select_on(b, j)
     if sel is not None:
         low, high = _pieces(w, replace_in(b, sel, sel.low), k, j), _pieces(w, replace_in(b, sel, sel.high), k, j)
@@ -126,18 +128,19 @@ def _columns(w: KernelWriter, plan: Plan, pad: str, first, end, target: str, a_o
              n_k) -> None:
     """Columns first .. end - 1, DOT_COLUMNS at a time, then one at a time."""
     k, j = plan.k, plan.j
+    lanes = w.vector_bytes // 4  # an st_vf32's
 
     def columns(count: int, first: str) -> list[str]:
         p = pad + "  "
         out = [f"{p}st_vf32 {', '.join(f's{c} = st_bcast_f32(0.0f)' for c in range(count))};",
                f"{p}int64_t {k.var} = 0;",
-               f"{p}for (; {k.var} + {LANES} <= {n_k}; {k.var} += {LANES}) {{",
+               f"{p}for (; {k.var} + {lanes} <= {n_k}; {k.var} += {lanes}) {{",
                f"{p}  const st_vf32 a = {plan.a_vec};"]
         for c in range(count):
             out.append(f"{p}  {{ const int64_t {j.var} = {first} + {c}; s{c} += a * {b_vec}; }}")
         out.append(f"{p}}}")
         for c in range(count):
-            out.append(f"{p}{{ const int64_t {j.var} = {first} + {c}; float t = _mm512_reduce_add_ps((__m512)s{c});")
+            out.append(f"{p}{{ const int64_t {j.var} = {first} + {c}; float t = st_hsum_f32(s{c});")
             out.append(f"{p}  for (int64_t {k.var}_1 = {k.var}; {k.var}_1 < {n_k}; ++{k.var}_1) {{ "
                        f"const int64_t {k.var} = {k.var}_1; t += {a_one} * {b_one}; }}")
             out.append(f"{p}  {target} += t; }}")

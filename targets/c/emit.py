@@ -26,7 +26,7 @@ from typing import Any
 from ...engine.schedule.index import FloorDiv, Mod, affine
 from ...lowering.loops import Buffer, Checked, For, IndexValue, Ix, Lit, Load, LoopKernel, Op, Select, Store, flat_index
 from ...lowering.matmul import expr_dtype, flat_coef
-from .ops import literal, scalar_op, vector_op
+from .ops import EXPONENTIALS, literal, scalar_op, vector_op
 from .prelude import C_TYPES
 
 PROTO = '__attribute__((visibility("hidden")))'
@@ -200,7 +200,8 @@ class KernelWriter:
         return literal(e.value, e.dtype)
 
     def vector_expr(self, e, var: str) -> str | None:
-        """C for `e` on 16 consecutive iterations of `var` (an st_vf32), or None if it has no such form.
+        """C for `e` on consecutive iterations of `var`, one st_vf32 (16 lanes on AVX-512, 8 on AVX2),
+        or None if it has no such form (exp, sigmoid and tanh have one on AVX-512 only: vector_math.h).
         An op read more than once is computed once into a temporary, as `expr` does."""
         if not isinstance(e, Op):
             return self.vector_operand(e, var)
@@ -209,7 +210,9 @@ class KernelWriter:
         decls = []
         for n, op in order:
             args = [text[canon[id(a)]] if isinstance(a, Op) else self.vector_operand(a, var) for a in op.args]
-            if op.dtype != "f32" or None in args or (value := vector_op(op.op, args)) is None:
+            if op.dtype != "f32" or None in args or (self.vector_bytes != 64 and op.op in EXPONENTIALS):
+                return None
+            if (value := vector_op(op.op, args)) is None:
                 return None
             text[n] = value
             if uses.get(n, 0) > 1:
@@ -219,14 +222,23 @@ class KernelWriter:
         return f"({{ {' '.join(decls)} {body}; }})" if decls else body
 
     def vector_operand(self, e, var: str) -> str | None:
-        """A literal, or a load contiguous in `var` or invariant in it, on 16 iterations; else None."""
+        """A literal, or a load contiguous in `var` or invariant in it, on an st_vf32's iterations; else None."""
         if isinstance(e, Lit) and e.dtype == "f32":
             return f"st_bcast_f32({literal(e.value, e.dtype)})"
         if not isinstance(e, Load):
             return None
         b = self.buffers[e.buffer]
-        if b.dtype != "f32" or not all(affine(ix) for ix in e.index):
+        if b.dtype != "f32":
             return None
+        if not all(affine(ix) for ix in e.index):
+            # a read through a reshape (`x[r // 64, r % 64]` of an [n, 64] buffer) whose address is
+            # affine once flattened (`x[r]`): a contiguous or invariant read all the same
+            flat = self.flat_index(e.buffer, e.index)
+            if not affine(flat):
+                return None
+            step = flat.coef(var)
+            return self.lanes_at(e.buffer, e.index) if step == 1 else (
+                f"st_bcast_f32({self.access(e.buffer, e.index)})" if step == 0 else None)
         step = flat_coef(e.index, var, b.shape)
         if step == 1:
             return self.lanes_at(e.buffer, e.index)

@@ -89,6 +89,28 @@ def _typedefs(width: int, full: int) -> str:
         out.append("#endif\n")
     for t, c, name, fma in integer:  # (wraps: the C is compiled with -fwrapv)
         out.append(f"static inline {name} {fma}({c} a, {name} b, {name} c) {{ return a * b + c; }}\n")
+    if width == full:
+        out.append(_lane_helpers(width))
+    return "".join(out)
+
+
+def _lane_helpers(width: int) -> str:
+    """st_hsum_f32 (an st_vf32's lanes added: vreduce's order on AVX-512, halves added pairwise
+    elsewhere) and, below AVX-512 (vector_math.h has its own), st_bcast_f32 (a float on every lane):
+    what the recognizers written for any width (dot.py) use."""
+    lanes = width // 4
+    pairwise = (f"  float t[{lanes}];\n  memcpy(t, &v, sizeof t);\n"
+                f"  for (int h = {lanes // 2}; h >= 1; h /= 2)\n    for (int i = 0; i < h; ++i) t[i] += t[i + h];\n"
+                "  return t[0];\n")
+    out = ["static inline float st_hsum_f32(st_vf32 v) {\n"]
+    if width == 64:
+        out += ["#if defined(__AVX512F__)\n  return _mm512_reduce_add_ps((__m512)v);\n#else\n", pairwise, "#endif\n"]
+    else:
+        out.append(pairwise)
+    out.append("}\n")
+    if width != 64:
+        every = ", ".join(["a"] * lanes)
+        out.append(f"static inline st_vf32 st_bcast_f32(float a) {{ return (st_vf32){{{every}}}; }}\n")
     return "".join(out)
 
 
