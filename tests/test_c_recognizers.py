@@ -90,6 +90,7 @@ TWINS = [
     Twin("pipelined_passes", LOG_SUM_EXP, re.escape("const int st_on0"), True, avx512=True),
     Twin("split_outer", PADDED, r"for \(int64_t (p\d) = cut_\1_\d+; \1 < cut_\1_\d+; \+\+\1\) \{", True),
     Twin("transpose_middle", PADDED, r"for \(int64_t p2 = [^\n]*\{\n *for \(int64_t p1 = 0", True),
+    Twin("strided_row", PADDED, re.escape("st_gatherv_f32(&"), True),
     Twin("prefetch", (EXAMPLES / "layernorm_large.ir").read_text().replace("64, 256]", "8, 256]"),
          re.escape("3); __builtin_prefetch(&b_x["), True),
 ]

@@ -6,6 +6,7 @@
   operator, as `string.Template`s filled once per dtype (`${t}` the C type, `${d}` the dtype name);
 - vector_math.h: st_expf and st_tanhf on 16 lanes (AVX-512), and the partial-line stores beside
   non-temporal ones (`vector_loop`, `summed_row`, `pipelined_rows`);
+- strided_row.h: a gather and the NaN-aware max and min on one st_vf32, AVX2's or AVX-512's (strided_row.py);
 - runner.h / runner.c: how tiles reach the runtime (targets/runtime.c's stitch_rt_run has this
   signature): bound by stitch_bind when the library is loaded; compiled on its own, the file runs
   every tile on the calling thread with one scratch block per call;
@@ -31,6 +32,7 @@ def _read(name: str) -> str:
 
 PRELUDE_HEAD = _read("prelude.h")
 VECTOR_EXP = _read("vector_math.h")
+STRIDED_ROW = _read("strided_row.h")
 RUNNER = _read("runner.h")
 RUNNER_DEFINITION = _read("runner.c")
 PROFILE = _read("profile.h")

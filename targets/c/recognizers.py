@@ -26,6 +26,7 @@ from . import (
     split,
     split_outer,
     stream,
+    strided_row,
     summed_row,
     transpose,
     transpose_middle,
@@ -54,6 +55,7 @@ RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer("stream", Stage.STATEMENTS, stream.match, stream.emit),
     Recognizer("pipelined_rows", Stage.STATEMENTS, pipelined_rows.match, pipelined_rows.emit),
     Recognizer("pipelined_passes", Stage.STATEMENTS, pipelined_passes.match, pipelined_passes.emit),
+    Recognizer("strided_row", Stage.STATEMENTS, strided_row.match, strided_row.emit),
     Recognizer("prefetch", Stage.BEFORE_LOOP, prefetch.match, prefetch.emit),
 )
 NAMES = tuple(r.name for r in RECOGNIZERS)

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ...lowering.loops import Accumulate, Checked, For, Ix, Op, Select, Store, index_vars
+from . import strided_row
 from .emit import KernelWriter
 
 
@@ -36,6 +37,10 @@ def pieces(w: KernelWriter, loop: For, leaf, start: str, end: str, pad: str) -> 
     """`loop` over start..end-1, cut where its first select changes sides, each piece cut again."""
     sel = select_on(leaf.value, loop.var)
     if sel is None:
+        value = strided_row.vector_row(w, loop, leaf) if strided_row.enabled(w) else None
+        if value is not None:  # a piece reading along another axis: in gathers
+            w.lines += strided_row.row_lines(w, loop.var, leaf, value, start, end, pad)
+            return
         w.lines.append(f"{pad}for (int64_t {loop.var} = {start}; {loop.var} < {end}; ++{loop.var}) " + w.leaf(leaf))
         return
     cut = open_cut(w, sel, loop.var, start, end, pad)
