@@ -16,11 +16,12 @@ looked up in a table of the block's 16 weights ((level - Z) * S, made once per b
 reads a lane's low 4 bits as the index) and multiplied into A's even and odd elements (A's 32
 values loaded and split once per block for DOT_COLUMNS columns). Each weight is the value the
 loops compute, (cast(Q) - Z) * S rounded as they round it; 8-bit elements are converted, the zero
-point subtracted, and the block's sum scaled once: C[.., j] += sum over blocks of S * sum of (Q - Z) * A. The dequantized weight never reaches
-memory, and the product reads half a byte per element. The order of the sum and where the scale
-multiplies differ from the loops as written (as the matmul micro-kernel's order does): within the
-reference's tolerance. Columns left over and k beyond the last whole block run the plain
-expression.
+point subtracted, and the block's sum scaled once: C[.., j] += sum over blocks of S * sum of (Q - Z) * A.
+With AVX2's 8 lanes (no 16-entry table lookup) nibbles are converted too (`_emit_avx2`). The
+dequantized weight never reaches memory, and the product reads half a byte per element. The order
+of the sum and where the scale multiplies differ from the loops as written (as the matmul
+micro-kernel's order does): within the reference's tolerance. Columns left over and k beyond the
+last whole block run the plain expression.
 
 Where it applies is the plan's choice (engine/schedule/kernel.py, `read_along_sum`: such a weight
 is not packed); tests/test_c_nibble_dot.py holds it to its plain-loop twin.
@@ -60,7 +61,7 @@ class Plan:
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
-    shape = one_row_product(w, stmts[at])
+    shape = one_row_product(w, stmts[at], vector_bytes=32)
     if shape is None:
         return None
     k, j, acc, pairs = shape
@@ -210,8 +211,8 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
                 out += [f"{p}    const __m512i q = {widen}(_mm_loadu_si128((const __m128i *)({bytes_at})));",
                         f"{p}    const __m512 tab = _mm512_mul_ps({level}, _mm512_set1_ps({scale}));",
                         f"{p}    s{c} = (st_vf32)_mm512_fmadd_ps(_mm512_permutexvar_ps(q, tab), x0, (__m512)s{c});",
-                        f"{p}    t{c} = (st_vf32)_mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab), x1, "
-                        f"(__m512)t{c}); }}"]
+                        f"{p}    t{c} = (st_vf32)_mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), tab), "
+                        f"x1, (__m512)t{c}); }}"]
                 continue
             out += [f"{p}    st_vf32 lo = (st_vf32)_mm512_cvtepi32_ps({widen}(_mm_loadu_si128("
                     f"(const __m128i *)({bytes_at}))));",
@@ -219,8 +220,8 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
                     f"(const __m128i *)({bytes_at} + 16))));"]
             if zero is not None:
                 out.append(f"{p}    {{ const st_vf32 z = st_bcast_f32({zero}); lo -= z; hi -= z; }}")
-            out.append(f"{p}    s{c} = (st_vf32)_mm512_fmadd_ps(_mm512_fmadd_ps((__m512)lo, (__m512)x0, (__m512)(hi * x1)), "
-                       f"_mm512_set1_ps({scale}), (__m512)s{c}); }}")
+            out.append(f"{p}    s{c} = (st_vf32)_mm512_fmadd_ps(_mm512_fmadd_ps((__m512)lo, (__m512)x0, "
+                       f"(__m512)(hi * x1)), _mm512_set1_ps({scale}), (__m512)s{c}); }}")
         out.append(f"{p}}}")
         for c in range(count):
             total = f"s{c} + t{c}" if plan.nibbles else f"s{c}"
@@ -230,7 +231,76 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
             out.append(f"{p}  {target} += t; }}")
         return out
 
+    if w.vector_bytes == 32:
+        _emit_avx2(w, plan, pad, loops)
+        return
     w.lines.append(f"{pad}{{ int64_t st_j = 0;")
     w.lines += column_steps(pad, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, pad + "  ")),
                                             (1, columns(1, pad + "  "))])
     w.lines.append(f"{pad}}}")
+
+
+def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
+    """The same walk in 8-lane vectors (AVX2 has no 16-entry vpermps): a block's 32 k are four
+    vectors of A (deinterleaved into even and odd k for nibbles), each column's 16 bytes two widening
+    loads of 8, every element converted, and the block's sum sum((Q - Z) * A) made as
+    sum(Q * A) - Z * sum(A) (A's block sum made once for all the columns), then scaled once:
+    C[.., j] += sum over blocks of S * that. Without AVX2 and FMA, the loops as written."""
+    k, j = plan.k, plan.j
+    n_k, whole = k.extent, k.extent - k.extent % BLOCK
+    target = w.access(plan.acc.buffer, plan.acc.index)
+    a_vec = w.vector_expr(plan.a, k.var)
+    signed = w.buffers[plan.source.buffer].dtype == "i8"
+    bytes_at = f"(const {'int8_t' if signed else 'uint8_t'} *)&{w.access(plan.source.buffer, plan.source.index)}"
+    widen = "_mm256_cvtepi8_epi32" if signed else "_mm256_cvtepu8_epi32"
+    scale, zero = w.expr(plan.scale), (w.expr(plan.zero) if plan.zero is not None else None)
+    a_one, b_one = w.expr(plan.a), w.expr(plan.b)
+
+    def load(at: str) -> str:  # 8 bytes widened to 8 int32 lanes
+        return f"{widen}(_mm_loadl_epi64((const __m128i *)({bytes_at} + {at})))"
+
+    def columns(count: int, p: str) -> list[str]:
+        out = [f"{p}__m256 {', '.join(f's{c} = _mm256_setzero_ps()' for c in range(count))};",
+               f"{p}for (int64_t st_k = 0; st_k < {whole}; st_k += {BLOCK}) {{",
+               f"{p}  __m256 a0, a1, a2, a3;"]
+        out += [f"{p}  {{ const int64_t {k.var} = st_k + {8 * i}; a{i} = (__m256)({a_vec}); }}" for i in range(4)]
+        if plan.nibbles:  # x0, x1: the even and odd k of the first 16 (the low and high nibbles of bytes 0-7)
+            for x, (lo, hi, imm) in enumerate([(0, 1, "0x88"), (0, 1, "0xDD"), (2, 3, "0x88"), (2, 3, "0xDD")]):
+                out.append(f"{p}  const __m256 x{x} = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd("
+                           f"_mm256_shuffle_ps(a{lo}, a{hi}, {imm})), 0xD8));")
+        else:
+            out += [f"{p}  const __m256 x{x} = a{x};" for x in range(4)]
+        if zero is not None:
+            out.append(f"{p}  const __m256 xs = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));")
+        for c in range(count):
+            out.append(f"{p}  {{ const int64_t {j.var} = st_j + {c}; const int64_t {k.var} = st_k;")
+            if plan.nibbles:
+                out += [f"{p}    const __m256i q0 = {load(0)}, q1 = {load(8)}, m = _mm256_set1_epi32(15);",
+                        f"{p}    __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(q0, m)), x0);",
+                        f"{p}    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(q0, 4)), x1);",
+                        f"{p}    u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(q1, m)), x2, u);",
+                        f"{p}    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(q1, 4)), x3, v);"]
+            else:
+                out += [f"{p}    __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps({load(0)}), x0);",
+                        f"{p}    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps({load(8)}), x1);",
+                        f"{p}    u = _mm256_fmadd_ps(_mm256_cvtepi32_ps({load(16)}), x2, u);",
+                        f"{p}    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps({load(24)}), x3, v);"]
+            if zero is not None:
+                out.append(f"{p}    u = _mm256_fnmadd_ps(_mm256_set1_ps({zero}), xs, u);")
+            out.append(f"{p}    s{c} = _mm256_fmadd_ps(_mm256_add_ps(u, v), _mm256_set1_ps({scale}), s{c}); }}")
+        out.append(f"{p}}}")
+        for c in range(count):
+            out.append(f"{p}{{ const int64_t {j.var} = st_j + {c}; float t = st_hsum_f32((st_vf32)s{c});")
+            if whole < n_k:
+                out.append(f"{p}  for (int64_t {k.var} = {whole}; {k.var} < {n_k}; ++{k.var}) t += {a_one} * {b_one};")
+            out.append(f"{p}  {target} += t; }}")
+        return out
+
+    w.lines.append("#if defined(__AVX2__) && defined(__FMA__)")
+    w.lines.append(f"{pad}{{ int64_t st_j = 0;")
+    w.lines += column_steps(pad, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, pad + "  ")),
+                                            (1, columns(1, pad + "  "))])
+    w.lines.append(f"{pad}}}")
+    w.lines.append("#else")
+    w.plain(k, len(pad) // 2, loops)
+    w.lines.append("#endif")
