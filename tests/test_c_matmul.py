@@ -4,7 +4,6 @@ every form equal to the reference."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import stitch
@@ -12,11 +11,6 @@ from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
 from stitch.targets import cpu
 from stitch_testing import needs_cc
-
-
-
-
-
 
 MATMULS = [
     "func f(a: {t}[{i}, {k}], b: {t}[{k}, {j}]) -> {t}[{i}, {j}] {{ return matmul(a, b) }}",
@@ -50,8 +44,8 @@ def test_a_computed_a_too_long_for_the_stack_is_precomputed_one_chunk_of_k_at_a_
     k): the micro-kernel still runs, precomputing A for one chunk of k after the other (the last
     chunk short), the sums carried in the accumulator between chunks."""
     monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: vector_bytes)
-    f = stitch.compile(f"func f(a: {t}[9, {k}], b: {t}[{k}, 24]) -> {t}[9, 24] {{ return matmul(exp(mul(a, 0.01)), b) }}",
-                       cache_dir=cache)
+    f = stitch.compile(f"func f(a: {t}[9, {k}], b: {t}[{k}, 24]) -> {t}[9, 24] {{ "
+                       f"return matmul(exp(mul(a, 0.01)), b) }}", cache_dir=cache)
     source = f.native.source_path.read_text()
     assert f"st_vf{t[1:]} c0_0" in source and "st_k0 += " in source
     inputs = random_inputs(f.graph, 5)
@@ -144,7 +138,8 @@ def test_a_product_prefetches_the_next_block_of_a_weight_laid_out_at_bind(k, j, 
 
     target = tmp_path / "small.toml"
     target.write_text(target_text(onchip_bytes=65536, name='"small"'))  # 4 tiles of 64 columns, 8 chunks of K
-    text = f"func f(a: f32[24, {k}], b: f32[{k}, {j}], r: f32[24, {j}]) -> f32[24, {j}] {{ return add(matmul(a, b), r) }}"
+    text = (f"func f(a: f32[24, {k}], b: f32[{k}, {j}], r: f32[24, {j}]) -> f32[24, {j}] {{ "
+            f"return add(matmul(a, b), r) }}")
     inputs = random_inputs(stitch.compile(text, target=str(target), cache_dir=cache).graph, 5)
     weights = {"b": inputs.pop("b")} if bound else {}
     f = stitch.compile(text, target=str(target), cache_dir=cache, weights=weights)
@@ -261,3 +256,24 @@ def test_a_computed_as_leftover_columns_read_it_precomputed(cache, monkeypatch):
     (got,), (want,) = taken(**inputs), plain(**inputs)
     assert got[:, 16:].tobytes() == want[:, 16:].tobytes()
     assert compare(got, evaluate(taken.graph, inputs)[0]) == ""
+
+
+@needs_cc
+@pytest.mark.parametrize("vector_bytes, vectors", [(16, 12), (32, 6), (64, 3)])
+@pytest.mark.parametrize("bound", [True, False])
+def test_a_product_of_one_row_reads_a_whole_panel_per_k(vector_bytes, vectors, bound, cache, monkeypatch):
+    """A product of one row (a decoder step's) holds one sum per vector and nothing else: at every
+    vector width its register block spans one panel of the widest vectors (48 f32, lowering/panels.py),
+    so a weight laid out in panels streams in one contiguous pass, not one pass per narrower block
+    reading every third cache line. The values are the reference's, the weight bound or an input."""
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: vector_bytes)
+    rng = np.random.default_rng(vectors)
+    w = rng.standard_normal((96, 192)).astype(np.float32)
+    text = "func f(x: f32[1, 96], w: f32[96, 192]) -> f32[1, 192] { return matmul(x, w) }"
+    f = stitch.compile(text, cache_dir=cache, weights={"w": w} if bound else None)
+    source = f.native.source_path.read_text()
+    assert f"c0_{vectors - 1} = st_fma_f32" in source and f"c0_{vectors} = st_fma_f32" not in source
+    x = rng.standard_normal((1, 96)).astype(np.float32)
+    inputs = {"x": x} if bound else {"x": x, "w": w}
+    (got,), (want,) = f(**inputs), evaluate(f.graph, {"x": x, "w": w})
+    assert compare(got, want) == ""

@@ -32,6 +32,7 @@ from ...engine.schedule.machine import (
     MICRO_ROWS,
     MICRO_VECTORS,
     NARROWEST_VECTOR_BYTES,
+    PANEL_VECTOR_BYTES,
     panel_vectors,
     reads_left_in_place,
 )
@@ -132,6 +133,8 @@ def render_matmul(nest: MatmulNest, kernel: KernelWriter, pad: str, dtype: str, 
     lanes = vec.lanes
     registers = 32 if vector_bytes >= 64 else 16
     nv = block_vectors(planned(nest.j.extent) // lanes, registers)  # (a number: vectors unrolled)
+    if planned(nest.i.extent) == 1:
+        nv = one_row_vectors(planned(nest.j.extent), nv, width, registers, dtype_bytes(dtype))
     mr = max(1, min(MAX_ROWS, planned(nest.i.extent), (registers - nv - 2) // nv))  # (a number: rows unrolled)
     n_i = nest.i.extent
     lines = [f"{pad}{{ const int64_t {', '.join(f'{u} = 0' for u in nest.units)};"] if nest.units else []
@@ -247,6 +250,20 @@ def block_vectors(vectors: int, registers: int) -> int:
     if registers < 32 or vectors < MICRO_VECTORS:
         return max(1, min(registers // 8, vectors))
     return panel_vectors(vectors)  # (the cost model's panels and lowering/panels.py's are this wide)
+
+
+def one_row_vectors(columns: int, vectors: int, vector_bytes: int, registers: int, element_bytes: int) -> int:
+    """Vectors across the register block of a product of one row, whose block holds nothing but one sum
+    per vector: the columns of one panel of the widest vectors (lowering/panels.py lays bound weights
+    out so), whatever this machine's vectors, so the block reads a panel's rows whole and its weight
+    streams in one contiguous pass. With 16 registers the rows' block is narrower than a panel, and a
+    decoder step's weights were read in one pass per block, each touching a cache line of every few
+    (8-lane vectors in a panel of 48 f32: three passes), well below a plain read's bandwidth
+    (docs/perf/2026-11-28-decode.md, "evening"). `vectors` is the block's width otherwise."""
+    lanes = PANEL_VECTOR_BYTES // element_bytes
+    wide = panel_vectors(columns // lanes) if columns % lanes == 0 else MICRO_VECTORS
+    span = wide * PANEL_VECTOR_BYTES // vector_bytes
+    return max(1, min(columns * element_bytes // vector_bytes, max(vectors, span), registers - 4))
 
 
 @dataclass(frozen=True)
