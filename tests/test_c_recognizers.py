@@ -49,6 +49,15 @@ PADDED = ("func f(y: f32[1, 400, 32], b: f32[32, 1, 1], z1: f32[1, 32, 1, 20], z
           "  p = concat(z1, minimum(maximum(add(x, b), 0.0), 6.0), z1, axis=2)\n"
           "  return concat(z2, p, z2, axis=3)\n}\n")
 
+# a depthwise 3x3 conv over a padded 40 x 40 plane, as the ONNX importer writes it: its rows of positions
+DEPTHWISE = ("func f(x: f32[1, 8, 42, 42], w: f32[8, 1, 3, 1, 3]) -> f32[1, 8, 40, 40] {\n  r = concat("
+             + ", ".join(f"reshape(slice(x, axes=[2], starts=[{i}], ends=[{40 + i}]), shape=[1, 8, 40, 1, 42])"
+                         for i in range(3))
+             + ", axis=3)\n  return sum(mul(concat("
+             + ", ".join(f"reshape(slice(r, axes=[4], starts=[{i}], ends=[{40 + i}]), shape=[1, 8, 40, 3, 40, 1])"
+                         for i in range(3))
+             + ", axis=5), w), axes=[3, 5])\n}\n")
+
 TWINS = [
     Twin("read_order", "func t(x: f32[1, 40, 48], b: f32[1, 48, 1]) -> f32[1, 48, 40] {\n"
          "  return erf(add(mul(transpose(x, perm=[0, 2, 1]), 0.5), b))\n}\n",
@@ -91,6 +100,7 @@ TWINS = [
     Twin("split_outer", PADDED, r"for \(int64_t (p\d) = cut_\1_\d+; \1 < cut_\1_\d+; \+\+\1\) \{", True),
     Twin("transpose_middle", PADDED, r"for \(int64_t p2 = [^\n]*\{\n *for \(int64_t p1 = 0", True),
     Twin("strided_row", PADDED, re.escape("st_gatherv_f32(&"), True),
+    Twin("row_segments", DEPTHWISE, re.escape("st_s = st_e"), True),
     Twin("prefetch", (EXAMPLES / "layernorm_large.ir").read_text().replace("64, 256]", "8, 256]"),
          re.escape("3); __builtin_prefetch(&b_x["), True),
 ]
