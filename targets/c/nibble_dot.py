@@ -245,7 +245,11 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
     vectors of A (deinterleaved into even and odd k for nibbles), each column's 16 bytes two widening
     loads of 8, every element converted, and the block's sum sum((Q - Z) * A) made as
     sum(Q * A) - Z * sum(A) (A's block sum made once for all the columns), then scaled once:
-    C[.., j] += sum over blocks of S * that. Without AVX2 and FMA, the loops as written."""
+    C[.., j] += sum over blocks of S * that. While a group of columns is summed, the next group's
+    bytes are prefetched, as many per block as the group reads (weights bound row after row): the
+    hardware's prefetch lags four rows read a few bytes at a time when the weights come from the
+    last-level cache, as in a decoder step (one product run again and again does not show it).
+    Without AVX2 and FMA, the loops as written."""
     k, j = plan.k, plan.j
     n_k, whole = k.extent, k.extent - k.extent % BLOCK
     target = w.access(plan.acc.buffer, plan.acc.index)
@@ -263,6 +267,12 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
         out = [f"{p}__m256 {', '.join(f's{c} = _mm256_setzero_ps()' for c in range(count))};",
                f"{p}for (int64_t st_k = 0; st_k < {whole}; st_k += {BLOCK}) {{",
                f"{p}  __m256 a0, a1, a2, a3;"]
+        if count > 1:  # the next group's bytes, as many a block as this group reads (its rows one after another)
+            step = count * (BLOCK // 2 if plan.nibbles else BLOCK)
+            fetch = " ".join(f"__builtin_prefetch(st_pf + {step} * st_k / {BLOCK} + {at}, 0, 3);"
+                             for at in range(0, step, 64))
+            out.append(f"{p}  if (st_j + {2 * count} <= {j.extent}) {{ const int64_t {j.var} = st_j + {count}; "
+                       f"const int64_t {k.var} = 0; const char *st_pf = (const char *)({bytes_at}); {fetch} }}")
         out += [f"{p}  {{ const int64_t {k.var} = st_k + {8 * i}; a{i} = (__m256)({a_vec}); }}" for i in range(4)]
         if plan.nibbles:  # x0, x1: the even and odd k of the first 16 (the low and high nibbles of bytes 0-7)
             for x, (lo, hi, imm) in enumerate([(0, 1, "0x88"), (0, 1, "0xDD"), (2, 3, "0x88"), (2, 3, "0xDD")]):
