@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 import stitch
 from stitch.engine.schedule.index import FloorDiv, Ix, Mod
 from stitch.lowering.loops import Accumulate, Buffer, For, Lit, Load, LoopKernel, LoopProgram, Op, Store
@@ -17,46 +18,48 @@ from stitch_testing import needs_cc
 ROWS, COLS, TILE = 10, 40, 100  # a tile of 100 positions: two and a half rows of 40
 
 
-def conv_in_tiles() -> LoopProgram:
-    """out[c, p] = sum over r2, r3 of x[c, r2 + p // 40, r3 + p % 40] * w[c, r2, r3], tiled by 100 positions
-    (a tile starts mid-row every other time), as MobileNetV2's first depthwise conv lowers."""
+def conv_in_tiles(stride: int) -> LoopProgram:
+    """out[c, p] = sum over r2, r3 of x[c, r2 + s * (p // 40), r3 + s * (p % 40)] * w[c, r2, r3] (s the
+    stride), tiled by 100 positions (a tile starts mid-row every other time), as MobileNetV2's
+    depthwise convs lower."""
     c, p, r2, r3 = (Ix.var(v) for v in ("c", "p", "r2", "r3"))
     at = Ix.var("p1o", TILE) + p
-    read = Load("x", (c, r2 + Ix.var(FloorDiv(at, COLS)), r3 + Ix.var(Mod(at, COLS))))
+    read = Load("x", (c, r2 + Ix.var(FloorDiv(at, COLS), stride), r3 + Ix.var(Mod(at, COLS), stride)))
     tap = Accumulate("out", (c, at), "sum", Op("mul", (read, Load("w", (c, r2, r3))), "f32"))
     body = [For("p1o", ROWS * COLS // TILE, "parallel", [For("c", 4, "serial", [
         For("p", TILE, "serial", [Store("out", (c, at), Lit(0.0, "f32"))]),
         For("p", TILE, "serial", [For("r2", 3, "reduce", [For("r3", 3, "reduce", [tap])])])])])]
-    return LoopProgram("dw", [Buffer("x", "global", "f32", (4, ROWS + 2, COLS + 2)),
-                              Buffer("w", "global", "f32", (4, 3, 3))], ["out"], [],
-                       [LoopKernel("k0", [], body)], [Buffer("out", "global", "f32", (4, ROWS * COLS))])
+    shape = (4, stride * ROWS + 2, stride * COLS + 2)
+    return LoopProgram("dw", [Buffer("x", "global", "f32", shape), Buffer("w", "global", "f32", (4, 3, 3))], ["out"],
+                       [], [LoopKernel("k0", [], body)], [Buffer("out", "global", "f32", (4, ROWS * COLS))])
 
 
-def conv(x, w, channels=4, rows=ROWS, cols=COLS):
+def conv(x, w, channels=4, rows=ROWS, cols=COLS, stride=1):
     """The depthwise conv in numpy, positions merged."""
     out = np.zeros((channels, rows, cols), np.float32)
     for r2 in range(3):
         for r3 in range(3):
-            out += x[:, r2:r2 + rows, r3:r3 + cols] * w[:, r2, r3, None, None]
+            out += x[:, r2:r2 + stride * rows:stride, r3:r3 + stride * cols:stride] * w[:, r2, r3, None, None]
     return out.reshape(channels, rows * cols)
 
 
 @needs_cc
-def test_a_tile_crossing_rows_runs_in_row_segments_with_its_twins_bits(tmp_path, monkeypatch):
-    taken = cpu.build(conv_in_tiles(), tmp_path)
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_tile_crossing_rows_runs_in_row_segments_with_its_twins_bits(stride, tmp_path, monkeypatch):
+    taken = cpu.build(conv_in_tiles(stride), tmp_path)
     monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("row_segments"))
-    plain = cpu.build(conv_in_tiles(), tmp_path)
+    plain = cpu.build(conv_in_tiles(stride), tmp_path)
     source, twin = taken.source_path.read_text(), plain.source_path.read_text()
     assert "st_q0 = st_n0 / 40" in source and "st_s = st_e" not in twin
     # the taps outside the segment's loop over positions, which reads x's row without a div or mod
     assert re.search(r"for \(int64_t r3 = 0; r3 < 3; \+\+r3\) \{\n *for \(int64_t p = st_s; p < st_e; \+\+p\)", source)
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((4, ROWS + 2, COLS + 2)).astype(np.float32)
+    x = rng.standard_normal((4, stride * ROWS + 2, stride * COLS + 2)).astype(np.float32)
     x[1, 3, 5] = np.nan
     w = rng.standard_normal((4, 3, 3)).astype(np.float32)
     (got,), (want,) = taken.run({"x": x, "w": w}), plain.run({"x": x, "w": w})
     assert got.tobytes() == want.tobytes()
-    np.testing.assert_allclose(got, conv(x, w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, conv(x, w, stride=stride), rtol=1e-5, atol=1e-5)
 
 
 def depthwise(n: int) -> str:

@@ -12,7 +12,7 @@ crosses a multiple of d: within one the quotient is a constant and the remainder
 the taps' loops go outside the segment, so the innermost loop walks a row of x contiguously and
 vectorizes. A loop over one row already (delinearize's `p1_lo`, the same sum over taps inside it)
 gets its taps outside too, as one segment. Taken where every read moving with the loop moves by one
-element and rows are at least MIN_ROW long. Each element still adds its taps in the same order
+element or two (a stride-2 conv) and rows are at least MIN_ROW long. Each element still adds its taps in the same order
 (only the order across elements changes), so the bits are the loops'.
 """
 
@@ -58,12 +58,13 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     if atoms is None or (atoms[0].d if atoms else s.extent) < MIN_ROW:
         return None
     # taps outside pay only where the innermost loop then reads rows: every read moving with the
-    # loop moves by one element (a sum along a row read in columns would read a line per element)
+    # loop moves by one element, or two (a stride-2 conv's); a sum along a row read in columns
+    # would read a line per element
     names = segment_names(atoms, s.var)
     value = map_indices(inner.value, lambda ix: ix.map_atoms(lambda t: names.get(t, Ix.var(t))))
     for ld in loads(value):
         flat = w.flat_index(ld.buffer, ld.index)
-        if not affine(flat) or flat.coef(s.var) not in (0, 1):
+        if not affine(flat) or flat.coef(s.var) not in (0, 1, 2):
             return None
     if not any(w.flat_index(ld.buffer, ld.index).coef(s.var) for ld in loads(value)):
         return None
