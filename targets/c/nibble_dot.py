@@ -36,11 +36,14 @@ import numpy as np
 from ...engine.schedule.index import Ix, indirect
 from ...lowering.execute import TileRun
 from ...lowering.loops import Accumulate, For, IndexValue, Lit, Load, Op, index_vars, loads
+from ...lowering.matmul import expr_uses
 from .dot import column_steps, one_row_product
 from .emit import KernelWriter
 
 BLOCK = 32  # k per step: one 16-byte load of nibbles, two of bytes
 DOT_COLUMNS = 4  # columns summed side by side, sharing A's vectors
+LAYOUT_BYTES = 128 << 10  # AVX2's layout of A on a thread's stack, at most
+_RECORD_BYTES = 160  # a block of A laid out: four vectors of 8 and a fifth for its sum
 _EVEN = "_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0)"
 _ODD = "_mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1)"
 _LEVELS = "_mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)"  # a nibble's 16 values
@@ -67,6 +70,8 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     k, j, acc, pairs = shape
     if not (isinstance(k.extent, int) and isinstance(j.extent, int) and k.extent >= BLOCK):
         return None
+    if w.vector_bytes == 32 and k.extent // BLOCK * _RECORD_BYTES > LAYOUT_BYTES:
+        return None  # (AVX2's layout of A would not fit the stack)
     for a, b in pairs:
         plan = _dequantized(w, b, k, j) if w.vector_expr(a, k.var) is not None else None
         if plan is not None:
@@ -241,15 +246,18 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
 
 
 def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
-    """The same walk in 8-lane vectors (AVX2 has no 16-entry vpermps): a block's 32 k are four
-    vectors of A (deinterleaved into even and odd k for nibbles), each column's 16 bytes two widening
-    loads of 8, every element converted, and the block's sum sum((Q - Z) * A) made as
-    sum(Q * A) - Z * sum(A) (A's block sum made once for all the columns), then scaled once:
-    C[.., j] += sum over blocks of S * that. While a group of columns is summed, the next group's
-    bytes are prefetched, as many per block as the group reads (weights bound row after row): the
-    hardware's prefetch lags four rows read a few bytes at a time when the weights come from the
-    last-level cache, as in a decoder step (one product run again and again does not show it).
-    Without AVX2 and FMA, the loops as written."""
+    """The same walk in 8-lane vectors (AVX2 has no 16-entry vpermps). A's whole blocks are laid out
+    once ahead of the columns (on the stack, at most LAYOUT_BYTES), each block's 32 k as four vectors
+    (deinterleaved into even and odd k for nibbles) and its sum times -Z where Z is the same for
+    every column: the columns read them as memory operands, and A's expression is computed once per
+    k, not once per group of columns. Each column's 16 bytes are two widening loads of 8, nibbles
+    split by a mask and a shift, every element converted; the block's sum((Q - Z) * A) is made as
+    sum(Q * A) - Z * sum(A) in one chain of multiply-adds, then scaled once: C[.., j] += sum over
+    blocks of S * that. While a group of columns is summed, the next group's bytes are prefetched,
+    as many per block as the group reads (weights bound row after row): the hardware's prefetch lags
+    four rows read a few bytes at a time when the weights come from the last-level cache, as in a
+    decoder step (one product run again and again does not show it). Without AVX2 and FMA, the
+    loops as written."""
     k, j = plan.k, plan.j
     n_k, whole = k.extent, k.extent - k.extent % BLOCK
     target = w.access(plan.acc.buffer, plan.acc.index)
@@ -258,46 +266,45 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
     bytes_at = f"(const {'int8_t' if signed else 'uint8_t'} *)&{w.access(plan.source.buffer, plan.source.index)}"
     widen = "_mm256_cvtepi8_epi32" if signed else "_mm256_cvtepu8_epi32"
     scale, zero = w.expr(plan.scale), (w.expr(plan.zero) if plan.zero is not None else None)
+    shared_zero = zero is not None and not expr_uses(plan.zero, j.var)
     a_one, b_one = w.expr(plan.a), w.expr(plan.b)
+    record = 40 if zero is not None else 32
 
-    def load(at: str) -> str:  # 8 bytes widened to 8 int32 lanes
+    def load(at: str) -> str:
         return f"{widen}(_mm_loadl_epi64((const __m128i *)({bytes_at} + {at})))"
+
+    def x(i: int) -> str:
+        return f"_mm256_load_ps(st_xb + {8 * i})"
 
     def columns(count: int, p: str) -> list[str]:
         out = [f"{p}__m256 {', '.join(f's{c} = _mm256_setzero_ps()' for c in range(count))};",
                f"{p}for (int64_t st_k = 0; st_k < {whole}; st_k += {BLOCK}) {{",
-               f"{p}  __m256 a0, a1, a2, a3;"]
-        if count > 1:  # the next group's bytes, as many a block as this group reads (its rows one after another)
+               f"{p}  const float *st_xb = st_x + st_k / {BLOCK} * {record};"]
+        if count > 1:
             step = count * (BLOCK // 2 if plan.nibbles else BLOCK)
             fetch = " ".join(f"__builtin_prefetch(st_pf + {step} * st_k / {BLOCK} + {at}, 0, 3);"
                              for at in range(0, step, 64))
             out.append(f"{p}  if (st_j + {2 * count} <= {j.extent}) {{ const int64_t {j.var} = st_j + {count}; "
                        f"const int64_t {k.var} = 0; const char *st_pf = (const char *)({bytes_at}); {fetch} }}")
-        out += [f"{p}  {{ const int64_t {k.var} = st_k + {8 * i}; a{i} = (__m256)({a_vec}); }}" for i in range(4)]
-        if plan.nibbles:  # x0, x1: the even and odd k of the first 16 (the low and high nibbles of bytes 0-7)
-            for x, (lo, hi, imm) in enumerate([(0, 1, "0x88"), (0, 1, "0xDD"), (2, 3, "0x88"), (2, 3, "0xDD")]):
-                out.append(f"{p}  const __m256 x{x} = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd("
-                           f"_mm256_shuffle_ps(a{lo}, a{hi}, {imm})), 0xD8));")
-        else:
-            out += [f"{p}  const __m256 x{x} = a{x};" for x in range(4)]
-        if zero is not None:
-            out.append(f"{p}  const __m256 xs = _mm256_add_ps(_mm256_add_ps(x0, x1), _mm256_add_ps(x2, x3));")
         for c in range(count):
             out.append(f"{p}  {{ const int64_t {j.var} = st_j + {c}; const int64_t {k.var} = st_k;")
+            if zero is None:
+                start = f"_mm256_mul_ps(st_c0, {x(0)})"
+            elif shared_zero:
+                start = f"_mm256_fmadd_ps(st_c0, {x(0)}, {x(4)})"
+            else:
+                start = f"_mm256_fmadd_ps(st_c0, {x(0)}, _mm256_mul_ps(_mm256_set1_ps(-({zero})), {x(4)}))"
             if plan.nibbles:
                 out += [f"{p}    const __m256i q0 = {load(0)}, q1 = {load(8)}, m = _mm256_set1_epi32(15);",
-                        f"{p}    __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(q0, m)), x0);",
-                        f"{p}    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(q0, 4)), x1);",
-                        f"{p}    u = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(q1, m)), x2, u);",
-                        f"{p}    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(q1, 4)), x3, v);"]
+                        f"{p}    const __m256 st_c0 = _mm256_cvtepi32_ps(_mm256_and_si256(q0, m));",
+                        f"{p}    const __m256 st_c1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(q0, 4));",
+                        f"{p}    const __m256 st_c2 = _mm256_cvtepi32_ps(_mm256_and_si256(q1, m));",
+                        f"{p}    const __m256 st_c3 = _mm256_cvtepi32_ps(_mm256_srli_epi32(q1, 4));"]
             else:
-                out += [f"{p}    __m256 u = _mm256_mul_ps(_mm256_cvtepi32_ps({load(0)}), x0);",
-                        f"{p}    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps({load(8)}), x1);",
-                        f"{p}    u = _mm256_fmadd_ps(_mm256_cvtepi32_ps({load(16)}), x2, u);",
-                        f"{p}    v = _mm256_fmadd_ps(_mm256_cvtepi32_ps({load(24)}), x3, v);"]
-            if zero is not None:
-                out.append(f"{p}    u = _mm256_fnmadd_ps(_mm256_set1_ps({zero}), xs, u);")
-            out.append(f"{p}    s{c} = _mm256_fmadd_ps(_mm256_add_ps(u, v), _mm256_set1_ps({scale}), s{c}); }}")
+                out += [f"{p}    const __m256 st_c{i} = _mm256_cvtepi32_ps({load(8 * i)});" for i in range(4)]
+            out += [f"{p}    __m256 u = {start};",
+                    *(f"{p}    u = _mm256_fmadd_ps(st_c{i}, {x(i)}, u);" for i in range(1, 4)),
+                    f"{p}    s{c} = _mm256_fmadd_ps(u, _mm256_set1_ps({scale}), s{c}); }}"]
         out.append(f"{p}}}")
         for c in range(count):
             out.append(f"{p}{{ const int64_t {j.var} = st_j + {c}; float t = st_hsum_f32((st_vf32)s{c});")
@@ -306,10 +313,32 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
             out.append(f"{p}  {target} += t; }}")
         return out
 
+    q = pad + "  "
+    lay = [f"{q}_Alignas(32) float st_x[{whole // BLOCK * record}];",
+           f"{q}for (int64_t st_k = 0; st_k < {whole}; st_k += {BLOCK}) {{",
+           f"{q}  float *st_xb = st_x + st_k / {BLOCK} * {record};",
+           f"{q}  __m256 a0, a1, a2, a3;"]
+    lay += [f"{q}  {{ const int64_t {k.var} = st_k + {8 * i}; a{i} = (__m256)({a_vec}); }}" for i in range(4)]
+    if plan.nibbles:
+        for i, (lo, hi, imm) in enumerate([(0, 1, "0x88"), (0, 1, "0xDD"), (2, 3, "0x88"), (2, 3, "0xDD")]):
+            lay.append(f"{q}  _mm256_store_ps(st_xb + {8 * i}, _mm256_castpd_ps(_mm256_permute4x64_pd("
+                       f"_mm256_castps_pd(_mm256_shuffle_ps(a{lo}, a{hi}, {imm})), 0xD8)));")
+    else:
+        lay += [f"{q}  _mm256_store_ps(st_xb + {8 * i}, a{i});" for i in range(4)]
+    if zero is not None:
+        total = "_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))"
+        if shared_zero:
+            total = f"_mm256_mul_ps(_mm256_set1_ps(-({zero})), {total})"
+            lay.append(f"{q}  {{ const int64_t {k.var} = st_k;")
+            lay.append(f"{q}    _mm256_store_ps(st_xb + 32, {total}); }}")
+        else:
+            lay.append(f"{q}  _mm256_store_ps(st_xb + 32, {total});")
+    lay.append(f"{q}}}")
     w.lines.append("#if defined(__AVX2__) && defined(__FMA__)")
     w.lines.append(f"{pad}{{ int64_t st_j = 0;")
-    w.lines += column_steps(pad, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, pad + "  ")),
-                                            (1, columns(1, pad + "  "))])
+    w.lines += lay
+    w.lines += column_steps(q, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, q + "  ")),
+                                          (1, columns(1, q + "  "))])
     w.lines.append(f"{pad}}}")
     w.lines.append("#else")
     w.plain(k, len(pad) // 2, loops)
