@@ -9,7 +9,7 @@ import pytest
 import stitch
 from stitch.engine.ir.interp import evaluate, random_inputs
 from stitch.engine.ir.tolerance import compare
-from stitch.targets import cpu
+from stitch.targets import cc, cpu
 from stitch_testing import needs_cc
 
 MATMULS = [
@@ -239,13 +239,16 @@ def test_an_integer_product_runs_the_micro_kernel_and_wraps_as_the_reference(i, 
 
 @needs_cc
 def test_a_computed_as_leftover_columns_read_it_precomputed(cache, monkeypatch):
-    """24 columns (a vector and 8 left over) of a ReLU6'd A, MobileNetV2's projection: the leftover columns
+    """24 columns (a vector and 8 left over; 12 with AVX2's 8 lanes) of a ReLU6'd A, MobileNetV2's projection: the
+    leftover columns
     read the block's precomputed A (a_pre) instead of computing A again per column (its NaN-aware max and
     min branching on random signs); each such column adds the same products in the same order as the plain
     loops, so to the bit (the vector columns fuse them)."""
     from stitch.targets.c import recognizers
 
-    text = ("func f(x: f32[64, 144], b: f32[144], w: f32[144, 24]) -> f32[64, 24] {\n"
+    lanes = cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) // 4
+    j = lanes + lanes // 2
+    text = (f"func f(x: f32[64, 144], b: f32[144], w: f32[144, {j}]) -> f32[64, {j}] {{\n"
             "  return matmul(minimum(maximum(add(x, b), 0.0), 6.0), w)\n}\n")
     taken = stitch.compile(text, cache_dir=cache)
     leftover = [ln for ln in taken.native.source_path.read_text().splitlines() if "+= ((float)(" in ln]

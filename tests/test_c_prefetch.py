@@ -52,7 +52,9 @@ def test_rows_far_apart_are_prefetched_and_contiguous_rows_are_not(cache):
     for f in (strided, streamed):
         assert "__builtin_prefetch(&b_x[" in f.native.source_path.read_text()
     assert "__builtin_prefetch(&b_out0[" in strided.native.source_path.read_text()
-    assert "__builtin_prefetch(&b_out0[" not in streamed.native.source_path.read_text()
+    # (rows streamed from the registers: AVX-512's vector_loop; elsewhere from a row on the stack)
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:
+        assert "__builtin_prefetch(&b_out0[" not in streamed.native.source_path.read_text()
     # (softmax's rows of exponentials prefetch their next row, test_a_row_of_exponentials_...)
     assert not re.search(r"\{ for \(int64_t \w+ = 0;[^\n]*__builtin_prefetch", contiguous.native.source_path.read_text())
     # each row's last element is prefetched too: a row starting mid-line spans a line more than

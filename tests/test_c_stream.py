@@ -29,7 +29,9 @@ def test_a_large_output_is_streamed_out_whatever_its_alignment(cache):
     text = "func f(x: f32[1024, 4096], b: f32[4096]) -> f32[1024, 4096] {\n  return tanh(add(x, b))\n}\n"
     f = stitch.compile(text, cache_dir=cache)
     source = f.native.source_path.read_text()
-    assert "st_stream_f32(&b_out0[" in source and "_mm512_stream_ps(st_o + p1, ST_ROW(p1))" in source
+    assert "st_stream_f32(&b_out0[" in source
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:  # (the registers' form is AVX-512's)
+        assert "_mm512_stream_ps(st_o + p1, ST_ROW(p1))" in source
     inputs = random_inputs(f.graph, 6)
     (want,) = evaluate(f.graph, inputs)
     block = np.empty(1024 * 4096 + 32, np.float32)

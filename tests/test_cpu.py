@@ -386,7 +386,10 @@ def test_the_tanh_gelu_runs_as_a_sigmoid_and_agrees_with_the_reference_at_its_ed
                        "mul(pow(x, 3.0), 0.044715)), 0.7978845608)), 1.0)) }", cache_dir=cache)
     source = f.native.source_path.read_text()
     kernels = source[source.index("kernel_k0"):]  # (the prelude defines every helper)
-    assert "st_expv_f32(" in kernels and "st_tanh" not in kernels
+    assert "st_tanh" not in kernels
+    # (16-lane exponentials are AVX-512's; elsewhere gcc vectorizes st_expf)
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:
+        assert "st_expv_f32(" in kernels
     x = np.linspace(-12, 12, 4 * 48, dtype=np.float32).reshape(4, 48)
     x[0, :8] = [np.inf, -np.inf, np.nan, -0.0, 1e-40, -1e-40, 3e38, -3e38]
     (got,) = f(x=x)

@@ -30,7 +30,8 @@ from stitch.lowering.loops import (
 from stitch.lowering.lower import lower
 from stitch.lowering.reuse import update_in_place
 from stitch.lowering.verify import verify
-from stitch_testing import compile_text, EXAMPLES, executes_like_the_reference, needs_cc, target_text
+from stitch.targets import cc, cpu
+from stitch_testing import EXAMPLES, compile_text, executes_like_the_reference, needs_cc, target_text
 from test_alloc import load, loop, one_kernel, shared, store, text, tile
 
 LAYERNORM = (EXAMPLES / "layernorm_large.ir").read_text().replace("512, 64, 256", "64, 8, 32").replace(
@@ -253,7 +254,8 @@ def test_an_update_in_place_keeps_its_vector_code(cache):
     f = stitch.compile(imported.text, cache_dir=cache, weights=imported.weights)
     rows = re.findall(r"\*\(st_vf32 \*\)&(b_\w+)\[[^\]]*\] = st_expv_f32\(\(\(\*\(st_vf32 \*\)&(b_\w+)\[",
                       f.native.source_path.read_text())
-    assert any(out == src for out, src in rows), rows
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) == 64:  # (16-lane exponentials: AVX-512's)
+        assert any(out == src for out, src in rows), rows
     with np.errstate(all="ignore"):
         got = f(**{k: v for k, v in inputs.items() if k not in imported.weights})
     for g, w in zip(got, want, strict=True):
