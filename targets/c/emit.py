@@ -199,20 +199,25 @@ class KernelWriter:
             return f"(({C_TYPES[e.dtype]})({self.ix(e.ix)}))"
         return literal(e.value, e.dtype)
 
-    def vector_expr(self, e, var: str) -> str | None:
+    def vector_expr(self, e, var: str, operand: Callable | None = None, forms: dict | None = None) -> str | None:
         """C for `e` on consecutive iterations of `var`, one st_vf32 (16 lanes on AVX-512, 8 on AVX2),
         or None if it has no such form (exp, sigmoid and tanh have one on AVX-512 only: vector_math.h).
-        An op read more than once is computed once into a temporary, as `expr` does."""
+        An op read more than once is computed once into a temporary, as `expr` does. `operand` (the
+        writer and an operand to its C) and `forms` (an op to its C from its operands' C, or None for
+        no form) replace `vector_operand` and ops.py's VECTOR_OPS where a recognizer has its own."""
+        operand = operand or type(self).vector_operand
+        forms = forms or {}
         if not isinstance(e, Op):
-            return self.vector_operand(e, var)
+            return operand(self, e, var)
         canon, order, uses = number_ops(e)
         text: dict[int, str] = {}
         decls = []
         for n, op in order:
-            args = [text[canon[id(a)]] if isinstance(a, Op) else self.vector_operand(a, var) for a in op.args]
+            args = [text[canon[id(a)]] if isinstance(a, Op) else operand(self, a, var) for a in op.args]
             if op.dtype != "f32" or None in args or (self.vector_bytes != 64 and op.op in EXPONENTIALS):
                 return None
-            if (value := vector_op(op.op, args)) is None:
+            form = forms[op.op] if op.op in forms else (lambda args, name=op.op: vector_op(name, args))
+            if form is None or (value := form(args)) is None:
                 return None
             text[n] = value
             if uses.get(n, 0) > 1:
@@ -230,16 +235,15 @@ class KernelWriter:
         b = self.buffers[e.buffer]
         if b.dtype != "f32":
             return None
-        if not all(affine(ix) for ix in e.index):
+        if all(affine(ix) for ix in e.index):
+            step = flat_coef(e.index, var, b.shape)
+        else:
             # a read through a reshape (`x[r // 64, r % 64]` of an [n, 64] buffer) whose address is
             # affine once flattened (`x[r]`): a contiguous or invariant read all the same
             flat = self.flat_index(e.buffer, e.index)
             if not affine(flat):
                 return None
             step = flat.coef(var)
-            return self.lanes_at(e.buffer, e.index) if step == 1 else (
-                f"st_bcast_f32({self.access(e.buffer, e.index)})" if step == 0 else None)
-        step = flat_coef(e.index, var, b.shape)
         if step == 1:
             return self.lanes_at(e.buffer, e.index)
         return f"st_bcast_f32({self.access(e.buffer, e.index)})" if step == 0 else None

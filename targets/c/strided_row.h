@@ -8,7 +8,6 @@ static inline st_vf32 st_gatherv_f32(const float *p, int32_t step) {
                                   _mm512_set1_epi32(step));
   return (st_vf32)_mm512_i32gather_ps(at, p, 4);
 }
-static inline st_vf32 st_splatv_f32(float a) { return (st_vf32)_mm512_set1_ps(a); }
 static inline st_vf32 st_maxv_f32(st_vf32 av, st_vf32 bv) {
   __m512 a = (__m512)av, b = (__m512)bv;
   __m512 r = _mm512_mask_mov_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ),
@@ -26,7 +25,6 @@ static inline st_vf32 st_gatherv_f32(const float *p, int32_t step) {
   __m256i at = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(step));
   return (st_vf32)_mm256_i32gather_ps(p, at, 4);
 }
-static inline st_vf32 st_splatv_f32(float a) { return (st_vf32)_mm256_set1_ps(a); }
 static inline st_vf32 st_maxv_f32(st_vf32 av, st_vf32 bv) {
   __m256 a = (__m256)av, b = (__m256)bv;
   __m256 r = _mm256_blendv_ps(_mm256_max_ps(a, b), _mm256_and_ps(a, b), _mm256_cmp_ps(a, b, _CMP_EQ_OQ));

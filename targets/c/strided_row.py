@@ -18,15 +18,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...engine.schedule.index import affine
-from ...lowering.loops import For, Lit, Load, Op, Store, loads
-from .emit import KernelWriter, number_ops
-from .ops import EXPONENTIALS, literal, vector_op
+from ...lowering.loops import For, Load, Store, loads
+from .emit import KernelWriter
+from .ops import EXPONENTIALS
 from .rows import row_store
 
 LANES = {32: 8, 64: 16}  # f32 lanes of an st_vf32 by vector bytes: AVX2's and AVX-512's (strided_row.h)
-# the NaN-aware maximum and minimum (float_helpers.h's st_max_f32, st_min_f32) on one st_vf32
-CLAMPS = {"maximum": lambda args: f"st_maxv_f32({args[0]}, {args[1]})",
-          "minimum": lambda args: f"st_minv_f32({args[0]}, {args[1]})"}
+# the NaN-aware maximum and minimum (float_helpers.h's st_max_f32, st_min_f32) on one st_vf32;
+# exponentials have none here (vector_loop writes their rows)
+FORMS = {"maximum": lambda args: f"st_maxv_f32({args[0]}, {args[1]})",
+         "minimum": lambda args: f"st_minv_f32({args[0]}, {args[1]})"} | {op: None for op in EXPONENTIALS}
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def vector_row(w: KernelWriter, loop: For, leaf) -> str | None:
         return None
     if not any(unvectorized_step(w, ld, loop.var) for ld in loads(leaf.value)):
         return None  # gcc vectorizes the plain loop itself
-    return strided_expr(w, leaf.value, loop.var)
+    return w.vector_expr(leaf.value, loop.var, operand, FORMS)
 
 
 def unvectorized_step(w: KernelWriter, ld: Load, var: str) -> bool:
@@ -67,45 +68,16 @@ def unvectorized_step(w: KernelWriter, ld: Load, var: str) -> bool:
     return step >= 16 and step & (step - 1) == 0
 
 
-def strided_expr(w: KernelWriter, e, var: str) -> str | None:
-    """`e` on 16 consecutive iterations of `var` as KernelWriter.vector_expr writes it, but a load at
-    another constant step (that fits a gather's 32-bit offsets) gathered, and maximum and minimum in
-    vector_math.h's forms; None where some op or operand has no such form."""
-    if not isinstance(e, Op):
-        return operand(w, e, var)
-    canon, order, uses = number_ops(e)
-    text: dict[int, str] = {}
-    decls = []
-    for n, op in order:
-        args = [text[canon[id(a)]] if isinstance(a, Op) else operand(w, a, var) for a in op.args]
-        if op.dtype != "f32" or None in args or op.op in EXPONENTIALS:
-            return None
-        value = CLAMPS[op.op](args) if op.op in CLAMPS else vector_op(op.op, args)
-        if value is None:
-            return None
-        text[n] = value
-        if uses.get(n, 0) > 1:
-            decls.append(f"st_vf32 t{len(decls)}_ = {value};")
-            text[n] = f"t{len(decls) - 1}_"
-    body = text[canon[id(e)]]
-    return f"({{ {' '.join(decls)} {body}; }})" if decls else body
-
-
 def operand(w: KernelWriter, e, var: str) -> str | None:
-    """A literal or an f32 load on an st_vf32's iterations: a broadcast where it does not move with `var`,
-    the lanes in place where it moves by 1, else a gather (its offsets 32-bit)."""
-    if isinstance(e, Lit) and e.dtype == "f32":
-        return f"st_splatv_f32({literal(e.value, e.dtype)})"
-    if not isinstance(e, Load) or w.buffers[e.buffer].dtype != "f32":
-        return None
+    """An operand as KernelWriter.vector_operand writes it (a literal, a broadcast, the lanes in
+    place), else an f32 load at another constant step gathered (its offsets 32-bit)."""
+    vector = w.vector_operand(e, var)
+    if vector is not None or not isinstance(e, Load) or w.buffers[e.buffer].dtype != "f32":
+        return vector
     flat = w.flat_index(e.buffer, e.index)
     if not affine(flat):
         return None
     step = flat.coef(var)
-    if step == 0:
-        return f"st_splatv_f32({w.access(e.buffer, e.index)})"
-    if step == 1:
-        return f"(*(st_vf32 *)&{w.access(e.buffer, e.index)})"
     return f"st_gatherv_f32(&{w.access(e.buffer, e.index)}, {step})" if abs(step) * 15 < 2**31 else None
 
 
