@@ -15,7 +15,7 @@ import numpy as np
 from .ir.errors import StitchError
 from .ir.extent import instantiate, planning_values
 from .ir.graph import Graph
-from .ir.interp import aligned_empty, bind_call, bind_inputs, np_dtype, shape_at
+from .ir.interp import CallBinder, aligned_empty, bind_inputs, np_dtype, shape_at
 from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
@@ -102,6 +102,11 @@ class CompiledProgram:
     # it), ascending; a call runs the first whose tops its sizes fit, else this program
     variants: list = field(default_factory=list)
 
+    @cached_property
+    def binder(self) -> CallBinder:
+        """Checks a call's arrays against the parameters not bound at compile time."""
+        return CallBinder(self.graph, self.weights)
+
     def inputs(self, inputs: dict) -> dict[str, np.ndarray]:
         """A call's arrays checked against the parameters not bound at compile time, with what the
         kernels read of the bound ones."""
@@ -133,7 +138,7 @@ class CompiledProgram:
 
     def _called(self, inputs: dict) -> tuple[dict[str, np.ndarray], dict[str, int], "CompiledProgram"]:
         """A call's checked arrays, the symbols' values they give, and the program that runs them."""
-        given, sizes = bind_call(self.graph, inputs, self.weights)
+        given, sizes = self.binder(inputs)
         if not sizes:
             return given, sizes, self
         self._check_sizes(sizes)

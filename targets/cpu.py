@@ -21,7 +21,7 @@ import numpy as np
 
 from ..engine.ir.errors import StitchError
 from ..engine.ir.extent import at, is_symbolic
-from ..engine.ir.interp import aligned_empty, np_dtype
+from ..engine.ir.interp import aligned_empty_at, np_dtype
 from ..engine.schedule.target import Target
 from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
@@ -39,7 +39,6 @@ class Native:
     # global temporaries between kernels, allocated on the first call and reused (no page faults
     # after it); the lock keeps two threads calling at once from sharing them
     scratch: dict[str, np.ndarray] = field(default_factory=dict)
-    scratch_pointers: dict[str, int] = field(default_factory=dict)  # their addresses
     lock: threading.Lock = field(default_factory=threading.Lock)
     flags: tuple[str, ...] = DEFAULT_FLAGS  # what it was built with, before the additions `build` makes
     cache_dir: Path | None = None
@@ -64,20 +63,6 @@ class Native:
         return buffer_order(self.program), temporaries, {b.name for b in self.program.params}
 
     @cached_property
-    def plan(self) -> list[tuple[Buffer, np.dtype, bool]]:
-        """Each buffer stitch_main takes, in order, with its numpy dtype and whether it is a global
-        temporary (worked out once, not on every call)."""
-        order, temporaries, _ = self.layout
-        return [(b, np_dtype(b.dtype), b.name in temporaries) for b in order]
-
-    @cached_property
-    def slots(self) -> list[tuple[Buffer, np.dtype, bool, bool]]:
-        """Each buffer stitch_main takes, in order: (the buffer, its numpy dtype, whether a global
-        temporary, whether its shape is symbolic), worked out once."""
-        symbolic = bool(self.program.symbols)
-        return [(b, dtype, temporary, symbolic and any(map(is_symbolic, b.shape))) for b, dtype, temporary in self.plan]
-
-    @cached_property
     def cache_of(self) -> dict[str, object]:
         """Each cache (lowering/caches.py) by its parameter's name and by its output's."""
         return {c.param: c for c in self.program.caches} | {c.output: c for c in self.program.caches}
@@ -89,55 +74,85 @@ class Native:
                 for b in self.program.params if b.name in self.cache_of}
 
     @cached_property
-    def bound_pointers(self) -> dict[str, int]:
-        """The address of each of the program's own arrays (`bound`): the same on every call."""
-        return {name: arr.ctypes.data for name, arr in self.bound.items()}
+    def call_plan(self) -> CallPlan:
+        """The argument vector stitch_main takes, filled once with the addresses that are the same on
+        every call (the bound arrays, the static temporaries), and the slots each call fills."""
+        order, temporaries, params = self.layout
+        symbolic = bool(self.program.symbols)
+        argv = (ctypes.c_void_p * max(1, len(order)))()
+        slots, shapes = [], {}  # (each symbolic shape evaluated once a call: buffers share them)
+        for index, b in enumerate(order):
+            name, dtype = b.name, np_dtype(b.dtype)
+            varies = symbolic and any(map(is_symbolic, b.shape))
+            shape = shapes.setdefault(tuple(map(str, b.shape)), (len(shapes), b.shape))[0] if varies else b.shape
+            if name in self.cache_of:
+                kind = CACHE
+            elif name in params:
+                if name in self.bound:
+                    argv[index] = self.bound[name].ctypes.data
+                    if name not in self.program.outputs:
+                        continue
+                    kind = BOUND  # (returned: the call's outputs hold it)
+                else:
+                    kind = INPUT
+            elif name in temporaries:
+                if not varies:  # allocated now, reused by every call (no page faults after the first)
+                    arr, argv[index] = aligned_empty_at((max(math.prod(b.shape), 1),), dtype)
+                    self.scratch[name] = arr
+                    continue
+                kind = SCRATCH  # the largest size called yet, its front used at this one
+            else:
+                kind = OUTPUT
+            slots.append((index, kind, name, b, dtype, varies, shape))
+        symbol_values = (ctypes.c_longlong * len(self.program.symbols))() if symbolic else None
+        return CallPlan(argv, tuple(slots), tuple(shape for _, shape in shapes.values()), symbol_values)
 
     def _run(self, inputs: dict[str, np.ndarray], out: list[np.ndarray] | None,
              sizes: dict[str, int]) -> list[np.ndarray]:
-        params = self.layout[2]
-        symbols = self.program.symbols
-        bound = self.bound_pointers
-        pointers = []
-        arrays: dict[str, np.ndarray] = {}
+        plan = self.call_plan
+        argv = plan.argv
+        arrays: dict[str, np.ndarray] = {}  # each input and output (kept alive through the call)
         provided: dict[str, np.ndarray] = {}  # the out= array the kernels write each output into
         for name, arr in zip(self.program.outputs, out or ()):
             provided.setdefault(name, arr)  # (an output returned twice is copied into its second array)
-        caches = self.cache_of
-        for b, dtype, temporary, symbolic in self.slots:
-            name = b.name
-            shape = tuple(at(d, sizes) for d in b.shape) if symbolic else b.shape
-            if name in caches:  # a cache parameter as the caller's view, its output the same memory
-                arr = cache_view(caches[name], b, inputs, provided, sizes, self.cache_strides[caches[name].param])
-            elif name in inputs:
+        shapes = [tuple([at(d, sizes) for d in shape]) for shape in plan.shapes]
+        for index, kind, name, b, dtype, varies, shape in plan.slots:
+            if varies:
+                shape = shapes[shape]
+            if kind is INPUT:
                 arr = inputs[name]
                 flags = arr.flags
                 if not (flags.c_contiguous and flags.aligned):
                     arr = np.require(arr, requirements="CA")  # (ascontiguousarray makes 0-d 1-d)
-            elif name in bound:
+                address = arr.ctypes.data
+            elif kind is OUTPUT:
+                arr = provided.get(name)
+                if arr is None:
+                    arr, address = aligned_empty_at(shape, dtype)
+                else:
+                    flags = arr.flags
+                    if arr.shape != shape or arr.dtype != dtype or not (flags.c_contiguous and flags.aligned):
+                        raise StitchError(f"out= array for {name} must be a C-contiguous, aligned "
+                                          f"{b.dtype}{list(shape)}")
+                    address = arr.ctypes.data
+            elif kind is BOUND:
                 arrays[name] = self.bound[name]
-                pointers.append(bound[name])
                 continue
-            elif name in provided:
-                arr = provided[name]
-                flags = arr.flags
-                if arr.shape != shape or arr.dtype != dtype or not (flags.c_contiguous and flags.aligned):
-                    raise StitchError(f"out= array for {name} must be a C-contiguous, aligned {b.dtype}{list(shape)}")
-            elif temporary:  # (symbolic: the largest size called yet, its front used at this one)
+            elif kind is CACHE:  # a cache parameter as the caller's view, its output the same memory
+                cache = self.cache_of[name]
+                arr = cache_view(cache, b, inputs, provided, sizes, self.cache_strides[cache.param])
+                address = arr.ctypes.data
+            else:  # SCRATCH: a temporary of symbolic size (a temporary is no output: no array kept)
                 count = math.prod(shape)
-                arr = self.scratch.get(name)
-                if arr is None or arr.size < count:
-                    arr = self.scratch[name] = aligned_empty((max(count, 1),), dtype)
-                    self.scratch_pointers[name] = arr.ctypes.data
-                pointers.append(self.scratch_pointers[name])  # (a temporary is no output: no array kept)
+                held = self.scratch.get(name)
+                if held is None or held.size < count:
+                    self.scratch[name], argv[index] = aligned_empty_at((max(count, 1),), dtype)
                 continue
-            else:
-                arr = aligned_empty(shape, dtype)
-            arrays[name] = arr  # (kept alive through the call)
-            pointers.append(arr.ctypes.data)
-        argv = (ctypes.c_void_p * len(pointers))(*pointers)
-        if symbols:
-            rc = self.library.stitch_main(argv, (ctypes.c_longlong * len(symbols))(*(sizes[n] for n in symbols)))
+            arrays[name] = arr
+            argv[index] = address
+        if plan.symbol_values is not None:
+            plan.symbol_values[:] = [sizes[n] for n in self.program.symbols]
+            rc = self.library.stitch_main(argv, plan.symbol_values)
         else:
             rc = self.library.stitch_main(argv)
         if rc == 2:  # a gather's index out of range (the first one found)
@@ -148,7 +163,25 @@ class Native:
             raise StitchError(message.format(value=value))
         if rc:
             raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
-        return _outputs(self.program.outputs, arrays, params, out)
+        return _outputs(self.program.outputs, arrays, self.layout[2], out)
+
+
+# what a call does for one of stitch_main's buffers (Native.call_plan)
+INPUT, OUTPUT, BOUND, CACHE, SCRATCH = "input", "output", "bound", "cache", "scratch"
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """stitch_main's argument vector (reused by every call, under the Native's lock) with the fixed
+    addresses in place; `slots`, the (index, kind, name, buffer, numpy dtype, whether its shape is
+    symbolic, its shape or else the index of its symbolic shape in `shapes`) of each buffer a call
+    fills; the distinct symbolic shapes, each evaluated once a call; the symbols' values, for a
+    program that has symbols."""
+
+    argv: ctypes.Array
+    slots: tuple[tuple, ...]
+    shapes: tuple[tuple, ...]
+    symbol_values: ctypes.Array | None
 
 
 def cache_view(cache, b: Buffer, inputs: dict, provided: dict, sizes: dict, want: tuple[int, ...]) -> np.ndarray:

@@ -53,11 +53,18 @@ def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
 
     numpy's own arrays start 16 bytes past one (malloc's alignment), so every 64-byte vector load
     of a product's right operand read two cache lines."""
+    return aligned_empty_at(shape, dtype)[0]
+
+
+def aligned_empty_at(shape: tuple[int, ...], dtype) -> tuple[np.ndarray, int]:
+    """`aligned_empty`'s array and the address of its first element (taking an array's address
+    costs a call into numpy's ctypes glue: the compiled program's calls take this one)."""
     dtype = np.dtype(dtype)
     size = math.prod(shape) * dtype.itemsize
     raw = np.empty(size + ALIGNMENT, np.uint8)
-    start = -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + size].view(dtype).reshape(shape)
+    base = raw.ctypes.data
+    start = -base % ALIGNMENT
+    return raw[start:start + size].view(dtype).reshape(shape), base + start
 
 
 def aligned_copy(a: np.ndarray) -> np.ndarray:
@@ -261,6 +268,62 @@ def bind_call(graph: Graph, inputs: dict[str, np.ndarray],
     arrays = {name: _array("input", name, inputs[name], types[name]) for name in names}
     sizes = bind_symbols(graph, arrays) if graph.symbols else {}
     return {name: _checked("input", name, arrays[name], types[name], sizes) for name in names}, sizes
+
+
+class CallBinder:
+    """`bind_call` for one graph and bound set, with what it checks worked out once: a call whose
+    arguments are numpy arrays of the parameters' dtypes and ranks, each symbol read from a
+    dimension that is that symbol alone, is checked in a few microseconds; any other call (a
+    Python value to convert, a mistake to report) goes through `bind_call`, which says what is
+    wrong in the same words."""
+
+    def __init__(self, graph: Graph, bound: tuple[str, ...] = ()):
+        self.graph, self.bound = graph, bound
+        types = dict(zip(graph.param_names, graph.param_types))
+        names = [n for n in graph.param_names if n not in bound]
+        self.names = frozenset(names)
+        # per parameter: (name, numpy dtype, rank, static shape or None, its bare symbols as
+        # (axis, symbol), its other symbolic dimensions as (axis, dim))
+        self.params = []
+        read = set()
+        for name in names:
+            t = types[name]
+            symbols = tuple((axis, dims.bare_symbol(d)) for axis, d in enumerate(t.shape)
+                            if dims.bare_symbol(d) is not None)
+            others = tuple((axis, d) for axis, d in enumerate(t.shape)
+                           if not isinstance(d, int) and dims.bare_symbol(d) is None)
+            read.update(s for _, s in symbols)
+            static = t.shape if dims.is_static(t.shape) else None
+            self.params.append((name, np_dtype(t.dtype), t.rank, static, symbols, others))
+        self.complete = read >= set(graph.symbols)  # (else a symbol is read from no bare dimension)
+
+    def __call__(self, inputs: dict) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        if not self.complete or inputs.keys() != self.names:
+            return bind_call(self.graph, inputs, self.bound)
+        ranges = self.graph.symbols
+        arrays: dict[str, np.ndarray] = {}
+        sizes: dict[str, int] = {}
+        for name, dtype, rank, static, symbols, _ in self.params:
+            arr = inputs[name]
+            if type(arr) is not np.ndarray or arr.dtype != dtype or arr.ndim != rank:
+                return bind_call(self.graph, inputs, self.bound)
+            if static is not None:
+                if arr.shape != static:
+                    return bind_call(self.graph, inputs, self.bound)
+            else:
+                shape = arr.shape
+                for axis, symbol in symbols:
+                    value = shape[axis]
+                    if sizes.setdefault(symbol, value) != value:
+                        return bind_call(self.graph, inputs, self.bound)
+                    low, high = ranges[symbol]
+                    if not low <= value <= high:
+                        return bind_call(self.graph, inputs, self.bound)
+            arrays[name] = arr
+        for name, _, _, static, _, others in self.params:
+            if others and any(arrays[name].shape[axis] != dims.evaluate(d, sizes) for axis, d in others):
+                return bind_call(self.graph, inputs, self.bound)
+        return arrays, sizes
 
 
 def bind_weights(graph: Graph, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
