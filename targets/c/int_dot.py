@@ -1,5 +1,6 @@
 """A product of one row in 32-bit integers whose right operand is a weight of bytes read along the
-columns: each pair of k one AVX-512 VNNI instruction per 16 columns (a STATEMENTS recognizer).
+columns: each pair of k one AVX-512 VNNI instruction per 16 columns, or on AVX2 a vpmaddwd and an add
+per 8 columns (a STATEMENTS recognizer).
 
     for k reduce { for j { C[.., j] += A(k) * cast(B(k, j), i32) } }
 
@@ -13,9 +14,11 @@ at once; C is touched once per group of columns. Rows are taken ROWS at a time; 
 after the other (a bound weight, laid out tile by tile by lowering/bind.py), the next block's bytes
 are prefetched while a block is summed: the groups read each row a part at a time, an order the
 hardware's prefetchers do not follow (8 products of [768, 2304], 14 MB: 1.34 ms without, 0.29 with,
-1 thread). Integer sums wrap as the loops' do, in any order:
-the result is the loops' bit for bit. Where A does not fit, or the machine has no VNNI, the loops
-run as written.
+1 thread). With AVX2 and 32-byte vectors (`group_avx2`), the same walk in 256-bit vectors: 16 columns
+of two rows widened to 16 bits and interleaved, `vpmaddwd` adds both rows' products (each a byte by a
+16-bit A: no saturation, unlike vpmaddubsw's 16-bit pairs) into 8 columns' 32-bit pairs, an add puts
+them into the sums. Integer sums wrap as the loops' do, in any order: the result is the loops' bit
+for bit. Where A does not fit, or the machine has neither, the loops run as written.
 
 Where it applies is the plan's choice (engine/schedule/kernel.py, `one_row`: the operand of a
 product of one row is not packed); tests/test_c_int_dot.py holds it to its plain-loop twin.
@@ -32,10 +35,15 @@ from .emit import KernelWriter
 
 HALF = 32  # columns of one 16-bit widening of 32 bytes: two sums of 16 columns
 GROUP = 4  # halves side by side: 128 columns, 8 accumulators, two cache lines of each row
+HALF_AVX2 = 16  # AVX2: one widening of 16 bytes, two sums of 8 columns
+GROUP_AVX2 = 4  # 64 columns, 8 accumulators of AVX2's 16 registers, one cache line of each row
 ROWS = 16  # rows of B per block (even)
 # unpacklo/hi_epi16 interleave within 128-bit lanes: the low sum's dword i is column 8*(i//4) + i%4 of
 # the 32, the high sum's 8*(i//4) + 4 + i%4; these put columns 0..15 and 16..31 back in order
 _ORDER = [[(16 if (c % 8) >= 4 else 0) + 4 * (c // 8) + c % 4 for c in range(lo, lo + 16)] for lo in (0, 16)]
+# AVX2's 256-bit unpacks: the low sum holds columns 0-3 | 8-11, the high 4-7 | 12-15; vperm2i128 with
+# these selectors takes columns 0-7 and 8-15
+_LANES_AVX2 = ("0x20", "0x31")
 
 
 @dataclass(frozen=True)
@@ -49,11 +57,11 @@ class Plan:
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
-    shape = one_row_product(w, stmts[at], "i32")
+    shape = one_row_product(w, stmts[at], "i32", vector_bytes=32)
     if shape is None:
         return None
     k, j, acc, pairs = shape
-    if not (isinstance(k.extent, int) and isinstance(j.extent, int) and j.extent >= HALF
+    if not (isinstance(k.extent, int) and isinstance(j.extent, int) and j.extent >= _half(w)
             and all(affine(ix) for ix in acc.index)):
         return None
     for a, b in pairs:
@@ -66,9 +74,14 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     return None
 
 
+def _half(w: KernelWriter) -> int:
+    return HALF if w.vector_bytes >= 64 else HALF_AVX2
+
+
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
-    """The range check of A, then groups of GROUP halves of columns, one half at a time, and the columns
-    left over as written; the loops as written where A does not fit in 16 bits."""
+    """The range check of A, then groups of halves of columns, one half at a time, and the columns
+    left over as written; the loops as written where A does not fit in 16 bits. AVX-512 VNNI where
+    the writer's vectors are 64 bytes, else AVX2."""
     k, j = plan.k, plan.j
     n_k, n_j = k.extent, j.extent
     target = w.access(plan.acc.buffer, plan.acc.index)
@@ -76,7 +89,10 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     src = plan.b.args[0]
     b_one = w.expr(plan.b)
     ctype = "int8_t" if w.buffers[src.buffer].dtype == "i8" else "uint8_t"
-    widen = "_mm512_cvtepi8_epi16" if ctype == "int8_t" else "_mm512_cvtepu8_epi16"
+    wide = w.vector_bytes >= 64
+    half, halves = (HALF, GROUP) if wide else (HALF_AVX2, GROUP_AVX2)
+    widen = ("_mm512_cvtepi8_epi16" if wide else "_mm256_cvtepi8_epi16") if ctype == "int8_t" else \
+        ("_mm512_cvtepu8_epi16" if wide else "_mm256_cvtepu8_epi16")
     p = pad + "  "
 
     def row(at_k: str, at_j: str) -> str:
@@ -93,12 +109,12 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     # the next block of rows is one run of bytes: prefetched while this block is summed, as the
     # hardware does not follow the groups' order
     flat = w.flat_index(src.buffer, src.index)
-    iterations = (n_j // (HALF * GROUP) + n_j % (HALF * GROUP) // HALF) * (ROWS // 2)
+    iterations = (n_j // (half * halves) + n_j % (half * halves) // half) * (ROWS // 2)
     prefetch = 64 * -(-ROWS * n_j // (64 * iterations)) if flat.coef(j.var) == 1 and flat.coef(k.var) == n_j else 0
 
-    def group(halves: int, q: str) -> list[str]:
-        """The columns st_j .. st_j + HALF * halves - 1 over the block's rows, added into C."""
-        sums = [f"c{h}{s}" for h in range(halves) for s in "lh"]
+    def group(count: int, q: str) -> list[str]:
+        """The columns st_j .. st_j + HALF * count - 1 over the block's rows, added into C."""
+        sums = [f"c{h}{s}" for h in range(count) for s in "lh"]
         out = [f"{q}__m512i {', '.join(f'{c} = _mm512_setzero_si512()' for c in sums)};",
                f"{q}for (int64_t st_k = st_k0; st_k < st_k1; st_k += 2) {{",
                f"{q}  const __m512i st_pair = _mm512_set1_epi32(st_pairs[(st_k - st_k0) / 2]);",
@@ -108,22 +124,47 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
             out.append(f"{q}  if (st_pf < st_pf_end) {{ " + " ".join(
                 f"__builtin_prefetch(st_pf + {64 * i}, 0, 3);" for i in range(prefetch // 64))
                 + f" st_pf += {prefetch}; }}")
-        for h in range(halves):
+        for h in range(count):
             out += [f"{q}  {{ const __m512i x = {widen}(_mm256_loadu_si256((const __m256i *)(st_r0 + {HALF * h})));",
                     f"{q}    const __m512i y = {widen}(_mm256_loadu_si256((const __m256i *)(st_r1 + {HALF * h})));",
                     f"{q}    c{h}l = _mm512_dpwssd_epi32(c{h}l, _mm512_unpacklo_epi16(x, y), st_pair);",
                     f"{q}    c{h}h = _mm512_dpwssd_epi32(c{h}h, _mm512_unpackhi_epi16(x, y), st_pair); }}"]
         out.append(f"{q}}}")
-        for h in range(halves):
+        for h in range(count):
             for part, order in enumerate(_ORDER):
                 idx = ", ".join(str(i) for i in reversed(order))
                 out += [f"{q}{{ const int64_t {j.var} = st_j + {HALF * h + 16 * part}; int32_t *st_c = &{target};",
-                        f"{q}  _mm512_storeu_si512(st_c, _mm512_add_epi32(_mm512_loadu_si512(st_c), "
-                        f"_mm512_permutex2var_epi32(c{h}l, _mm512_set_epi32({idx}), c{h}h))); }}"]
+                        (f"{q}  _mm512_storeu_si512(st_c, _mm512_add_epi32(_mm512_loadu_si512(st_c), "
+                        f"_mm512_permutex2var_epi32(c{h}l, _mm512_set_epi32({idx}), c{h}h))); }}")]
+        return out
+
+    def group_avx2(count: int, q: str) -> list[str]:
+        """The columns st_j .. st_j + HALF_AVX2 * count - 1 over the block's rows, added into C."""
+        sums = [f"c{h}{s}" for h in range(count) for s in "lh"]
+        out = [f"{q}__m256i {', '.join(f'{c} = _mm256_setzero_si256()' for c in sums)};",
+               f"{q}for (int64_t st_k = st_k0; st_k < st_k1; st_k += 2) {{",
+               f"{q}  const __m256i st_pair = _mm256_set1_epi32(st_pairs[(st_k - st_k0) / 2]);",
+               f"{q}  const {ctype} *st_r0 = {row('st_k', 'st_j')};",
+               f"{q}  const {ctype} *st_r1 = st_k + 1 < {n_k} ? {row('st_k + 1', 'st_j')} : st_r0;"]
+        if prefetch:
+            out.append(f"{q}  if (st_pf < st_pf_end) {{ " + " ".join(
+                f"__builtin_prefetch(st_pf + {64 * i}, 0, 3);" for i in range(prefetch // 64))
+                + f" st_pf += {prefetch}; }}")
+        for h in range(count):
+            out += [f"{q}  {{ const __m256i x = {widen}(_mm_loadu_si128((const __m128i *)(st_r0 + {HALF_AVX2 * h})));",
+                    f"{q}    const __m256i y = {widen}(_mm_loadu_si128((const __m128i *)(st_r1 + {HALF_AVX2 * h})));",
+                    f"{q}    c{h}l = _mm256_add_epi32(c{h}l, _mm256_madd_epi16(_mm256_unpacklo_epi16(x, y), st_pair));",
+                    f"{q}    c{h}h = _mm256_add_epi32(c{h}h, _mm256_madd_epi16(_mm256_unpackhi_epi16(x, y), st_pair)); }}"]
+        out.append(f"{q}}}")
+        for h in range(count):
+            for part, lanes in enumerate(_LANES_AVX2):
+                out += [f"{q}{{ const int64_t {j.var} = st_j + {HALF_AVX2 * h + 8 * part}; int32_t *st_c = &{target};",
+                        (f"{q}  _mm256_storeu_si256((__m256i *)st_c, _mm256_add_epi32(_mm256_loadu_si256((__m256i *)st_c), "
+                        f"_mm256_permute2x128_si256(c{h}l, c{h}h, {lanes}))); }}")]
         return out
 
     w.lines.append(f"{pad}{{")
-    w.lines.append("#if defined(__AVX512VNNI__) && defined(__AVX512BW__)")
+    w.lines.append("#if defined(__AVX512VNNI__) && defined(__AVX512BW__)" if wide else "#if defined(__AVX2__)")
     w.lines.append(f"{pad}int st_fits = 1;")
     w.lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {n_k}; ++{k.var}) {{ const int32_t st_a = {a_one}; "
                    f"st_fits &= (st_a >= -32768) & (st_a <= 32767); }}")
@@ -138,17 +179,18 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
                 f"{q}  int32_t st_a0, st_a1 = 0;",
                 f"{q}  {{ const int64_t {k.var} = st_k; st_a0 = {a_one}; }}",
                 f"{q}  if (st_k + 1 < {n_k}) {{ const int64_t {k.var} = st_k + 1; st_a1 = {a_one}; }}",
-                f"{q}  st_pairs[(st_k - st_k0) / 2] = (int32_t)((uint32_t)(uint16_t)st_a0 "
-                f"| ((uint32_t)(uint16_t)st_a1 << 16));",
+                (f"{q}  st_pairs[(st_k - st_k0) / 2] = (int32_t)((uint32_t)(uint16_t)st_a0 "
+                f"| ((uint32_t)(uint16_t)st_a1 << 16));"),
                 f"{q}}}",
                 f"{q}int64_t st_j = 0;"]
     if prefetch:
         w.lines += [f"{q}const char *st_pf = st_k1 < {n_k} ? (const char *){row('st_k1', '0')} : 0;",
-                    f"{q}const char *st_pf_end = st_pf ? st_pf + "
-                    f"(st_k1 + {ROWS} < {n_k} ? {ROWS} : {n_k} - st_k1) * {n_j} : 0;"]
-    w.lines += column_steps(q, n_j, [(HALF * GROUP, group(GROUP, q + "  ")), (HALF, group(1, q + "  "))])
+                    (f"{q}const char *st_pf_end = st_pf ? st_pf + "
+                    f"(st_k1 + {ROWS} < {n_k} ? {ROWS} : {n_k} - st_k1) * {n_j} : 0;")]
+    body = group if wide else group_avx2
+    w.lines += column_steps(q, n_j, [(half * halves, body(halves, q + "  ")), (half, body(1, q + "  "))])
     w.lines.append(f"{p}}}")
-    w.lines += plain(f"{n_j - n_j % HALF}", p)
+    w.lines += plain(f"{n_j - n_j % half}", p)
     w.lines.append(f"{pad}}} else")
     w.lines.append("#endif")
     w.lines.append(f"{pad}{{")
