@@ -69,3 +69,52 @@ def test_keys_of_three_pieces_are_summed_piece_by_piece(tmp_path):
         inputs = {n: x.astype(np.float32) for n, x in inputs.items()}
         (got,) = compiled(**inputs)
         assert compare(got, evaluate(compiled.graph, inputs)[0]) == "", p
+
+
+def _decoder_layer(i: int) -> str:
+    """One pre-layer-norm GPT-2 layer (hidden 768, 12 heads, MLP 3072, tanh GELU) of a decode step."""
+    return f"""
+  c{i} = sub(x{i}, mean(x{i}, axes=[1], keepdims=true))
+  h{i} = add(mul(mul(c{i}, rsqrt(add(mean(mul(c{i}, c{i}), axes=[1], keepdims=true), 1e-5))), g{i}), b{i})
+  qkv{i} = add(matmul(h{i}, wqkv{i}), bqkv{i})
+  q{i} = transpose(reshape(slice(qkv{i}, axes=[1], starts=[0], ends=[768]), shape=[1, 12, 64]), perm=[1, 0, 2])
+  k{i} = transpose(reshape(slice(qkv{i}, axes=[1], starts=[768], ends=[1536]), shape=[1, 12, 64]), perm=[1, 0, 2])
+  v{i} = transpose(reshape(slice(qkv{i}, axes=[1], starts=[1536], ends=[2304]), shape=[1, 12, 64]), perm=[1, 0, 2])
+  keys{i} = concat(pk{i}, k{i}, axis=1)
+  vals{i} = concat(pv{i}, v{i}, axis=1)
+  s{i} = matmul(mul(q{i}, 0.125), transpose(keys{i}, perm=[0, 2, 1]))
+  e{i} = exp(sub(s{i}, max(s{i}, axes=[2], keepdims=true)))
+  a{i} = matmul(div(e{i}, sum(e{i}, axes=[2], keepdims=true)), vals{i})
+  y{i} = add(x{i}, add(matmul(reshape(transpose(a{i}, perm=[1, 0, 2]), shape=[1, 768]), wo{i}), bo{i}))
+  n{i} = sub(y{i}, mean(y{i}, axes=[1], keepdims=true))
+  u{i} = add(matmul(mul(n{i}, rsqrt(add(mean(mul(n{i}, n{i}), axes=[1], keepdims=true), 1e-5))), w1{i}), b1{i})
+  t{i} = mul(mul(u{i}, 0.5), add(tanh(mul(add(u{i}, mul(mul(mul(u{i}, u{i}), u{i}), 0.044715)), 0.7978845608)), 1.0))
+  x{i + 1} = add(y{i}, add(matmul(t{i}, w2{i}), b2{i}))"""
+
+
+def _decoder_step(layers: int) -> str:
+    params = ", ".join(f"pk{i}: f32[12, p, 64], pv{i}: f32[12, p, 64], g{i}: f32[768], b{i}: f32[768], "
+                       f"wqkv{i}: f32[768, 2304], bqkv{i}: f32[2304], wo{i}: f32[768, 768], bo{i}: f32[768], "
+                       f"w1{i}: f32[768, 3072], b1{i}: f32[3072], w2{i}: f32[3072, 768], b2{i}: f32[768]"
+                       for i in range(layers))
+    results = ", ".join(["f32[1, 768]"] + ["f32[12, p + 1, 64]"] * 2 * layers)
+    returned = ", ".join([f"x{layers}"] + [f"{c}{i}" for i in range(layers) for c in ("keys", "vals")])
+    body = "".join(_decoder_layer(i) for i in range(layers))
+    return f"func step[p: 1..2047](x0: f32[1, 768], {params}) -> ({results}) {{{body}\n  return {returned}\n}}\n"
+
+
+def test_a_decoder_steps_attention_is_one_kernel_per_layer():
+    """Issue 45 item 2: at GPT-2's sizes (planned at p = 2047, above the exhaustive search's limit)
+    each layer's new query against its p + 1 keys, the softmax and the values are one kernel: the
+    scores never reach memory. (The greedy search fused the softmax's exp into its sum and its
+    division one reader at a time, each move alone dearer, and tried no fusing after the pass that
+    holds fused values another way: search.py's `diamond` and `near`.)"""
+    text = schedule_of(_decoder_step(2), load_target("cpu"))
+    kernels = text.split("\nkernel ")[1:]
+    attention = [k for k in kernels if " = exp(" in k and "axes=[2]" in k and "matmul(" in k]
+    assert len(attention) == 2, text
+    for k in attention:
+        assert " = sum(" in k and " = div(" in k and k.count(" = matmul(") == 2, k
+    # no kernel writes the scores, their exponentials or their sums
+    assert not any(k.split(":", 1)[1].lstrip().startswith(("f32[12, 1, p + 1]", "f32[12, 1, 1]"))
+                   for k in kernels), text

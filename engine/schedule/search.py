@@ -197,8 +197,14 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
             ends.append(end)
         # the first of equals (one end: nothing to compare, no whole program to build)
         state = ends[0] if len(ends) == 1 else min(ends, key=lambda end: order_key(space.price(end.choice)[0]))
-        state.fine = True  # then hold fused values another way where it pays
-        _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1)
+        state.fine = True  # then hold fused values another way where it pays; where that opens a
+        # fusing move (a softmax's exp, once held for the tile, joins its sum and division), the
+        # diamonds near the values held are tried again (`near`; every root again cost BERT's
+        # extraction a third more)
+        for _ in range(GREEDY_ROUNDS):
+            moved = _first_improvement(state, state.held, by_sig, GREEDY_ROUNDS if small else 1)
+            if not moved or not _first_improvement(state, lambda held=moved: state.near(held), by_sig, 1):
+                break
     cost, schedule = space.price(state.choice)
     return SearchResult(state.choice, schedule, cost, space.evaluated, False)
 
@@ -213,16 +219,20 @@ def _steepest_descent(state: _State, shared_inputs: list[str], by_sig) -> None:
         state.take(min(moves, key=lambda m: m.delta))
 
 
-def _first_improvement(state: _State, producers, by_sig, rounds: int) -> None:
-    """Passes over `producers()`, each taking every paying move as it meets it (`rounds` at most)."""
+def _first_improvement(state: _State, producers, by_sig, rounds: int) -> list[str]:
+    """Passes over `producers()`, each taking every paying move as it meets it (`rounds` at most);
+    the producers moved, in the order they were."""
+    moved = []
     for _ in range(rounds):
         improved = False
         # outputs too: fused into its consumers, an output is stored by the kernel that computes it
         for producer in producers():
             if state.try_fuse(producer, by_sig):
                 improved = True
+                moved.append(producer)
         if not improved:
-            return
+            break
+    return list(dict.fromkeys(moved))
 
 
 class _State:
@@ -374,6 +384,25 @@ class _State:
         for i in range(move.first_moved, len(self.kernels)):  # (the run order: sums in it)
             self.position[self.kernels[i]] = i
 
+    def near(self, values: list[str]) -> list[str]:
+        """The roots (in the descent's order) whose readers form a diamond (`diamond`), computed in a
+        kernel that computes one of `values` or read by one: where holding `values` another way can
+        open a fusing move."""
+        kernels = {k for v in values for k in self.computed_in.get(v, ())}
+        computed_in = self.computed_in
+        return [p for p in reversed(self.roots) if self.diamond(p)
+                and (not kernels.isdisjoint(computed_in.get(p, ()))
+                     or any(not kernels.isdisjoint(computed_in.get(r, ())) for r in self.readers.get(p, ())))]
+
+    def diamond(self, producer: str) -> set[str]:
+        """The readers of `producer` that another of its readers reads from global memory (a
+        softmax's `sum(e)` beside `e / sum(e)`)."""
+        readers = dict.fromkeys(self.readers.get(producer, ()))
+        if len(readers) < 2:
+            return set()
+        signature = self.space.signature
+        return {v for c in readers for g, v in signature(self.choice[c])[2] if g and v in readers}
+
     def try_fuse(self, producer: str, by_sig) -> bool:
         move = self.best_move(producer, by_sig)
         if move is None:
@@ -391,14 +420,17 @@ class _State:
         trial = None  # (the choice copied at the first change: most sibling trials change nothing)
         changed = set()
         kernel = self.kernel_of.get(producer)
+        # with `siblings`, a diamond's readers (`sum(e)` and `e / sum(e)`) join the producer's kernel
+        # in one move
+        diamond = self.diamond(producer) if siblings else set()
         for consumer in dict.fromkeys(self.readers.get(producer, ())):
             node = self.choice[consumer]
             op, attrs, edges = space.signature(node)
             together = {producer}
             if siblings:
-                together |= {v for g, v in edges if g and v != producer and kernel is not None
-                             and self.kernel_of.get(v) is kernel and v not in space.params}
-                if len(together) == 1:
+                together |= {v for g, v in edges if g and v != producer and v not in space.params
+                             and ((kernel is not None and self.kernel_of.get(v) is kernel) or v in diamond)}
+                if len(together) == 1 and consumer not in diamond:
                     continue
             fused = tuple((False, v) if v in together else (g, v) for g, v in edges)
             if fused == edges and not self._keeps(consumer, node, producer):
