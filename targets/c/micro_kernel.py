@@ -38,7 +38,7 @@ from ...engine.schedule.machine import (
 )
 from ...lowering.loops import For, Ix, Load, loads, map_indices
 from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
-from . import tuning
+from . import a_pieces, tuning
 from .emit import KernelWriter
 
 VECTOR_TYPES = {"f32": "st_vf32", "f64": "st_vf64", "i32": "st_vi32"}
@@ -301,8 +301,8 @@ class _Ahead:
         if not self.step:
             return []
         at = f"({self.start_at})"
-        return [f"{pad}const char *st_ahead = (const char *)({self.buffer} + "
-                f"({at} + {self.region + self.span} <= {self.total} ? {at} + {self.region} : 0));"]
+        return [(f"{pad}const char *st_ahead = (const char *)({self.buffer} + "
+                 f"({at} + {self.region + self.span} <= {self.total} ? {at} + {self.region} : 0));")]
 
     def line(self, pad: str, i: str, mr: int, j: str, width: int, k: str, k_extent: int) -> str:
         if not self.step:
@@ -438,6 +438,10 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
     lines = [f"{pad}{C_ELEMENT[dtype]} a_pre[{rows}][{span.steps}] __attribute__((aligned(64)));"]
     if not _along_k(nest):  # rows inside: each k reads one place for all the rows (a conv's taps
         # first: k walks channels 32 KB apart, the rows neighbouring positions), not a line per row
+        start, end = ("st_k0", "st_k1") if span.chunked else ("0", str(k.extent))
+        cut = a_pieces.precompute_lines(kernel, nest.a, k.var, nest.i.var, rows, start, end, span.at(k), pad, _at_row)
+        if cut is not None:  # a concat of taps along k: one loop per piece
+            return lines + cut
         lines.append(f"{pad}{span.loop(k)} {{")
         for r in range(rows):
             lines.append(f"{pad}  {_at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};')}")
