@@ -113,18 +113,25 @@ def test_tanh_at_its_special_values(library, x, want):
     assert (np.isnan(want) and np.isnan(got)) or (got == np.float32(want) and np.signbit(got) == np.signbit(want))
 
 
-def test_the_16_lane_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
-    """Where the machine has AVX-512, loops of exp, sigmoid and tanh run in 16-lane vectors
-    (st_expv_f32, st_tanhv_f32, 2^n applied by vscalefps): over a stride of every float, +-inf and
-    the subnormal range included, they give exactly what the scalar st_expf and st_tanhf loops give
-    (ST_NO_VECTOR_EXP builds those), NaN where they give NaN."""
+EXPONENTIAL_EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 89.0, -89.0, 88.72, 88.73, 89.5, -103.9,
+                     -104.0, -104.5, -87.3, -88.0, -100.0, -149.0, 1e-40, -1e-40, 9.02, 9.1, -9.1, 20.0, -20.0, 1e30,
+                     -1e30, 0.5, -0.5, 1.0, -1.0]
+
+
+def test_the_vector_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
+    """Where the machine has AVX-512 or AVX2 with FMA, loops of exp, sigmoid and tanh run in vectors
+    of its width (st_expv_f32, st_tanhv_f32; 2^n by vscalefps on AVX-512, from its exponent bits in
+    two halves on AVX2): over a stride of every float, +-inf, +-89, -104, the subnormal results and
+    0 included, they give exactly what the scalar st_expf and st_tanhf loops give (ST_NO_VECTOR_EXP
+    builds those), NaN where they give NaN."""
     import stitch
 
-    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) != 64:
-        pytest.skip("no AVX-512 here: the vector loops are not written")
-    x = every_float(stride=4099)
+    width = cc.vector_bytes(cpu.compiler(), cc.compiler_flags())
+    if width not in (32, 64):
+        pytest.skip("neither AVX-512 nor AVX2 here: the vector loops are not written")
+    x = np.concatenate([every_float(stride=4099), np.array(EXPONENTIAL_EDGES * 7, dtype=np.float32)])
     n = x.size - x.size % 1000
-    x = x[:n].reshape(-1, 1000)
+    x = np.concatenate([np.array(EXPONENTIAL_EDGES, dtype=np.float32), x])[:n].reshape(-1, 1000)
     rows = f"f32[{x.shape[0]}, 1000]"
     text = f"func f(x: {rows}) -> ({rows}, {rows}, {rows}) {{\n  return exp(x), sigmoid(mul(x, 0.5)), tanh(x)\n}}\n"
     vector = stitch.compile(text, cache_dir=tmp_path)

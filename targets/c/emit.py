@@ -201,7 +201,7 @@ class KernelWriter:
 
     def vector_expr(self, e, var: str, operand: Callable | None = None, forms: dict | None = None) -> str | None:
         """C for `e` on consecutive iterations of `var`, one st_vf32 (16 lanes on AVX-512, 8 on AVX2),
-        or None if it has no such form (exp, sigmoid and tanh have one on AVX-512 only: vector_math.h).
+        or None if it has no such form (exp, sigmoid and tanh have one on AVX-512 and AVX2: vector_math.h).
         An op read more than once is computed once into a temporary, as `expr` does. `operand` (the
         writer and an operand to its C) and `forms` (an op to its C from its operands' C, or None for
         no form) replace `vector_operand` and ops.py's VECTOR_OPS where a recognizer has its own."""
@@ -214,7 +214,7 @@ class KernelWriter:
         decls = []
         for n, op in order:
             args = [text[canon[id(a)]] if isinstance(a, Op) else operand(self, a, var) for a in op.args]
-            if op.dtype != "f32" or None in args or (self.vector_bytes != 64 and op.op in EXPONENTIALS):
+            if op.dtype != "f32" or None in args or (self.vector_bytes not in (32, 64) and op.op in EXPONENTIALS):
                 return None
             form = forms[op.op] if op.op in forms else (lambda args, name=op.op: vector_op(name, args))
             if form is None or (value := form(args)) is None:

@@ -4,7 +4,7 @@
   and the branch-free expf, erff and tanhf every f32 loop calls (so such loops vectorize);
 - float_helpers.h, int_helpers.h: one small function per (op, dtype) for the ops that are not one C
   operator, as `string.Template`s filled once per dtype (`${t}` the C type, `${d}` the dtype name);
-- vector_math.h: st_expf and st_tanhf on 16 lanes (AVX-512), and the partial-line stores beside
+- vector_math.h: st_expf and st_tanhf on 16 lanes (AVX-512) or 8 (AVX2), and the partial-line stores beside
   non-temporal ones (`vector_loop`, `summed_row`, `pipelined_rows`);
 - strided_row.h: a gather and the NaN-aware max and min on one st_vf32, AVX2's or AVX-512's (strided_row.py);
 - runner.h / runner.c: how tiles reach the runtime (targets/runtime.c's stitch_rt_run has this

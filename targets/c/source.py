@@ -71,8 +71,8 @@ def _c_source(program: LoopProgram, vector_bytes: int, max_parts: int,
     called = [function[j] for j in same_as]
     defined = [(k, signature(uses[program.kernels[j].name])) for j, k in printed.items() if function[j] == k.function]
     parts = min(max_parts, sum(len(k.text) for k, _ in defined) // tuning.PART_BYTES + 1)
-    out = [PRELUDE, vector_typedefs(vector_bytes), VECTOR_EXP if vector_bytes == 64 else "",
-           f"#define ST_LANES {vector_bytes // 4}\n{STRIDED_ROW}" if vector_bytes in (32, 64) else "", RUNNER]
+    out = [PRELUDE, vector_typedefs(vector_bytes),
+           f"#define ST_LANES {vector_bytes // 4}\n{VECTOR_EXP}{STRIDED_ROW}" if vector_bytes in (32, 64) else "", RUNNER]
     # a symbol's value: one global of the library, set by stitch_main (calls into one library hold
     # its lock, targets/cpu.py), read by every kernel's extents
     out += [f"{PROTO} extern long long {c_symbol_value(name)};" for name in program.symbols]

@@ -1,9 +1,9 @@
 """An innermost f32 loop writing a row from contiguous and loop-invariant reads with + - * / and
-exp, sigmoid or tanh, written in 16-lane vectors where the machine has AVX-512 (st_expv_f32,
-vector_math.h), when the row computes an exponential or is a streamed output's.
+exp, sigmoid or tanh, written in the machine's vectors where it has AVX-512 (16 lanes) or AVX2 with
+FMA (8) (st_expv_f32, vector_math.h), when the row computes an exponential or is a streamed output's.
 
 A streamed output's row is stored with non-temporal stores straight from the registers: its whole
-lines one vector each; its partial first and last lines from the 16 elements at the row's start
+lines one vector each; its partial first and last lines from the vector at the row's start
 and at its end, by plain stores of 8, 4, 2 and 1 lanes (st_store_lanes), so every element comes
 from the same vector code wherever the output array starts; rows of 2 * STREAM_GROUP vectors and
 more in groups of STREAM_GROUP, each group's values computed before the previous group's stores
@@ -26,22 +26,25 @@ from .emit import KernelWriter
 from .ops import exponentials
 from .rows import around, row_reads, row_start, row_store
 
+# the vector widths vector_math.h has exponentials for: their C type and intrinsics' prefix
+VECTORS = {64: ("__m512", "_mm512"), 32: ("__m256", "_mm256")}
+
 
 @dataclass(frozen=True)
 class Plan:
     loop: For
     leaf: Store
-    value: str  # the row's value on 16 lanes
+    value: str  # the row's value on the machine's lanes
     streamed: bool
     taken: int = 1
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
     s = stmts[at]
-    leaf = row_store(w, s) if w.vector_bytes == 64 else None
+    leaf = row_store(w, s) if w.vector_bytes in VECTORS else None
     if leaf is None or s.kind != "serial" or w.buffers[leaf.buffer].dtype != "f32":
         return None
-    streamed = leaf.buffer in w.streamed and s.extent >= 16
+    streamed = leaf.buffer in w.streamed and s.extent >= w.vector_bytes // 4
     if not (streamed or exponentials(leaf.value)):
         return None
     value = w.vector_expr(leaf.value, s.var)
@@ -53,11 +56,12 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     s, leaf, value = plan.loop, plan.leaf, plan.value
     v, n = s.var, s.extent
+    lanes, (vector, prefix) = w.vector_bytes // 4, VECTORS[w.vector_bytes]
     add = w.lines.append
     if not plan.streamed:
         add(f"{pad}{{ int64_t {v} = 0;")
         add(f"{pad}#if defined(ST_VECTOR_EXP)")
-        add(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) *(st_vf32 *)&{w.access(leaf.buffer, leaf.index)} = {value};")
+        add(f"{pad}  for (; {v} + {lanes} <= {n}; {v} += {lanes}) *(st_vf32 *)&{w.access(leaf.buffer, leaf.index)} = {value};")
         add(f"{pad}#endif")
         add(f"{pad}  for (; {v} < {n}; ++{v}) {w.leaf(leaf)} }}")
         return
@@ -65,8 +69,8 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     start = row_start(w, leaf, v)
     add(f"{pad}#if defined(ST_VECTOR_EXP)")
     # the row's value at `v`, for its partial first line, its whole lines and its partial last one
-    add(f"{pad}#define ST_ROW({v}) ((__m512)({value}))")
-    add(f"{pad}{{ float *st_o = &{start}; int64_t st_h = (int64_t)((-(uintptr_t)st_o & 63) >> 2), {v} = st_h;")
+    add(f"{pad}#define ST_ROW({v}) (({vector})({value}))")
+    add(f"{pad}{{ float *st_o = &{start}; int64_t st_h = (int64_t)((-(uintptr_t)st_o & {w.vector_bytes - 1}) >> 2), {v} = st_h;")
     add(f"{pad}  if (st_h) st_store_lanes(st_o, ST_ROW(0), 0, st_h);")
     reads = long_row_reads(w, leaf, v, n, loops)
     ahead_by = tuning.STREAM_PREFETCH
@@ -75,21 +79,21 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
         return "".join(f"__builtin_prefetch(&{w.access(ld.buffer, shift_ix(ld.index, {v: ahead_by + at}))}, 0, 0); "
                        for ld in reads)
     group_size = tuning.STREAM_GROUP
-    g = 16 * group_size
+    g = lanes * group_size
     if group_size > 1 and n >= 2 * g:
         # groups of STREAM_GROUP vectors, the next group's computed before this one's stores
         def group(name: str, at: int) -> str:
-            return ", ".join(f"{name}{k} = ST_ROW({v} + {at + 16 * k})" for k in range(group_size))
-        stores = " ".join(f"_mm512_stream_ps(st_o + {v} + {16 * k}, st_a{k});" for k in range(group_size))
+            return ", ".join(f"{name}{k} = ST_ROW({v} + {at + lanes * k})" for k in range(group_size))
+        stores = " ".join(f"{prefix}_stream_ps(st_o + {v} + {lanes * k}, st_a{k});" for k in range(group_size))
         shift = " ".join(f"st_a{k} = st_b{k};" for k in range(group_size))
-        add(f"{pad}  if ({v} + {2 * g} <= {n}) {{ __m512 {group('st_a', 0)};")
+        add(f"{pad}  if ({v} + {2 * g} <= {n}) {{ {vector} {group('st_a', 0)};")
         add(f"{pad}    for (; {v} + {2 * g} <= {n}; {v} += {g}) {{ "
-            + "".join(ahead(16 * k) for k in range(group_size))
-            + f"__m512 {group('st_b', g)}; {stores} {shift} }}")
+            + "".join(ahead(lanes * k) for k in range(group_size))
+            + f"{vector} {group('st_b', g)}; {stores} {shift} }}")
         add(f"{pad}    {stores} {v} += {g}; }}")
-    store = f"_mm512_stream_ps(st_o + {v}, ST_ROW({v}));"
-    add(f"{pad}  for (; {v} + 16 <= {n}; {v} += 16) " + (f"{{ {ahead(0)}{store} }}" if reads else store))
-    add(f"{pad}  if ({v} < {n}) st_store_lanes(st_o + {n - 16}, ST_ROW({n - 16}), {v} - {n - 16}, 16); }}")
+    store = f"{prefix}_stream_ps(st_o + {v}, ST_ROW({v}));"
+    add(f"{pad}  for (; {v} + {lanes} <= {n}; {v} += {lanes}) " + (f"{{ {ahead(0)}{store} }}" if reads else store))
+    add(f"{pad}  if ({v} < {n}) st_store_lanes(st_o + {n - lanes}, ST_ROW({n - lanes}), {v} - {n - lanes}, {lanes}); }}")
     add(f"{pad}#undef ST_ROW")
     add(f"{pad}#else")
     row = stream.match_loop(w, s)

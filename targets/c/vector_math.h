@@ -1,4 +1,7 @@
-#if defined(__AVX512F__)
+/* st_expf and st_tanhf on the machine's vector (16 lanes on AVX-512, 8 on AVX2 with FMA), and the
+   partial-line stores beside them; source.py defines ST_LANES first and includes this at 64 and 32
+   bytes */
+#if ST_LANES == 16 && defined(__AVX512F__)
 static inline st_vf32 st_bcast_f32(float a) { return (st_vf32)_mm512_set1_ps(a); }
 static inline st_vf32 st_expv_f32(st_vf32 xv) {
   __m512 x = (__m512)xv;
@@ -55,5 +58,72 @@ static inline st_vf32 st_tanhv_f32(st_vf32 xv) {
   __m512 d = _mm512_fmadd_ps(s, e, _mm512_sub_ps(s, _mm512_set1_ps(1.0f)));
   __m512 t = _mm512_div_ps(d, _mm512_add_ps(d, _mm512_set1_ps(2.0f)));
   return (st_vf32)_mm512_or_ps(t, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));
+}
+#elif ST_LANES == 8
+#if defined(__AVX2__) && defined(__FMA__)
+/* the same steps on 8 lanes. AVX2 has no vscalefps: 2^n is built from n's integer exponent bits
+   in two halves, k >> 1 and k - (k >> 1), as st_expf does (n is in [-150, 129] after the clamp, so
+   each half is a normal float's exponent and p * s1 * s2 rounds once, at the end, where the result
+   is subnormal). NaN goes through the clamps (maxps and minps give their second operand) and the
+   arithmetic to the result; its integer conversion only makes scale bits the NaN ignores. */
+static inline __m256 st_pow2v_f32(__m256i k) {  /* 2^k for k in [-126, 127] */
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k, _mm256_set1_epi32(127)), 23));
+}
+static inline st_vf32 st_expv_f32(st_vf32 xv) {
+  __m256 x = (__m256)xv;
+  __m256 c = _mm256_min_ps(_mm256_set1_ps(89.0f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+  __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(c, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(12582912.0f)),
+                           _mm256_set1_ps(12582912.0f));
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), c);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.3814540580e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3687454462e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1668388993e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666521132e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.9999994040e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
+  return (st_vf32)_mm256_mul_ps(_mm256_mul_ps(p, st_pow2v_f32(k1)), st_pow2v_f32(k2));
+}
+#ifndef ST_NO_VECTOR_EXP
+#define ST_VECTOR_EXP 1
+#endif
+/* st_tanhf on 8 lanes: the same steps, 2^n from its exponent bits (n <= 27) */
+static inline st_vf32 st_tanhv_f32(st_vf32 xv) {
+  __m256 x = (__m256)xv, sign = _mm256_set1_ps(-0.0f);
+  __m256 a = _mm256_min_ps(_mm256_set1_ps(9.1f), _mm256_andnot_ps(sign, x));  /* (NaN: minps gives its second operand) */
+  __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(a, _mm256_set1_ps(2.88539008177792681f), _mm256_set1_ps(12582912.0f)),
+                           _mm256_set1_ps(12582912.0f));
+  __m256 h = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.3466796875f), a);
+  h = _mm256_fmadd_ps(n, _mm256_set1_ps(1.06097220e-4f), h);
+  __m256 r = _mm256_add_ps(h, h);
+  __m256 p = _mm256_set1_ps(1.3882515486e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3665475249e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1667200625e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666543484e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.9999997020e-1f));
+  __m256 e = _mm256_fmadd_ps(_mm256_mul_ps(r, r), p, r);
+  __m256 s = st_pow2v_f32(_mm256_cvtps_epi32(n));
+  __m256 d = _mm256_fmadd_ps(s, e, _mm256_sub_ps(s, _mm256_set1_ps(1.0f)));
+  __m256 t = _mm256_div_ps(d, _mm256_add_ps(d, _mm256_set1_ps(2.0f)));
+  return (st_vf32)_mm256_or_ps(t, _mm256_and_ps(x, sign));
+}
+#else
+/* AVX without AVX2 and FMA: each lane by the scalar function, and no ST_VECTOR_EXP (the recognizers
+   keep their scalar loops) */
+static inline st_vf32 st_expv_f32(st_vf32 x) { for (int i = 0; i < 8; ++i) x[i] = st_expf(x[i]); return x; }
+static inline st_vf32 st_tanhv_f32(st_vf32 x) { for (int i = 0; i < 8; ++i) x[i] = st_tanhf(x[i]); return x; }
+#endif
+/* the first n < 8 elements of src to dst: plain stores of 4, 2 and 1 elements */
+static inline void st_store_part(float *dst, const float *src, int64_t n) {
+  if (n & 4) { memcpy(dst, src, 16); dst += 4; src += 4; }
+  if (n & 2) { memcpy(dst, src, 8); dst += 2; src += 2; }
+  if (n & 1) *dst = *src;
+}
+/* lanes from..to-1 of v to dst[from..to-1] */
+static inline void st_store_lanes(float *dst, __m256 v, int64_t from, int64_t to) {
+  float t[8];
+  _mm256_storeu_ps(t, v);
+  st_store_part(dst + from, t + from, to - from);
 }
 #endif
