@@ -115,6 +115,33 @@ def fake_caches(root: Path, caches: list[tuple[int, str, str, str]]) -> Path:
     return root
 
 
+def test_op_prices_follow_the_machines_vector_width(tmp_path, monkeypatch):
+    """[op_cycles] prices AVX-512's forms; where the machine's vectors are 32 bytes (AVX2), the
+    built-in cpu's [op_cycles_at.32] entries replace it, and other ops keep [op_cycles]'s price.
+    The width comes from the CPU's flags, as the compiler's -march=native sees them."""
+    from stitch.engine.schedule import target
+    from stitch.targets import cc
+
+    flags = {"avx512": "fpu avx avx2 fma avx512f avx512bw", "avx2": "fpu avx avx2 fma", "sse": "fpu sse2"}
+    for name, line in flags.items():
+        (tmp_path / name).write_text(f"processor\t: 0\nflags\t\t: {line}\n")
+    assert [target.machine_vector_bytes.__wrapped__(tmp_path / n) for n in flags] == [64, 32, 16]
+    assert target.machine_vector_bytes.__wrapped__(tmp_path / "none") is None
+    here = target.machine_vector_bytes.__wrapped__()
+    assert here in (None, cc.vector_bytes(cpu.compiler(), cc.compiler_flags()))
+    monkeypatch.setattr(target, "machine_vector_bytes", lambda: 64)
+    wide = parse_target(BUILTIN["cpu"], "cpu.toml")
+    monkeypatch.setattr(target, "machine_vector_bytes", lambda: 32)
+    narrow = parse_target(BUILTIN["cpu"], "cpu.toml")
+    assert (wide.op_cycles["pow"], wide.op_cycles["erf"]) == (20, 10)
+    assert narrow.op_cycles["pow"] > wide.op_cycles["pow"] and narrow.op_cycles["erf"] > wide.op_cycles["erf"]
+    assert narrow.op_cycles["sqrt"] == wide.op_cycles["sqrt"]
+    with pytest.raises(StitchError, match=r"t.toml:\d+:\d+: .*\[op_cycles_at.32\] names an unknown op 'expp'"):
+        parse_target(BUILTIN["cpu"].replace("[op_cycles_at.32]\n", "[op_cycles_at.32]\nexpp = 3\n"), "t.toml")
+    with pytest.raises(StitchError, match=r"\[op_cycles_at\] holds tables named by a vector width in bytes"):
+        parse_target(BUILTIN["cpu"].replace("[op_cycles_at.32]", "[op_cycles_at.wide]"), "t.toml")
+
+
 def test_onchip_cache_reads_the_machines_cache_per_core(tmp_path):
     """The built-in cpu's on-chip size is onchip_share of the L2 per core the machine reports (a
     shared cache divided among the CPUs sharing it); onchip_bytes where it reports none."""

@@ -32,6 +32,8 @@ def pin_caches() -> None:
     from stitch.engine.schedule import target
 
     target.machine_cache_bytes = lambda level, root=None: PINNED_CACHE_BYTES.get(level)
+    # and the vector width op prices are chosen by (targets/cpu.toml's [op_cycles_at.32] on AVX2): AVX-512's
+    target.machine_vector_bytes = lambda cpuinfo=None: 64
 
 
 def cli(*argv: str) -> str:

@@ -104,11 +104,12 @@ _FIELDS = {
     "fma_per_lane": float, "overlap_dma": bool, "sync": float, "resident_share": float, "tiles_per_core": int,
     "inplace_run_bytes": int, "parallel_work": int, "pipeline_tiles": bool, "fuse_rows": bool,
     "weights_in_place": bool, "executor": str,
-    "matrix": dict, "op_cycles": dict, "onchip_cache": str, "onchip_share": float,
+    "matrix": dict, "op_cycles": dict, "op_cycles_at": dict, "onchip_cache": str, "onchip_share": float,
 }
 CACHE_LEVELS = {"l1": 1, "l2": 2, "l3": 3}
 EXECUTORS = ("c", "simulator")
 SYSFS_CPU = Path("/sys/devices/system/cpu")
+CPUINFO = Path("/proc/cpuinfo")
 _REQUIRED = ("name", "kind", "clock_ghz", "cores", "onchip_bytes", "global_bandwidth", "launch_cycles",
              "vector_lanes")
 _MATRIX = ("tile_m", "tile_n", "tile_k", "cycles_per_tile")
@@ -184,16 +185,24 @@ def parse_target(text: str, filename: str = "<target>") -> Target:
     if data["kind"] == "accel" and data["cores"] != 1:
         raise error("cores", f"an accel target has one core (the simulator runs its tiles one after another), "
                              f"got {data['cores']}")
-    op_cycles = {}
+    # [op_cycles], and where the machine's vectors are `width` bytes, [op_cycles_at.width]'s entries
+    # over it (the same op on AVX2 and on AVX-512 is a different count of instructions)
+    tables = {"op_cycles": data.get("op_cycles", {})}
+    for width, table in data.get("op_cycles_at", {}).items():
+        if not (width.isdigit() and int(width) > 0 and isinstance(table, dict)):
+            raise error(width, f"[op_cycles_at] holds tables named by a vector width in bytes, got {width!r}")
+        tables[f"op_cycles_at.{width}"] = table
     from ..ir.ops import OPS
 
-    for op, cycles in data.get("op_cycles", {}).items():
-        if op not in OPS:
-            raise error(op, f"[op_cycles] names an unknown op '{op}'")
-        if problem := _number_problem(cycles, "positive"):
-            raise error(op, f"[op_cycles] '{op}' must be {problem}, got {cycles!r}")
-        op_cycles[op] = float(cycles)
-    fields = {k: data[k] for k in _FIELDS if k in data and k not in ("matrix", "op_cycles")}
+    for name, table in tables.items():
+        for op, cycles in table.items():
+            if op not in OPS:
+                raise error(op, f"[{name}] names an unknown op '{op}'")
+            if problem := _number_problem(cycles, "positive"):
+                raise error(op, f"[{name}] '{op}' must be {problem}, got {cycles!r}")
+    width = machine_vector_bytes()
+    op_cycles = {op: float(c) for op, c in {**tables["op_cycles"], **tables.get(f"op_cycles_at.{width}", {})}.items()}
+    fields = {k: data[k] for k in _FIELDS if k in data and k not in ("matrix", "op_cycles", "op_cycles_at")}
     for key, want in _FIELDS.items():
         if key in fields and want is float:
             fields[key] = float(fields[key])
@@ -217,6 +226,21 @@ def machine_cache_bytes(level: int, root: Path = SYSFS_CPU) -> int | None:
                 sharing += int(hi or lo) - int(lo) + 1
             return nbytes // max(sharing, 1) or None
     except (OSError, ValueError):
+        return None
+    return None
+
+
+@functools.cache
+def machine_vector_bytes(cpuinfo: Path = CPUINFO) -> int | None:
+    """The width of the vectors C compiled for this machine (gcc -march=native) uses, from the CPU's
+    flags in Linux's /proc/cpuinfo, as targets/cc.py's vector_bytes reads the compiler's: 64 with
+    AVX-512, 32 with AVX, 16 otherwise; None where the machine does not say (not Linux)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = set(line.partition(":")[2].split())
+                return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
+    except OSError:
         return None
     return None
 
