@@ -228,8 +228,9 @@ def add_compile_arguments(p) -> None:
     p.add_argument("--match-limit", type=int, default=Limits.match_limit,
                    help="matches per rule per iteration before back-off")
     p.add_argument("--memory-limit", type=float, default=Limits.memory / GIB, metavar="GIB",
-                   help=f"memory the compile may hold, in GiB (default {Limits.memory / GIB:.3g}: half this "
-                        "machine's, at most 8); saturation stops at half of it")
+                   help=f"memory the compile may hold beyond what the process held when it began, in GiB "
+                        f"(default {Limits.memory / GIB:.3g}: half this machine's, at most 8); saturation stops "
+                        "at half of it")
 
 
 def add_rule_arguments(p) -> None:

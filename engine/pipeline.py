@@ -196,8 +196,9 @@ def lower_program(compiled: Compiled, limits: Limits, bound: tuple[str, ...] = (
     if caches and compiled.target.executor != "c":
         raise StitchError(f"caches= runs on a cpu target (compiled C); '{compiled.target.name}' runs on the "
                           f"{compiled.target.executor}", hint="compile for the cpu target, or without caches=")
-    loops = lower(compiled, bound, caches, tops)
-    check_memory(limits.memory, "lowering")
+    with memory_budget(limits.memory):
+        loops = lower(compiled, bound, caches, tops)
+        check_memory(limits.memory, "lowering")
     return loops
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -145,13 +146,25 @@ def test_saturation_stops_at_half_the_memory_budget(monkeypatch):
 
 
 def test_a_compile_over_its_memory_budget_is_an_error(monkeypatch, capsys):
-    monkeypatch.setattr(memory, "resident_bytes", lambda: 5 * 2**30)
+    held = iter([2**30] + [6 * 2**30] * 1000)  # 1 GiB when the compile begins, 6 GiB after: 5 GiB its own
+    monkeypatch.setattr(memory, "resident_bytes", lambda: next(held))
     with pytest.raises(StitchError, match=r"5.00 GiB held during saturation, budget 4.00 GiB"), \
             pytest.warns(StitchWarning, match="stopped at its memory limit"):
         stitch.compile(EXAMPLES / "mlp.ir", limits=Limits(memory=4 * 2**30))
+    held = iter([0] + [2 * 2**30] * 1000)
     assert main(["compile", str(EXAMPLES / "mlp.ir"), "--memory-limit", "1"]) == 1
     assert "--memory-limit" in capsys.readouterr().err
     assert main(["compile", str(EXAMPLES / "mlp.ir"), "--memory-limit", "nan"]) == 2  # a value out of range: usage
+
+
+def test_what_the_process_held_before_the_compile_is_not_the_compiles(monkeypatch):
+    """A process holding more than the budget before it compiles (its models, its other programs)
+    still saturates: the budget counts what the compile adds."""
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 20 * 2**30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", StitchWarning)
+        program = stitch.compile(EXAMPLES / "layernorm.ir", limits=Limits(memory=2**30))
+    assert program.compiled.report.stop_reason == "saturated"
 
 
 def test_the_schedule_search_checks_the_budget(monkeypatch):
