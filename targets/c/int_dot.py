@@ -112,18 +112,24 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     iterations = (n_j // (half * halves) + n_j % (half * halves) // half) * (ROWS // 2)
     prefetch = 64 * -(-ROWS * n_j // (64 * iterations)) if flat.coef(j.var) == 1 and flat.coef(k.var) == n_j else 0
 
-    def group(count: int, q: str) -> list[str]:
-        """The columns st_j .. st_j + HALF * count - 1 over the block's rows, added into C."""
+    def pairs_loop(count: int, q: str, vector: str, prefix: str, zero: str) -> list[str]:
+        """The sums' declarations and the head of the loop over the block's pairs of rows (`vector`
+        the sums' type, `prefix` its intrinsics', `zero` its zeroing intrinsic's suffix)."""
         sums = [f"c{h}{s}" for h in range(count) for s in "lh"]
-        out = [f"{q}__m512i {', '.join(f'{c} = _mm512_setzero_si512()' for c in sums)};",
+        out = [f"{q}{vector} {', '.join(f'{c} = {prefix}_setzero_{zero}()' for c in sums)};",
                f"{q}for (int64_t st_k = st_k0; st_k < st_k1; st_k += 2) {{",
-               f"{q}  const __m512i st_pair = _mm512_set1_epi32(st_pairs[(st_k - st_k0) / 2]);",
+               f"{q}  const {vector} st_pair = {prefix}_set1_epi32(st_pairs[(st_k - st_k0) / 2]);",
                f"{q}  const {ctype} *st_r0 = {row('st_k', 'st_j')};",
                f"{q}  const {ctype} *st_r1 = st_k + 1 < {n_k} ? {row('st_k + 1', 'st_j')} : st_r0;"]
         if prefetch:  # a share of the next block's bytes, a few lines per pair of rows
             out.append(f"{q}  if (st_pf < st_pf_end) {{ " + " ".join(
                 f"__builtin_prefetch(st_pf + {64 * i}, 0, 3);" for i in range(prefetch // 64))
                 + f" st_pf += {prefetch}; }}")
+        return out
+
+    def group(count: int, q: str) -> list[str]:
+        """The columns st_j .. st_j + HALF * count - 1 over the block's rows, added into C."""
+        out = pairs_loop(count, q, "__m512i", "_mm512", "si512")
         for h in range(count):
             out += [f"{q}  {{ const __m512i x = {widen}(_mm256_loadu_si256((const __m256i *)(st_r0 + {HALF * h})));",
                     f"{q}    const __m512i y = {widen}(_mm256_loadu_si256((const __m256i *)(st_r1 + {HALF * h})));",
@@ -140,16 +146,7 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
 
     def group_avx2(count: int, q: str) -> list[str]:
         """The columns st_j .. st_j + HALF_AVX2 * count - 1 over the block's rows, added into C."""
-        sums = [f"c{h}{s}" for h in range(count) for s in "lh"]
-        out = [f"{q}__m256i {', '.join(f'{c} = _mm256_setzero_si256()' for c in sums)};",
-               f"{q}for (int64_t st_k = st_k0; st_k < st_k1; st_k += 2) {{",
-               f"{q}  const __m256i st_pair = _mm256_set1_epi32(st_pairs[(st_k - st_k0) / 2]);",
-               f"{q}  const {ctype} *st_r0 = {row('st_k', 'st_j')};",
-               f"{q}  const {ctype} *st_r1 = st_k + 1 < {n_k} ? {row('st_k + 1', 'st_j')} : st_r0;"]
-        if prefetch:
-            out.append(f"{q}  if (st_pf < st_pf_end) {{ " + " ".join(
-                f"__builtin_prefetch(st_pf + {64 * i}, 0, 3);" for i in range(prefetch // 64))
-                + f" st_pf += {prefetch}; }}")
+        out = pairs_loop(count, q, "__m256i", "_mm256", "si256")
         for h in range(count):
             out += [f"{q}  {{ const __m256i x = {widen}(_mm_loadu_si128((const __m128i *)(st_r0 + {HALF_AVX2 * h})));",
                     f"{q}    const __m256i y = {widen}(_mm_loadu_si128((const __m128i *)(st_r1 + {HALF_AVX2 * h})));",
