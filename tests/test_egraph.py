@@ -575,10 +575,10 @@ def test_value_conditions_match_literals_in_their_range_only(condition, scaled):
 
 
 def test_the_default_node_and_time_limits_grow_with_the_program():
-    """Limits.for_program: 20,000 e-nodes and 1 s, or 8 e-nodes and 0.5 ms per op where that is more;
+    """Limits.for_program: 20,000 e-nodes and 10 s, or 8 e-nodes and 5 ms per op where that is more;
     limits given are kept."""
     from stitch.engine.rewrite.limits import Limits
 
-    assert (Limits().for_program(100).nodes, Limits().for_program(100).seconds) == (20_000, 1.0)
-    assert (Limits().for_program(4000).nodes, Limits().for_program(4000).seconds) == (32_000, 2.0)
+    assert (Limits().for_program(100).nodes, Limits().for_program(100).seconds) == (20_000, 10.0)
+    assert (Limits().for_program(4000).nodes, Limits().for_program(4000).seconds) == (32_000, 20.0)
     assert Limits(nodes=50, seconds=0.25).for_program(4000) == Limits(nodes=50, seconds=0.25)
