@@ -128,7 +128,7 @@ def price_plan(kernel: Kernel, plan: KernelPlan, types, target: Target, f: Kerne
             moved += 2 * nbytes * again
     chunk = plan.chunk
     moved += tiles * panel_bytes(kernel, tile, target, f, types, chunk, plan.left_in_place)
-    vec, mat = tile_work(kernel, tile, target, f, types)
+    vec, mat = tile_work(kernel, plan.spread, target, f, types)  # (a tile walks every chunk of a chunked axis)
     if chunk:  # every chunk loads the tile's accumulators and stores them again
         (inst, _), = f.matmuls
         vec += 2 * slice_elems(inst.axes, kernel, tile) * (kernel.extents[chunk[0]] // chunk[1])
