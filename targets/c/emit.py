@@ -19,12 +19,27 @@ one of three stages (`Stage`):
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ...engine.schedule.index import FloorDiv, Mod, affine
-from ...lowering.loops import Buffer, Checked, For, IndexValue, Ix, Lit, Load, LoopKernel, Op, Select, Store, flat_index
+from ...lowering.loops import (
+    Buffer,
+    Checked,
+    For,
+    IndexValue,
+    Ix,
+    Lit,
+    Load,
+    LoopKernel,
+    Op,
+    Select,
+    Store,
+    expr_vars,
+    flat_index,
+    index_loads,
+)
 from ...lowering.matmul import expr_dtype, flat_coef
 from .ops import EXPONENTIALS, literal, scalar_op, vector_op
 from .prelude import C_TYPES
@@ -169,16 +184,23 @@ class KernelWriter:
             parts.append(str(ix.const))
         return " + ".join(parts)
 
-    def expr(self, e) -> str:
+    def expr(self, e, named: Mapping[int, str] | None = None) -> str:
         """C for an expression. An op it reads more than once (an inline value used twice) is computed
         once into a typed temporary of a statement expression, so the text stays linear in the
-        expression's DAG, not its tree (and no recursion: a chain of thousands of inline ops is fine)."""
+        expression's DAG, not its tree (and no recursion: a chain of thousands of inline ops is fine).
+        `named`: ops (by id) already computed into C variables (`hoisted`), read by name."""
         if not isinstance(e, Op):
             return self.operand(e)
         canon, order, uses = number_ops(e)
-        text: dict[int, str] = {}
+        given = {canon[i]: name for i, name in (named or {}).items() if i in canon}
+        if canon[id(e)] in given:
+            return given[canon[id(e)]]
+        needed = _reached(canon, order, canon[id(e)], given)
+        text: dict[int, str] = dict(given)
         decls = []
         for n, op in order:
+            if n in given or n not in needed:
+                continue
             args = [text[canon[id(a)]] if isinstance(a, Op) else self.operand(a) for a in op.args]
             text[n] = scalar_op(op.op, op.dtype, args, [expr_dtype(a, lambda name: self.buffers[name].dtype)
                                                         for a in op.args])
@@ -187,6 +209,31 @@ class KernelWriter:
                 text[n] = f"t{len(decls) - 1}_"
         body = text[canon[id(e)]]
         return f"({{ {' '.join(decls)} {body}; }})" if decls else body
+
+    def hoisted(self, e, var: str) -> tuple[list[str], str]:
+        """(declarations computing once the ops of `e` that do not change along loop `var`, to be
+        written ahead of it; C for `e` reading them). The same operations on the same values, so the
+        same bits; a loop gcc's vectorizer would not take with them inside (the scale and zero point
+        of a dynamic quantization in a product's rows of A: their conditions on a scalar) does."""
+        if not isinstance(e, Op):
+            return [], self.expr(e)
+        canon, order, _ = number_ops(e)
+        moves: dict[int, bool] = {}
+        for n, op in order:
+            moves[n] = any(moves[canon[id(a)]] if isinstance(a, Op) else _moves(a, var) for a in op.args)
+        if not moves[canon[id(e)]]:
+            return [], self.expr(e)
+        fixed = {canon[id(a)]: a for _, op in order if moves[canon[id(op)]] for a in op.args
+                 if isinstance(a, Op) and not moves[canon[id(a)]]}
+        decls, named = [], {}
+        for n, op in fixed.items():
+            name = f"st_h{len(decls)}_"
+            decls.append(f"const {C_TYPES[op.dtype]} {name} = {self.expr(op)};")
+            named[id(op)] = name
+        for i, n in canon.items():  # every object of an op hoisted is read by name
+            if n in fixed:
+                named[i] = named[id(fixed[n])]
+        return decls, self.expr(e, named)
 
     def operand(self, e) -> str:
         if isinstance(e, Load):
@@ -253,6 +300,31 @@ class KernelWriter:
         `vector_operand` gives a contiguous load, which summed_row and column_sums replace in
         `vector_expr`'s output by a vector already in a register."""
         return f"(*(st_vf32 *)&{self.access(name, index)})"
+
+
+def _moves(e, var: str) -> bool:
+    """Whether operand `e` (not an op) is to be read inside loop `var`: it changes along the loop, or
+    it is not a plain load or literal (a gather's index is checked where the loop reads it)."""
+    if isinstance(e, Lit):
+        return False
+    if not isinstance(e, Load):
+        return True
+    return var in expr_vars(e) or any(next(index_loads(ix), None) is not None for ix in e.index)
+
+
+def _reached(canon: dict[int, int], order: list[tuple[int, Op]], root: int, stop: Mapping[int, str]) -> set[int]:
+    """The ops (by number) the op numbered `root` reads, itself included, not looking inside those in `stop`."""
+    ops = dict(order)
+    seen, stack = {root}, [root]
+    while stack:
+        n = stack.pop()
+        if n in stop:
+            continue
+        for a in ops[n].args:
+            if isinstance(a, Op) and canon[id(a)] not in seen:
+                seen.add(canon[id(a)])
+                stack.append(canon[id(a)])
+    return seen
 
 
 def number_ops(root: Op) -> tuple[dict[int, int], list[tuple[int, Op]], dict[int, int]]:

@@ -446,11 +446,14 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
         for r in range(rows):
             lines.append(f"{pad}  {_at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};')}")
         return lines + [f"{pad}}}"]
+    decls, value = kernel.hoisted(nest.a, k.var)  # (what does not change along k: once a row, ahead)
     for r in range(rows):
         enter, leave = _row_scope(nest.i.var, r)
         lines += [f"{pad}{enter}"] if enter else []
+        lines += [f"{pad}{{ {' '.join(decls)}"] if decls else []
         lines.append(f"{pad}#pragma omp simd")
-        lines.append(f"{pad}{span.loop(k)} a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};")
+        lines.append(f"{pad}{span.loop(k)} a_pre[{r}][{span.at(k)}] = {value};")
+        lines += [f"{pad}}}"] if decls else []
         lines += [f"{pad}{leave}"] if leave else []
     return lines
 

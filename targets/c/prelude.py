@@ -38,6 +38,7 @@ RUNNER_DEFINITION = _read("runner.c")
 PROFILE = _read("profile.h")
 ERROR_SLOT = _read("error_slot.c")
 _FLOAT_HELPERS = Template(_read("float_helpers.h"))
+_BITS = {"f16": "uint16_t", "f32": "uint32_t", "f64": "uint64_t"}  # a float's bits, for max and min
 _INT_HELPERS = Template(_read("int_helpers.h"))
 
 
@@ -49,7 +50,11 @@ def prelude() -> str:
     only one arm becomes an AVX-512 masked load, which gcc 12.2 -O3 -march=native miscompiles).
     Float -> int casts are defined as numpy's on x86-64 (README, "Floating-point semantics"): truncate
     toward zero, and NaN or a value outside the integer type's range gives its minimum; to i8 and u8
-    the i32 cast's low byte. Shifts by a count outside 0..bits-1 give 0 (-1 for a negative value
+    the i32 cast's low byte (the value chosen first, then converted: no condition on the result). A
+    float's max and min are masks of its bits from the comparisons, without a branch (NaN from either
+    operand, max(-0, +0) = +0, min(-0, +0) = -0): gcc's vectorizer takes them inside long expressions
+    (a dynamic quantization's clamps), where nested conditionals became selects of booleans it would not
+    vectorize. Shifts by a count outside 0..bits-1 give 0 (-1 for a negative value
     shifted right), as numpy's do. pow is C99's:
     gcc's vectorizer turns pow(x, 0.5) into sqrt(x), which differs at -0.0 and -inf, so st_pow puts
     those two back."""
@@ -59,7 +64,7 @@ def prelude() -> str:
         wide = "double" if d == "f64" else "float"
         out.append(f"typedef {wide} float_t_{d};\n")
         out.append(_FLOAT_HELPERS.substitute(
-            t=C_TYPES[d], d=d, sfx="" if d == "f64" else "f", i32_lo="-2147483649.0" if d == "f64" else "-2147483904.0f",
+            t=C_TYPES[d], d=d, u=_BITS[d], sfx="" if d == "f64" else "f", i32_lo="-2147483649.0" if d == "f64" else "-2147483904.0f",
             i32_hi="2147483648.0" if d == "f64" else "2147483648.0f",
             i64_lo="-9223372036854775808.0" if d == "f64" else "-9223372036854775808.0f",
             i64_hi="9223372036854775808.0" if d == "f64" else "9223372036854775808.0f"))
