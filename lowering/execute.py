@@ -83,6 +83,7 @@ def execute(program: LoopProgram, inputs: dict[str, np.ndarray], graph=None,
             if runner is None and not count:  # (the simulator times its tiles one at a time)
                 run.tiles_at_once = {b.name for b in k.allocs}
             run.checks = program.checks
+            run.cached = k.cached
             run.block(k.body, {})
             traffic.per_kernel[k.name] = (run.read, run.written)
             traffic.read += run.read
@@ -109,6 +110,11 @@ class TileRun:
         # once, each buffer given a leading axis per such loop (`tiles`)
         self.tiles_at_once: set[str] | None = None
         self.par: list[tuple[str, int]] = []  # those loops, outermost first: the leading axes of every nest
+        # global buffers read in place of a dropped copy (`LoopKernel.cached`): their cells count once a
+        # tile over all its statements (the cache keeps what a tile reads again), marked in `tile_cells`,
+        # which each iteration of a parallel loop starts afresh
+        self.cached: frozenset = frozenset()
+        self.tile_cells: dict = {}
 
     def block(self, stmts, env: dict) -> None:
         for s in stmts:
@@ -127,6 +133,8 @@ class TileRun:
                     self.seen = None if s.kind == "parallel" else {} if outer is None else outer
                     try:
                         for i in range(s.extent):
+                            if s.kind == "parallel":
+                                self.tile_cells = {}
                             self.block(s.body, {**env, s.var: i})
                     finally:
                         self.seen = outer
@@ -180,7 +188,10 @@ class TileRun:
             return
         seen = self.seen.setdefault(id(leaf), {}) if self.seen is not None else None
         for name, accesses in touched.items():
-            if seen is None:
+            if name in self.cached:
+                flat = np.concatenate([_flat(bidx, shape) for _, bidx, shape in accesses.values()])
+                cells = _new_cells(self.tile_cells, name, flat, self.memory[name].size)
+            elif seen is None:
                 cells = _count(accesses)
             else:
                 flat = np.concatenate([_flat(bidx, shape) for _, bidx, shape in accesses.values()])

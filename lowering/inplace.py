@@ -37,7 +37,9 @@ class _Kernel:
 
     def run(self) -> LoopKernel:
         body = self.stmts(self.k.body)
-        return replace(self.k, allocs=[b for b in self.k.allocs if b.name not in self.moved], body=body)
+        cached = self.k.cached | {source.buffer for _, source in self.moved.values()}
+        return replace(self.k, allocs=[b for b in self.k.allocs if b.name not in self.moved], body=body,
+                       cached=frozenset(cached))
 
     def stmts(self, stmts: list[Stmt]) -> list[Stmt]:
         out = []

@@ -139,6 +139,9 @@ class LoopKernel:
     forwardable: dict[str, str] = field(default_factory=dict)
     # staged copies the plan reads in place (`Staged.in_place`): lowering/inplace.py drops them
     in_place: frozenset = frozenset()
+    # the global buffers its nests read where a dropped copy was: a cache keeps what a tile reads of
+    # them again, as the plan prices it (execute counts each of their cells once a tile)
+    cached: frozenset = frozenset()
     # its tile loops run as a two-stage pipeline on the C target (lowering/overlap.py): each tile's
     # last row loop beside the next tile's first, the tiles' buffers in two copies
     pipelined: bool = False

@@ -55,7 +55,7 @@ def test_a_weights_tiles_are_laid_out_once_and_read_in_place_on_a_cpu():
     assert after.startswith("program proj(x: f32[16, 64], b: f32[96], w_s1_k0: f32[4, 64, 24]) -> out0\n"
                             "  bound w, b\n")
     assert PROLOGUE in after
-    assert "k0_v2[p0, p1] += mul(x_s0[p0, r0], w_s1_k0[p1o, r0, p1])" in after
+    assert "k0_v2[p0, p1] += mul(x[p0, r0], w_s1_k0[p1o, r0, p1])" in after  # (x's rows follow one another: in place)
     assert "alloc shared w_s1" not in after and "= w[" not in after.split("kernel k0")[1]
 
 

@@ -29,10 +29,11 @@ GROUPNORM5 = """func groupnorm5(x: f32[8, 32, 16, 16], gamma: f32[32, 1, 1], bet
 def test_a_group_s_sums_over_a_5d_reshape_run_as_one_loop():
     """Before: `for r0 in 0..8 { for r1 in 0..16 { for r2 in 0..16 reduce { k0_v6[0, p1h] += x_s0[0,
     p1h, r0, r1, r2] } } }`, a 16-element inner loop. After: one loop over the group's 2048 elements,
-    reading them at the digits of r0 (flat address `2048*p1h + r0`)."""
+    reading them at the digits of r0 (flat address `2048*p1h + r0`), from x where it is (a group's
+    8 KiB are consecutive: plan.read_in_place)."""
     loops = loops_of(GROUPNORM5, CPU)
     assert ("for r0 in 0..2048 reduce {\n"
-            "          k0_v6[0, p1h] += x_s0[0, p1h, r0 // 256, (r0 % 256) // 16, (r0 % 256) % 16]\n") in loops, loops
+            "          k0_v6[0, p1h] += x[2*p0o + p0, 8*p1h + r0 // 256, (r0 % 256) // 16, (r0 % 256) % 16]\n") in loops, loops
     assert "for r1 in 0..16 reduce" not in loops
     graph = check_program(parse_program(GROUPNORM5))["groupnorm5"]
     for target in (CPU, ACCEL):

@@ -44,3 +44,30 @@ def test_a_copy_of_a_scalar_is_no_row_to_read_in_place():
     c = compile_text("func f(x0: f32[1], x1: f32[]) -> f32[1] { return matmul(x0, reshape(x1, shape=[1, 1])) }",
                      parse_target(target_text("cpu")))
     executes_like_the_reference(lower(c), c.graph, 0)
+
+
+GROUPS = """func f(x: f32[2, 16, 8, 8]) -> f32[2, 16, 8, 8] {
+  g = reshape(x, shape=[2, 4, 256])
+  d = sub(g, mean(g, axes=[2], keepdims=true))
+  return reshape(mul(d, rsqrt(add(mean(mul(d, d), axes=[2], keepdims=true), 1e-5))), shape=[2, 16, 8, 8])
+}
+"""
+
+
+def test_rows_of_short_lines_one_after_another_are_one_long_run():
+    """A group's elements, [4 channels, 8, 8] read through the reshape: each line is 8 floats (32 bytes),
+    but the channels' lines follow one another, 1 KiB per group; the copy's loops walk one run of
+    1 KiB or more, so x is read in place on the cpu (staged where `inplace_run_bytes` asks for longer runs). Both
+    compute what the reference does; the traffic counted is the plan's bytes, the cache keeping what
+    the tile's three nests read again."""
+    from stitch.engine.ir.check import check_program
+    from stitch.engine.ir.parse import parse_program
+
+    graph = check_program(parse_program(GROUPS))["f"]
+    for run_bytes, in_place in ((1024, True), (1 << 20, False)):
+        c = compile_text(GROUPS, parse_target(target_text("cpu", inplace_run_bytes=run_bytes)))
+        assert [s.in_place for s in c.cost.plans[0].staged] == [in_place]
+        program = lower(c)
+        assert ("x_s0" in print_loops(program)) is not in_place
+        traffic = executes_like_the_reference(program, graph, 2)
+        assert traffic.read + traffic.written == c.cost.global_bytes, (traffic, c.cost.global_bytes)

@@ -238,12 +238,15 @@ def test_a_scalar_accumulator_on_chip_does_not_make_merged_exceed_unmerged(tmp_p
     import json
 
     from stitch.engine.cli import main
+    from stitch_testing import target_text
 
     program = tmp_path / "scalar.ir"
     program.write_text("func f(x: f32[64, 64]) -> f32[64, 64] {\n  s = sum(x)\n  return div(x, s)\n}\n")
+    target = tmp_path / "copies.toml"  # x staged (the cpu reads its 16 KiB of consecutive rows in place)
+    target.write_text(target_text("cpu", inplace_run_bytes=0))
     assert main(["compile", str(program), "--rules", str(EXAMPLES / "shared_stitch.rules"),
                  *(arg for name in SHARED_ONLY for arg in ("--without-rules", name)),
-                 "--json"]) == 0
+                 "--target", str(target), "--json"]) == 0
     (kernel,) = json.loads(capsys.readouterr().out)["kernels"]
     assert kernel["shared_bytes_merged"] <= kernel["shared_bytes_unmerged"] == 64 * 64 * 4 + 64
 

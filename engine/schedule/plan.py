@@ -39,7 +39,7 @@ from ..ir.extent import is_symbolic
 from ..ir.ops import ACCUMULATING
 from ..ir.program import dtype_bytes
 from .facts import FREE_OPS, KernelFacts, nest_axes, parallel_axes, reduced_axes
-from .index import Ix, Mod, affine, indirect
+from .index import Ix, Mod, affine, flat_address, indirect
 from .kernel import AxisKind, Hold, Instance, Kernel, Read, Ref, RefKind, index_axes
 from .reads import region
 from .target import Target
@@ -238,14 +238,33 @@ def read_in_place(cid: str, index: tuple[Ix, ...], kernel: Kernel, tile: dict[st
     rows, each its own stream, gathered into one block); where they are long (a product's left
     operand, 128 rows of 512 elements per chunk) the cache keeps what the tile reads again by
     itself and the copy is a pass that buys nothing. A row is the contiguous run the copy's
-    innermost loop (the read's last axis) walks: unit stride in the last dimension, in no other."""
+    innermost loops walk: its last axis at unit stride in the last dimension and in no other, and
+    each loop outside it whose step is the run so far (a group norm's group, [C/G, H, W] of one
+    sample's channels: 16 KiB consecutive, though W is 32 elements)."""
     axes = index_axes(index)
     if not target.inplace_run_bytes or not axes or not all(affine(ix) for ix in index):
         return False  # (no axes: one element, read at a constant index)
     inner = axes[-1]
     if index[-1].coef(inner) != 1 or any(inner in index_axes((ix,)) for ix in index[:-1]):
         return False
-    return _long_run(tile.get(inner, kernel.extents[inner]), types[cid].dtype, target)
+    return _long_run(_contiguous_run(index, axes, types[cid].shape, kernel, tile), types[cid].dtype, target)
+
+
+def _contiguous_run(index: tuple[Ix, ...], axes: tuple[str, ...], shape, kernel: Kernel, tile: dict[str, int]):
+    """The elements a copy at `index` walks consecutively: its loops from the innermost out, while
+    each one's step in the buffer (`flat_address`) is the run its inner loops made (a symbolic
+    extent or stride ends the run there)."""
+    flat = flat_address(index, shape)
+    run = 1
+    for a in reversed(axes):
+        n = tile.get(a, kernel.extents[a])
+        step = flat.coef(a)
+        if is_symbolic(step) or step != run:
+            break
+        run = run * n
+        if is_symbolic(n):
+            break
+    return run
 
 
 def _long_run(elements: int, dtype: str, target: Target) -> bool:
