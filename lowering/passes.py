@@ -74,11 +74,19 @@ def _panels(program: LoopProgram, target: Target) -> LoopProgram:
     return lay_out_panels(program) if target.weights_in_place else program
 
 
+def _nibbles(program: LoopProgram, target: Target) -> LoopProgram:
+    from ..engine.schedule.target import machine_vector_bytes
+    from .nibbles import lay_out_nibbles
+
+    # (the layout AVX2's 8-lane form reads; AVX-512's reads the weight as given)
+    return lay_out_nibbles(program) if target.weights_in_place and machine_vector_bytes() == 32 else program
+
+
 def _remainders(program: LoopProgram, target: Target) -> LoopProgram:
     from .remainder import remainder_tiles
 
     return remainder_tiles(program)
 
 
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _panels, _remainders,
-          _collapse]
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _panels, _nibbles,
+          _remainders, _collapse]

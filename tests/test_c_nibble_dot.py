@@ -2,20 +2,27 @@
 4-bit nibbles and 8-bit bytes, with and without a zero point, blocks of 32 and coarser, K with and
 without a partial block, columns that do and do not fill the recognizer's groups: the C with the
 recognizer in computes what the plain loops compute and what the reference does, and the weight is
-read packed (no f32 copy of it, no unpacked byte copy, in the program or its prologue)."""
+read packed (no f32 copy of it, no unpacked byte copy, in the program or its prologue). The same on
+AVX2's layout (lowering/nibbles.py: 8 columns a 32-byte word, taken where the machine's vectors are
+32 bytes; the suite pins AVX-512's 64, tests/conftest.py), whose C runs on any machine with AVX2,
+including A's infinities, NaNs and magnitudes far from 1, and compiles for AVX-512 too."""
 
 from __future__ import annotations
 
+import ctypes
 import re
+import subprocess
 
 import numpy as np
 import pytest
 import stitch
 from stitch.engine.ir.interp import evaluate
 from stitch.engine.ir.tolerance import differences
+from stitch.engine.schedule import target as machine
 from stitch.lowering.loops import print_loops
-from stitch.targets import cc, cpu
+from stitch.targets import cc, cpu, runtime
 from stitch.targets.c import recognizers
+from stitch.targets.c.source import c_source
 
 pytestmark = pytest.mark.skipif(cpu.compiler() is None, reason="no C compiler on this machine")
 VECTOR_BYTES = cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) if cpu.compiler() is not None else 0
@@ -155,3 +162,108 @@ def test_zeros_nans_and_infinities_reach_the_result(case, tmp_path):
     program = stitch.compile(text, weights=values, cache_dir=tmp_path)
     got, reference = program(x=x), evaluate(program.graph, {"x": x} | values)
     assert differences(got, reference, program.graph) == [], case
+
+
+LAID_OUT = "_mm256_castsi256_ps(_mm256_and_si256(st_q0, st_m0))"  # the laid-out form's nibble
+LAID_OUT_CASES = {  # (text, whether lowering/nibbles.py lays it out)
+    "nibbles, 8-column tiles": (nibbles(256, 40, 32, "literal"), True),
+    "nibbles, zero points": (nibbles(256, 40, 32, "tensor"), True),
+    "nibbles, blocks of 64 (scales read one a lane)": (nibbles(192, 48, 64, "none"), True),
+    "nibbles, wide tiles (groups of 32 columns and 8 over)": (nibbles(128, 360, 32, "literal"), True),
+    "nibbles, a partial block": (nibbles(80, 12, 32, "literal"), False),
+    "nibbles, 37 columns": (nibbles(256, 37, 32, "literal"), False),
+}
+
+
+@pytest.fixture
+def avx2_layout(monkeypatch):
+    """lowering/nibbles.py's layout taken, as on a machine whose vectors are 32 bytes."""
+    monkeypatch.setattr(machine, "machine_vector_bytes", lambda cpuinfo=None: 32)
+
+
+def bound(text: str, seed: int, tmp_path):
+    values = weights(stitch.compile(text, cache_dir=tmp_path).graph, seed)
+    x = values.pop("x")
+    return stitch.compile(text, weights=values, cache_dir=tmp_path), x, values
+
+
+@pytest.mark.skipif(VECTOR_BYTES < 32, reason="the recognizer writes 8 lanes and more")
+@pytest.mark.parametrize("case", sorted(LAID_OUT_CASES))
+def test_the_laid_out_form_computes_what_the_plain_loops_compute(case, tmp_path, monkeypatch, avx2_layout):
+    text, laid_out = LAID_OUT_CASES[case]
+    taken, x, values = bound(text, 7, tmp_path)
+    assert (LAID_OUT in taken.native.source_path.read_text()) == laid_out, case
+    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("nibble_dot"))
+    plain = stitch.compile(text, weights=values, cache_dir=tmp_path)
+    assert "st_q0" not in plain.native.source_path.read_text()
+    reference = evaluate(taken.graph, {"x": x} | values)
+    for program in (taken, plain):
+        assert differences(program(x=x), reference, taken.graph) == [], case
+
+
+@pytest.mark.skipif(VECTOR_BYTES < 32, reason="the recognizer writes 8 lanes and more")
+@pytest.mark.parametrize("case", ["nibbles, 8-column tiles", "nibbles, zero points"])
+@pytest.mark.parametrize("a", ["an infinity", "a NaN and an infinity", "1e30", "1e-30", "1e-30 and one 1e30",
+                               "1e35", "subnormal"])
+def test_the_laid_out_form_over_any_activation(case, a, tmp_path, avx2_layout):
+    """The scale D of A's copy is chosen per call from A's largest magnitude: A from subnormal to
+    near the largest float gives the reference's values; an infinity (no NaN) gives its
+    infinities, where the block's zero-point fold would give NaN (the loops as written run)."""
+    text, _ = LAID_OUT_CASES[case]
+    program, x, values = bound(text, 5, tmp_path)
+    assert LAID_OUT in program.native.source_path.read_text()
+    if a == "an infinity":
+        x[0, 40] = np.inf
+    elif a == "a NaN and an infinity":
+        x[0, 3], x[0, 40] = np.nan, -np.inf
+    elif a == "1e-30 and one 1e30":
+        x = x * np.float32(1e-30)
+        x[0, 100] = 1e30
+    elif a == "subnormal":
+        x = x * np.float32(1e-39)
+    else:
+        x = x / np.abs(x).max() * np.float32(float(a))
+    got, reference = program(x=x), evaluate(program.graph, {"x": x} | values)
+    assert differences(got, reference, program.graph, {"x": x} | values) == [], a
+    if a == "an infinity":
+        assert np.isinf(reference[0]).any() and np.array_equal(np.isinf(got[0]), np.isinf(reference[0]))
+
+
+@pytest.mark.skipif(VECTOR_BYTES < 32, reason="the recognizer writes 8 lanes and more")
+def test_the_laid_out_form_under_denormals_are_zero(tmp_path, avx2_layout):
+    """The laid-out form reads the weights as subnormal floats: a caller that set MXCSR's
+    denormals-are-zero bit (for its own speed) still gets the reference's values (the form clears
+    the bit for its sums, on the thread that runs them), and finds the bit set again after."""
+    helper = tmp_path / "mxcsr.c"
+    helper.write_text("#include <xmmintrin.h>\nunsigned get(void) { return _mm_getcsr(); }\n"
+                      "void put(unsigned v) { _mm_setcsr(v); }\n")
+    subprocess.run([cpu.compiler(), "-O1", "-fPIC", "-shared", str(helper), "-o", str(tmp_path / "mxcsr.so")],
+                   check=True)
+    mxcsr = ctypes.CDLL(str(tmp_path / "mxcsr.so"))
+    mxcsr.get.restype, mxcsr.put.argtypes = ctypes.c_uint, [ctypes.c_uint]
+    program, x, values = bound(LAID_OUT_CASES["nibbles, 8-column tiles"][0], 3, tmp_path)
+    threads, csr = runtime.threads(), mxcsr.get()
+    runtime.set_threads(1)  # (every tile on the calling thread, whose MXCSR is set here)
+    try:
+        mxcsr.put(csr | 0x40)
+        got = program(x=x)
+        after = mxcsr.get()
+    finally:
+        mxcsr.put(csr)
+        runtime.set_threads(threads)
+    assert after & 0x40
+    assert differences(got, evaluate(program.graph, {"x": x} | values), program.graph) == []
+
+
+def test_the_laid_out_form_compiles_for_avx512(tmp_path, avx2_layout):
+    """The laid-out form is 8-lane C; with AVX-512's vectors (A's copy made 16 lanes at a time) it
+    compiles too (not run: this machine may have no AVX-512)."""
+    program, _, _ = bound(LAID_OUT_CASES["nibbles, zero points"][0], 1, tmp_path)
+    source = c_source(program.loops, 64)[0]
+    assert LAID_OUT in source
+    path = tmp_path / "avx512.c"
+    path.write_text(source)
+    flags = [f for f in cc.compiler_flags() if f != "-march=native"] + ["-march=skylake-avx512"]
+    done = subprocess.run([cpu.compiler(), *flags, "-c", str(path), "-o", str(tmp_path / "avx512.o")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]

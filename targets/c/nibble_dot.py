@@ -17,11 +17,14 @@ reads a lane's low 4 bits as the index) and multiplied into A's even and odd ele
 values loaded and split once per block for DOT_COLUMNS columns). Each weight is the value the
 loops compute, (cast(Q) - Z) * S rounded as they round it; 8-bit elements are converted, the zero
 point subtracted, and the block's sum scaled once: C[.., j] += sum over blocks of S * sum of (Q - Z) * A.
-With AVX2's 8 lanes (no 16-entry table lookup) nibbles are converted too (`_emit_avx2`). The
-dequantized weight never reaches memory, and the product reads half a byte per element. The order
-of the sum and where the scale multiplies differ from the loops as written (as the matmul
-micro-kernel's order does): within the reference's tolerance. Columns left over and k beyond the
-last whole block run the plain expression.
+With AVX2's 8 lanes (no 16-entry table lookup) nibbles are converted too (`_emit_avx2`); where the
+machine's vectors are 8 lanes, lowering/nibbles.py lays the bytes out at binding, 8 columns a
+32-byte word, and the laid-out form (`_emit_laid_out`) gives 8 columns' weights at one k by an AND,
+read as subnormal floats (an AND and a multiply-add per 8 weights). The dequantized weight never
+reaches memory, and the product reads half a byte per element. The order of the sum and where the
+scale multiplies differ from the loops as written (as the matmul micro-kernel's order does): within
+the reference's tolerance. Columns left over and k beyond the last whole block run the plain
+expression.
 
 Where it applies is the plan's choice (engine/schedule/kernel.py, `read_along_sum`: such a weight
 is not packed); tests/test_c_nibble_dot.py holds it to its plain-loop twin.
@@ -42,6 +45,9 @@ from .emit import KernelWriter
 
 BLOCK = 32  # k per step: one 16-byte load of nibbles, two of bytes
 DOT_COLUMNS = 4  # columns summed side by side, sharing A's vectors
+GROUP = 8  # columns of a 32-byte word in lowering/nibbles.py's layout: a lane each
+GROUPS = 4  # groups of GROUP columns summed side by side in the laid-out form
+CHAINS = 2  # sums a group keeps per block in the laid-out form (each FMA waits on the one before)
 LAYOUT_BYTES = 128 << 10  # AVX2's layout of A on a thread's stack, at most
 _RECORD_BYTES = 160  # a block of A laid out: four vectors of 8 and a fifth for its sum
 _EVEN = "_mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0)"
@@ -60,6 +66,7 @@ class Plan:
     nibbles: bool
     scale: object
     zero: object | None
+    laid_out: bool = False  # the bytes in lowering/nibbles.py's layout (8 columns a 32-byte word)
     taken: int = 1
 
 
@@ -80,8 +87,8 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
 
 
 def _dequantized(w: KernelWriter, b, k: For, j: For):
-    """(source, nibbles, scale, zero) where `b` is (cast(Q) - Z) * S or cast(Q) * S as the module
-    says; else None."""
+    """(source, nibbles, scale, zero, laid out) where `b` is (cast(Q) - Z) * S or cast(Q) * S as the
+    module says; else None."""
     if not (isinstance(b, Op) and b.op == "mul" and b.dtype == "f32"):
         return None
     for d, scale in (b.args, b.args[::-1]):
@@ -96,30 +103,64 @@ def _dequantized(w: KernelWriter, b, k: For, j: For):
             continue
         q = _quantized(w, d.args[0], k, j)
         if q is not None:
-            return (*q, scale, zero)
+            source, nibbles, laid_out = q
+            return source, nibbles, scale, zero, laid_out
     return None
 
 
-def _quantized(w: KernelWriter, q, k: For, j: For) -> tuple[Load, bool] | None:
-    """(the byte load, whether it holds nibbles) of an 8-bit element or a nibble, as the module says."""
+def _quantized(w: KernelWriter, q, k: For, j: For) -> tuple[Load, bool, bool] | None:
+    """(the byte load, whether it holds nibbles, whether they are laid out 8 columns a word) of an
+    8-bit element or a nibble, as the module says."""
     if isinstance(q, Load):
         ok = w.buffers[q.buffer].dtype in ("u8", "i8") and _columns_apart(q, k, j) and _runs(w, q, k, 1)
-        return (q, False) if ok else None
+        return (q, False, False) if ok else None
     if not (isinstance(q, Op) and q.op == "bitand" and q.dtype == "u8"):
         return None
     shifted, mask = q.args
     if not (isinstance(mask, Lit) and mask.value == 15 and isinstance(shifted, Op) and shifted.op == "shr"):
         return None
     byte, shift = shifted.args
-    if not (isinstance(byte, Load) and w.buffers[byte.buffer].dtype == "u8" and _columns_apart(byte, k, j)):
+    if not (isinstance(byte, Load) and w.buffers[byte.buffer].dtype == "u8"):
         return None
-    if not _runs(w, byte, k, 2):
+    laid_out = _interleaved(w, byte, k, j)
+    if not (laid_out or _columns_apart(byte, k, j) and _runs(w, byte, k, 2)):
         return None
     ks = np.arange(k.extent, dtype=np.int64)
     shifts = _evaluate(shift, k.var, ks)
     if shifts is None or not np.array_equal(np.broadcast_to(shifts, ks.shape), (ks % 2) * 4):
         return None
-    return byte, True
+    return byte, True, laid_out
+
+
+def _interleaved(w: KernelWriter, ld: Load, k: For, j: For) -> bool:
+    """The load reads lowering/nibbles.py's layout: for each group of 8 columns one run along k of
+    32-byte words, each a column's 4 bytes (8 k) after another's."""
+    if not (isinstance(k.extent, int) and isinstance(j.extent, int) and k.extent % BLOCK == 0
+            and j.extent % GROUP == 0):
+        return False
+    js, ks = np.arange(j.extent)[:, None], np.arange(k.extent)[None, :]
+    at = _grid(w.flat_index(ld.buffer, ld.index), {j.var: js, k.var: ks})
+    want = js // GROUP * (k.extent * 4) + ks // 8 * 32 + js % GROUP * 4 + ks % 8 // 2
+    return at is not None and np.array_equal(at - at[0, 0], want)
+
+
+def _scales_laid_out(w: KernelWriter, scale, k: For, j: For) -> bool:
+    """The scale is a load of lowering/nibbles.py's layout: 8 columns' scales of a block side by side."""
+    if not isinstance(scale, Load):
+        return False
+    js, ks = np.arange(j.extent)[:, None], np.arange(k.extent)[None, :]
+    at = _grid(w.flat_index(scale.buffer, scale.index), {j.var: js, k.var: ks})
+    want = (js // GROUP * (k.extent // BLOCK) + ks // BLOCK) * GROUP + js % GROUP
+    return at is not None and np.array_equal(at - at[0, 0], want)
+
+
+def _grid(ix: Ix, at: dict):
+    """`ix` over the arrays of positions `at` (every other loop variable at 0); None where it reads
+    a tensor."""
+    if indirect(ix):
+        return None
+    return np.broadcast_to(TileRun({}, set()).index(ix, {v: 0 for v in index_vars(ix)} | at, {}),
+                           np.broadcast_shapes(*(np.shape(v) for v in at.values())))
 
 
 def _runs(w: KernelWriter, ld: Load, k: For, per_element: int) -> bool:
@@ -236,6 +277,9 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
             out.append(f"{p}  {target} += t; }}")
         return out
 
+    if plan.laid_out:
+        _emit_laid_out(w, plan, pad, loops)
+        return
     if w.vector_bytes == 32:
         _emit_avx2(w, plan, pad, loops)
         return
@@ -343,3 +387,133 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
     w.lines.append("#else")
     w.plain(k, len(pad) // 2, loops)
     w.lines.append("#endif")
+
+
+def _emit_laid_out(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
+    """The product over lowering/nibbles.py's layout, in 8-lane vectors (AVX2; AVX-512 runs the same
+    C): GROUPS groups of 8 columns at a time, one column a lane. Each 32-byte word holds 8 k of 8
+    columns, a column's nibbles k = 8w + i at bits 4i; a mask (an AND) leaves nibble i of each lane in
+    place, and those bits read as a float are q * 2^(4i - 149), a subnormal number: exact. A times
+    2^(149 - D - 4i), laid out once ahead of the columns, makes their product q * A * 2^-D in one
+    multiply-add, so a weight costs an AND and a multiply-add per 8 columns: no shift, no
+    conversion, no shuffle, and A broadcast from memory for all the groups. Nibbles 4-7 are shifted
+    down 16 bits first, one shift per word. D, chosen per call from A's largest magnitude (below 2^E:
+    D = E + 22, within [22, 149]), keeps A's scaled copy finite and the products normal; the sums
+    are scaled back by 2^D at the end, exactly. The zero point is folded per block as
+    Q * A - Z * sum(A) (the block sums of A, times 2^-D, made once per call), then the block's sum
+    scaled: C[.., j] += 2^D * sum over blocks of S * that. The scales are one vector load where they
+    are laid out too, else 8 reads.
+
+    Subnormal inputs are read as such only where MXCSR's denormals-are-zero bit is clear: it is
+    cleared for the columns' sums and restored after. An A with an infinity or a NaN (whose fold
+    would give NaN where the loops give an infinity) runs the loops as written, as does a machine
+    without AVX2 and FMA. The sums run in another order than the loops': within the reference's
+    tolerance."""
+    k, j = plan.k, plan.j
+    q, r = pad + "  ", pad + "    "
+    w.lines += ["#if defined(__AVX2__) && defined(__FMA__)",
+                f"{pad}{{ int64_t st_j = 0;",
+                f"{q}_Alignas(64) float st_x[{k.extent}]; float st_z[{k.extent // BLOCK}];",
+                f"{q}for (int64_t st_k = 0; st_k < {k.extent}; st_k += {w.vector_bytes // 4}) {{",
+                f"{q}  const int64_t {k.var} = st_k; *(st_vf32 *)(st_x + st_k) = {w.vector_expr(plan.a, k.var)};",
+                f"{q}}}",
+                f"{q}__m256i st_top = _mm256_setzero_si256();  // A's largest magnitude, as bits",
+                f"{q}for (int64_t st_k = 0; st_k < {k.extent}; st_k += 8)",
+                (f"{q}  st_top = _mm256_max_epi32(st_top, _mm256_and_si256(_mm256_castps_si256("
+                 f"_mm256_load_ps(st_x + st_k)), _mm256_set1_epi32(0x7fffffff)));"),
+                f"{q}int32_t st_most = 0;",
+                (f"{q}for (int st_i = 0; st_i < 8; ++st_i) {{ const int32_t v = ((const int32_t *)&st_top)[st_i]; "
+                 f"if (v > st_most) st_most = v; }}"),
+                f"{q}if (st_most > 0x7f7fffff) {{  // an infinity or a NaN in A: the loops as written"]
+    w.plain(k, len(r) // 2, loops)
+    w.lines += [f"{q}}} else {{",
+                f"{r}const unsigned st_csr = _mm_getcsr();",
+                f"{r}_mm_setcsr(st_csr & ~0x40u);  // (denormals are not zero: the weights are read as subnormal floats)",
+                *_scaled_a(w, plan, r),
+                (f"{r}const __m256i st_m0 = _mm256_set1_epi32(0xF), st_m1 = _mm256_set1_epi32(0xF0), "
+                 f"st_m2 = _mm256_set1_epi32(0xF00), st_m3 = _mm256_set1_epi32(0xF000);")]
+    w.lines += column_steps(r, j.extent, [(GROUP * GROUPS, _groups(w, plan, GROUPS, r + "  ")),
+                                          (GROUP, _groups(w, plan, 1, r + "  "))])
+    w.lines += [f"{r}_mm_setcsr(st_csr);", f"{q}}}", f"{pad}}}", "#else"]
+    w.plain(k, len(pad) // 2, loops)
+    w.lines.append("#endif")
+
+
+def _scaled_a(w: KernelWriter, plan: Plan, p: str) -> list[str]:
+    """C making D from A's largest magnitude, A's copy times 2^(149 - D - 4 (k % 4)) in place, and
+    each block's sum of A times 2^-D (times -Z where every column shares Z) in st_z."""
+    k, j = plan.k, plan.j
+    down = "_mm256_set1_ps(st_down)"
+    out = [f"{p}int st_d = (st_most >> 23) - 104;  // |A| < 2^E: D = E + 22",
+           f"{p}st_d = st_d < 22 ? 22 : st_d > 149 ? 149 : st_d;",
+           f"{p}const float st_down = ldexpf(1.0f, -st_d);",
+           (f"{p}const __m256 st_up0 = _mm256_set1_ps(ldexpf(1.0f, st_d / 2)), "
+            f"st_up1 = _mm256_set1_ps(ldexpf(1.0f, st_d - st_d / 2));  // 2^D, in two steps"),
+           (f"{p}const __m256 st_f = _mm256_mul_ps(_mm256_set1_ps(ldexpf(1.0f, 149 - st_d)), "
+            f"_mm256_setr_ps(1.0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 1.0f, 0x1p-4f, 0x1p-8f, 0x1p-12f));"),
+           f"{p}for (int64_t st_b = 0; st_b < {k.extent // BLOCK}; ++st_b) {{",
+           f"{p}  float *st_xb = st_x + {BLOCK} * st_b;",
+           *(f"{p}  const __m256 a{i} = _mm256_load_ps(st_xb + {8 * i});" for i in range(4)),
+           (f"{p}  const __m256 st_v = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a0, {down}), "
+            f"_mm256_mul_ps(a1, {down})), _mm256_add_ps(_mm256_mul_ps(a2, {down}), _mm256_mul_ps(a3, {down})));"),
+           f"{p}  __m128 h = _mm_add_ps(_mm256_castps256_ps128(st_v), _mm256_extractf128_ps(st_v, 1));",
+           f"{p}  h = _mm_add_ps(h, _mm_movehl_ps(h, h));",
+           f"{p}  st_z[st_b] = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));"]
+    if plan.zero is not None and not expr_uses(plan.zero, j.var):
+        out.append(f"{p}  {{ const int64_t {k.var} = {BLOCK} * st_b; st_z[st_b] *= -({w.expr(plan.zero)}); }}")
+    out += [f"{p}  _mm256_store_ps(st_xb + {8 * i}, _mm256_mul_ps(a{i}, st_f));" for i in range(4)]
+    return out + [f"{p}}}"]
+
+
+def _groups(w: KernelWriter, plan: Plan, count: int, p: str) -> list[str]:
+    """C summing `count` groups of 8 columns from st_j on over every block, into C[.., j]."""
+    k, j = plan.k, plan.j
+    gs = range(count)
+    shared_zero = plan.zero is not None and not expr_uses(plan.zero, j.var)
+
+    def at(g: int, c: int = 0, kk: str = "0") -> str:
+        return f"const int64_t {j.var} = st_j + {GROUP * g + c}; const int64_t {k.var} = {kk};"
+
+    def per_lane(e, g: int) -> str:  # an expression of j at the group's 8 columns
+        return "_mm256_setr_ps(" + ", ".join(f"({{ {at(g, c, f'{BLOCK} * st_b')} {w.expr(e)}; }})"
+                                             for c in range(GROUP)) + ")"
+
+    q, r = p + "  ", p + "    "
+    out = [f"{p}__m256 {', '.join(f's{g} = _mm256_setzero_ps()' for g in gs)};"]
+    out += [f"{p}const uint8_t *st_p{g}; {{ {at(g)} st_p{g} = &{w.access(plan.source.buffer, plan.source.index)}; }}"
+            for g in gs]
+    out.append(f"{p}for (int64_t st_b = 0; st_b < {k.extent // BLOCK}; ++st_b) {{")
+    for g in gs:
+        start = ["_mm256_broadcast_ss(st_z + st_b)" if shared_zero and h == 0 else "_mm256_setzero_ps()"
+                 for h in range(CHAINS)]
+        out.append(f"{q}__m256 {', '.join(f't{g}_{h} = {start[h]}' for h in range(CHAINS))};")
+    out += [f"{q}for (int st_w = 0; st_w < {BLOCK // 8}; ++st_w) {{",  # a word: 8 k of the group's 8 columns
+            f"{r}const float *st_xw = st_x + {BLOCK} * st_b + 8 * st_w;"]
+    out += [f"{r}__m256i st_q{g} = _mm256_loadu_si256((const __m256i *)(st_p{g} + {BLOCK * 4} * st_b + 32 * st_w));"
+            for g in gs]
+    for i in range(8):
+        if i == 4:
+            out += [f"{r}st_q{g} = _mm256_srli_epi32(st_q{g}, 16);" for g in gs]
+        out.append(f"{r}{{ const __m256 st_a = _mm256_broadcast_ss(st_xw + {i});")
+        out += [(f"{r}  t{g}_{i % CHAINS} = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(st_q{g}, "
+                 f"st_m{i % 4})), st_a, t{g}_{i % CHAINS});") for g in gs]
+        out.append(f"{r}}}")
+    out.append(f"{q}}}")
+    for g in gs:
+        total = f"t{g}_0"
+        for h in range(1, CHAINS):
+            total = f"_mm256_add_ps({total}, t{g}_{h})"
+        if plan.zero is not None and not shared_zero:
+            total = f"_mm256_fnmadd_ps({per_lane(plan.zero, g)}, _mm256_broadcast_ss(st_z + st_b), {total})"
+        if _scales_laid_out(w, plan.scale, k, j):
+            scale = (f"({{ {at(g, 0, f'{BLOCK} * st_b')} "
+                     f"_mm256_loadu_ps(&{w.access(plan.scale.buffer, plan.scale.index)}); }})")
+        else:
+            scale = per_lane(plan.scale, g)
+        out.append(f"{q}s{g} = _mm256_fmadd_ps({total}, {scale}, s{g});")
+    out.append(f"{p}}}")
+    for g in gs:
+        out += [f"{p}{{ {at(g)} float *st_c = &{w.access(plan.acc.buffer, plan.acc.index)};",
+                (f"{p}  _mm256_storeu_ps(st_c, _mm256_add_ps(_mm256_loadu_ps(st_c), "
+                 f"_mm256_mul_ps(_mm256_mul_ps(s{g}, st_up0), st_up1))); }}")]
+    return out
