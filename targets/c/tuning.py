@@ -40,5 +40,7 @@ PREFETCH_MIN_ROWS = 4
 STREAM_PREFETCH = 512
 # A streamed row's vectors in groups this large, each group computed before the previous one's stores (4 KiB aliasing).
 STREAM_GROUP = 4
+# A row of exponentials sharing one op (SiLU of a group norm) in groups this large, the op of each first (vector_loop).
+SHARED_GROUP = 4
 # The most stack one matmul row block's precomputed A may take (as LOCAL_STACK_BYTES); longer k goes in chunks.
 A_SCRATCH_BYTES = 64 * 1024

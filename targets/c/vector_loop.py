@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...lowering.liveness import buffers_read
-from ...lowering.loops import For, Load, Store, leaves
+from ...lowering.loops import For, Load, Op, Store, leaves
 from ...lowering.matmul import flat_coef, shift_ix
 from . import stream, tuning
-from .emit import KernelWriter
+from .emit import KernelWriter, number_ops
 from .ops import exponentials
 from .rows import around, row_reads, row_start, row_store
 
@@ -37,6 +37,10 @@ class Plan:
     value: str  # the row's value on the machine's lanes
     streamed: bool
     taken: int = 1
+    # a row of exponentials whose value shares one op (SiLU's x * sigmoid(x)): that op's C, and the
+    # rest of the value's C reading it as t0_ (`shared_first`); empty where it has none
+    first: str = ""
+    rest: str = ""
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
@@ -50,7 +54,22 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     value = w.vector_expr(leaf.value, s.var)
     if value is None:
         return None
-    return Plan(s, leaf, value, streamed)
+    first, rest = ("", "") if streamed else shared_first(w, leaf.value, s.var, value)
+    return Plan(s, leaf, value, streamed, first=first, rest=rest)
+
+
+def shared_first(w: KernelWriter, e, var: str, value: str) -> tuple[str, str]:
+    """(the C of the first op `e` reads twice, the rest of `value` reading it as t0_), or ("", "").
+    vector_expr computes such an op first, into t0_: `value` is `({ st_vf32 t0_ = FIRST; REST })`."""
+    if not isinstance(e, Op):
+        return "", ""
+    _, order, uses = number_ops(e)
+    shared = next((op for n, op in order if uses.get(n, 0) > 1), None)
+    first = w.vector_expr(shared, var) if shared is not None else None
+    head = f"({{ st_vf32 t0_ = {first}; "
+    if first is None or not value.startswith(head):
+        return "", ""
+    return first, "({ " + value[len(head):]
 
 
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
@@ -61,6 +80,9 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     if not plan.streamed:
         add(f"{pad}{{ int64_t {v} = 0;")
         add(f"{pad}#if defined(ST_VECTOR_EXP)")
+        group = tuning.SHARED_GROUP
+        if plan.first and group > 1 and n >= group * lanes:
+            add_groups(w, plan, pad, group)
         add(f"{pad}  for (; {v} + {lanes} <= {n}; {v} += {lanes}) *(st_vf32 *)&{w.access(leaf.buffer, leaf.index)} = {value};")
         add(f"{pad}#endif")
         add(f"{pad}  for (; {v} < {n}; ++{v}) {w.leaf(leaf)} }}")
@@ -102,6 +124,25 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     else:
         add(f"{pad}for (int64_t {v} = 0; {v} < {n}; ++{v}) {w.leaf(leaf)}")
     add(f"{pad}#endif")
+
+
+def add_groups(w: KernelWriter, plan: Plan, pad: str, group: int) -> None:
+    """The row in groups of `group` vectors: the shared op of each (a group norm's normalized value)
+    first, then the rest of each (its SiLU). The same operations on the same values as one vector
+    at a time, so the same bits; written as stages, the exponentials' long chains of one group
+    overlap where the out-of-order window could not reach the next vector's (Zen 3, 8 lanes:
+    GroupNorm + SiLU's row 0.46 -> 0.40 ms of thread time, 2026-11-29-group-norm.md)."""
+    s, leaf = plan.loop, plan.leaf
+    v, n, lanes = s.var, s.extent, w.vector_bytes // 4
+    span = group * lanes
+    out = w.access(leaf.buffer, leaf.index)
+    firsts = ", ".join(f"st_s{k} = ST_FIRST(({v} + {lanes * k}))" for k in range(group))
+    rests = " ".join(f"*(st_vf32 *)&ST_OUT(({v} + {lanes * k})) = ST_REST(({v} + {lanes * k}), st_s{k});"
+                     for k in range(group))
+    w.lines += [f"{pad}#define ST_FIRST({v}) ({plan.first})", f"{pad}#define ST_REST({v}, t0_) {plan.rest}",
+                f"{pad}#define ST_OUT({v}) {out}",
+                f"{pad}  for (; {v} + {span} <= {n}; {v} += {span}) {{ st_vf32 {firsts}; {rests} }}",
+                f"{pad}#undef ST_FIRST", f"{pad}#undef ST_REST", f"{pad}#undef ST_OUT"]
 
 
 def long_row_reads(w: KernelWriter, leaf: Store, var: str, n: int, loops: tuple[For, ...]) -> list[Load]:
