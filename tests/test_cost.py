@@ -269,6 +269,45 @@ def test_greedy_finds_the_exhaustive_optimum_on_the_examples():
         assert greedy.cost.cycles == pytest.approx(exact.cost.cycles), name
 
 
+
+def _conv_stack(layers: int, c: int = 4, s: int = 8) -> str:
+    """`layers` depthwise 3x3 convolutions (padding 1) + bias + ReLU as the ONNX importer writes
+    them: the input padded by concat, three row windows and three column windows each a slice and
+    a reshape, concatenated, multiplied by the weight and summed."""
+    params = [f"x0: f32[1, {c}, {s}, {s}]", f"zr: f32[1, {c}, 1, {s}]", f"zc: f32[1, {c}, {s + 2}, 1]"]
+    body = []
+    for i in range(layers):
+        params += [f"k{i}: f32[{c}, 1, 3, 1, 3]", f"b{i}: f32[{c}, 1, 1]"]
+        rows = ", ".join(f"reshape(slice(p{i}, axes=[2], starts=[{j}], ends=[{j + s}]), shape=[1, {c}, {s}, 1, {s + 2}])"
+                         for j in range(3))
+        cols = ", ".join(f"reshape(slice(r{i}, axes=[4], starts=[{j}], ends=[{j + s}]), shape=[1, {c}, {s}, 3, {s}, 1])"
+                         for j in range(3))
+        body += [f"  p{i} = concat(zc, concat(zr, x{i}, zr, axis=2), zc, axis=3)",
+                 f"  r{i} = concat({rows}, axis=3)",
+                 f"  w{i} = concat({cols}, axis=5)",
+                 f"  x{i + 1} = maximum(add(sum(mul(w{i}, k{i}), axes=[3, 5]), b{i}), 0.0)"]
+    return (f"func convs({', '.join(params)}) -> f32[1, {c}, {s}, {s}] {{\n" + "\n".join(body)
+            + f"\n  return x{layers}\n}}\n")
+
+
+def test_a_large_programs_views_are_fused_in_its_start(monkeypatch):
+    """Above VIEWS_START_KERNELS kernels unfused (a convolutional network: MobileNetV2's 791, each
+    conv's windows a dozen views), the greedy search also starts from every view fused
+    (search.py `_views_fused`): fewer moves to price, the same schedule here. (The threshold is
+    lowered below this 4-layer stack's unfused kernels.)"""
+    from stitch.engine.schedule import search
+
+    run, _ = saturate_program(check_program(parse_program(_conv_stack(4, 2, 4)))["convs"], builtin_rule_files())
+    data = run.data()
+    found = {}
+    for limit in (10**9, 32):
+        monkeypatch.setattr(search, "VIEWS_START_KERNELS", limit)
+        found[limit] = extract_schedule(data, CPU, exhaustive_limit=0)
+    views, moves = found[32], found[10**9]
+    assert views.evaluated < 0.7 * moves.evaluated, (views.evaluated, moves.evaluated)
+    assert views.cost.cycles <= moves.cost.cycles * 1.001
+
+
 # -- targets ------------------------------------------------------------------
 
 
