@@ -8,21 +8,26 @@ block's multiply-adds of that k on 64 output channels (ResNet-18's 3x3 convs at 
 Zen 3 core's peak about 100: docs/perf/2026-11-29-vision.md). Cut where k crosses each split (as
 split.py cuts an innermost loop), every piece reads one operand with a plain load.
 
-Only selects whose condition moves with k by a positive step, alone or through a floor quotient
-(`k / 64 < 2` is `k < 128`), and with nothing else that moves inside the loop (the block's rows
-are shifted copies of the row variable: a condition on it differs by row) are cut. Each element is
-the same expression of the same loads: the same bits.
+Selects whose condition moves with k by a positive step, alone or through a floor quotient
+(`k / 64 < 2` is `k < 128`), are cut where k crosses them. A condition constant between the
+multiples of a quotient's divisor (a padded conv's tap `((192 * r0o + k) / 128) % 3 < 2`, the
+chunk's `r0o / 2 < 1`, which does not move with k at all) is decided once per segment of k between
+those multiples, the segment's pieces chosen by an `if` (ResNet-18's 3x3 convs whose windows read
+a padded input, k in chunks of 192: 4-17% faster each, the convs 101.0 -> 94.8 ms at 1 thread: the
+same loops built with and without, docs/perf/2026-11-29-vision.md). Conditions on the row variable
+(the block's rows are shifted copies of it: the condition differs by row) stay selects, and what is
+below them is not cut. Each element is the same expression of the same loads: the same bits.
 """
 
 from __future__ import annotations
 
-from ...engine.schedule.index import FloorDiv
+from ...engine.schedule.index import FloorDiv, Mod
 from ...lowering.loops import Checked, Ix, Op, Select, index_vars
 from .split import replace_in
 
-# At most this many pieces of k (each piece is the rows' expressions again): a 3x3 conv's chunk of
-# k holds 3 taps; more would grow the C without a measured gain
-MAX_PIECES = 8
+# At most this many pieces of k (each piece is the rows' expressions again): a 3x3 conv's windows
+# are 9 (3 taps along k within a chunk, 3 chosen by the chunk); more would grow the C unmeasured
+MAX_PIECES = 16
 
 
 def k_split(sel: Select, k: str, row: str) -> tuple[Ix, int] | None:
@@ -35,22 +40,48 @@ def k_split(sel: Select, k: str, row: str) -> tuple[Ix, int] | None:
     if len(ix.terms) != 1:  # a * (x // d) + const < split
         return None
     term, a = ix.terms[0]
-    if not isinstance(term, FloorDiv) or a <= 0:
+    if not isinstance(term, FloorDiv) or a <= 0 or not _affine_in(term.x, k, row):
         return None
     x, d = term.x, term.d
-    if x.coef(k) <= 0 or {k, row} & index_vars(x - Ix.var(k, x.coef(k))):
-        return None
     # a * floor(x / d) + c0 < split  <=>  floor(x / d) < ceil((split - c0) / a)  <=>  x < d * that
     return x, d * -(-(split - ix.const) // a)
 
 
-def first_select(e, k: str, row: str) -> tuple[Select, Ix, int] | None:
-    """The first select in `e` that `k_split` can cut, with its condition as x < s."""
+def _affine_in(x: Ix, k: str, row: str) -> bool:
+    """x = c*k + rest with c > 0 and rest free of k and the row variable."""
+    return x.coef(k) > 0 and not ({k, row} & index_vars(x - Ix.var(k, x.coef(k))))
+
+
+def segments(ix: Ix, k: str, row: str) -> frozenset[tuple[Ix, int]] | None:
+    """The (x, d) whose multiples of d (as x moves with k) bound the segments of k on which `ix` is
+    constant (none: constant throughout); None where it moves with k or the row variable otherwise."""
+    out: set = set()
+    for t, _ in ix.terms:
+        if isinstance(t, str):
+            if t in (k, row):
+                return None
+        elif isinstance(t, FloorDiv) and _affine_in(t.x, k, row):
+            out.add((t.x, t.d))
+        elif isinstance(t, (FloorDiv, Mod)):  # a quotient or remainder of something constant on segments
+            inner = segments(t.x, k, row)
+            if inner is None:
+                return None
+            out |= inner
+        else:  # a gather's index
+            return None
+    return frozenset(out)
+
+
+def first_select(e, k: str, row: str):
+    """The first select in `e` that is cut: ("cut", sel, x, s) for one cut where k crosses x < s,
+    ("segment", sel, bounds) for one constant on segments of k; None where there is none."""
     if isinstance(e, Select):
         found = k_split(e, k, row)
         if found is not None:
-            return (e, *found)
-        return first_select(e.low, k, row) or first_select(e.high, k, row)
+            return ("cut", e, *found)
+        bounds = segments(e.ix, k, row)
+        # (a select left as it is keeps what is below it: cut there, each piece holds it again)
+        return ("segment", e, bounds) if bounds is not None else None
     if isinstance(e, Op):
         for arg in e.args:
             found = first_select(arg, k, row)
@@ -61,52 +92,77 @@ def first_select(e, k: str, row: str) -> tuple[Select, Ix, int] | None:
     return None
 
 
-def pieces(e, k: str, row: str, depth: int = 0) -> list[tuple[list[tuple[Ix, int, bool]], object]]:
-    """The pieces of k: each (its bounds, as (x, s, high side?) conditions, and `e` on them with no
-    cuttable select); [] where there would be more than MAX_PIECES."""
+def _tree(e, k: str, row: str, budget: list[int]):
+    """`e`'s decision tree: ("leaf", e) or (found, low tree, high tree); None past MAX_PIECES leaves."""
     found = first_select(e, k, row)
     if found is None:
-        return [([], e)]
-    if 2 ** (depth + 1) > MAX_PIECES:
-        return []
-    sel, x, s = found
-    out = []
-    for high, side in ((False, sel.low), (True, sel.high)):
-        inner = pieces(replace_in(e, sel, side), k, row, depth + 1)
-        if not inner:
-            return []
-        out += [([(x, s, high), *conds], value) for conds, value in inner]
-    return out
+        budget[0] -= 1
+        return ("leaf", e) if budget[0] >= 0 else None
+    sel = found[1]
+    low = _tree(replace_in(e, sel, sel.low), k, row, budget)
+    high = _tree(replace_in(e, sel, sel.high), k, row, budget) if low is not None else None
+    return None if high is None else (found, low, high)
 
 
-def bounds(kernel, conds: list[tuple[Ix, int, bool]], k: str, start: str, end: str) -> tuple[str, str]:
-    """C of the first and the end of the k that satisfy every condition, within start..end."""
-    lo, hi = start, end
-    for x, s, high in conds:
-        c = x.coef(k)
-        rest = x - Ix.var(k, c)
-        # the first k with c*k + rest >= s: ceil((s - rest) / c), as split.open_cut writes it
-        first = f"(({s} - ({kernel.ix(rest)})) + {c - 1}) / {c}" if c > 1 else f"{s} - ({kernel.ix(rest)})"
-        cut = f"ST_CLAMP((int64_t)({first}), (int64_t)({start}), (int64_t)({end}))"
-        if high:  # (k from the cut on)
-            lo = f"({lo} > {cut} ? {lo} : {cut})" if lo != start else cut
-        else:
-            hi = f"({hi} < {cut} ? {hi} : {cut})" if hi != end else cut
-    return lo, hi
+def _bounds(tree) -> set:
+    """The segments' bounds of every segment select in the tree."""
+    if tree[0] == "leaf":
+        return set()
+    found, low, high = tree
+    return (set(found[2]) if found[0] == "segment" else set()) | _bounds(low) | _bounds(high)
 
 
 def precompute_lines(kernel, a, k: str, row: str, rows: int, start: str, end: str, at: str, pad: str,
                      at_row) -> list[str] | None:
-    """The rows-inside loops making a_pre[r][at] (C: k's position) = A at row r for k in start..end, one per piece;
-    None where A has no select to cut (or too many)."""
-    cut = pieces(a, k, row)
-    if len(cut) < 2:
+    """The rows-inside loops making a_pre[r][at] (C: k's position) = A at row r for k in start..end,
+    one per piece (within segments of k where some condition is constant per segment); None where A
+    has no select to cut (or too many)."""
+    tree = _tree(a, k, row, [MAX_PIECES])
+    if tree is None or tree[0] == "leaf":
         return None
-    lines = []
-    for conds, value in cut:
-        lo, hi = bounds(kernel, conds, k, start, end)
+    lines: list[str] = []
+    bounds = sorted(_bounds(tree), key=str)
+    if bounds:  # segments: st_kp .. st_kn - 1, cut at the next multiple of each divisor
+        lines.append(f"{pad}for (int64_t st_kp = {start}, st_kn; st_kp < {end}; st_kp = st_kn) {{")
+        lines.append(f"{pad}  st_kn = {end};")
+        for x, d in bounds:
+            c = x.coef(k)
+            rest = kernel.ix(x - Ix.var(k, c))
+            here = kernel.ix(x.substitute({k: Ix.var("st_kp")}))
+            # the first k with c*k + rest >= d * (floor(x(st_kp) / d) + 1)
+            lines.append(f"{pad}  {{ const int64_t st_kb = ({d} * (({here}) / {d} + 1) - ({rest}) + {c - 1}) / {c}; "
+                         f"if (st_kb < st_kn) st_kn = st_kb; }}")
+        _emit(kernel, tree, k, row, rows, "st_kp", "st_kn", at, pad + "  ", at_row, lines, True)
+        lines.append(f"{pad}}}")
+    else:
+        _emit(kernel, tree, k, row, rows, start, end, at, pad, at_row, lines, False)
+    return lines
+
+
+def _emit(kernel, tree, k, row, rows, lo, hi, at, pad, at_row, lines, segmented) -> None:
+    if tree[0] == "leaf":
         lines.append(f"{pad}for (int64_t {k} = {lo}; {k} < {hi}; ++{k}) {{")
         for r in range(rows):
-            lines.append(f"{pad}  {at_row(row, r, f'a_pre[{r}][{at}] = {kernel.expr(value)};')}")
+            lines.append(f"{pad}  {at_row(row, r, f'a_pre[{r}][{at}] = {kernel.expr(tree[1])};')}")
         lines.append(f"{pad}}}")
-    return lines
+        return
+    found, low, high = tree
+    if found[0] == "segment":  # decided at the segment's first k (constant over it)
+        sel = found[1]
+        here = sel.ix.substitute({k: Ix.var("st_kp")}) if segmented else sel.ix
+        lines.append(f"{pad}if ({kernel.ix(here)} < {sel.split}) {{")
+        _emit(kernel, low, k, row, rows, lo, hi, at, pad + "  ", at_row, lines, segmented)
+        lines.append(f"{pad}}} else {{")
+        _emit(kernel, high, k, row, rows, lo, hi, at, pad + "  ", at_row, lines, segmented)
+        lines.append(f"{pad}}}")
+        return
+    _, _, x, s = found
+    c = x.coef(k)
+    rest = x - Ix.var(k, c)
+    # the first k with c*k + rest >= s: ceil((s - rest) / c), kept inside lo..hi (as split.open_cut writes it)
+    first = f"(({s} - ({kernel.ix(rest)})) + {c - 1}) / {c}" if c > 1 else f"{s} - ({kernel.ix(rest)})"
+    cut = f"st_kc{len(lines)}"
+    lines.append(f"{pad}{{ const int64_t {cut} = ST_CLAMP((int64_t)({first}), (int64_t)({lo}), (int64_t)({hi}));")
+    _emit(kernel, low, k, row, rows, lo, cut, at, pad + "  ", at_row, lines, segmented)
+    _emit(kernel, high, k, row, rows, cut, hi, at, pad + "  ", at_row, lines, segmented)
+    lines.append(f"{pad}}}")
