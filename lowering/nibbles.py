@@ -9,15 +9,18 @@ reads each column's bytes along k, two nibbles a byte. On a machine whose vector
 shifts, masks and conversions, and adds the four across lanes: about four vector instructions per
 8 weights. This pass lays the bytes out once, in the prologue that makes the bound blocks
 (lowering/bind.py), so that one 32-bit lane holds 8 nibbles of one column (k = 8w .. 8w + 7, the
-column's own 4 bytes in their order) and 8 columns' lanes sit side by side, 32 bytes a word:
+column's own 4 bytes in their order) and 8 columns' lanes sit side by side, 32 bytes a word; the
+recognizer sums SPAN groups of 8 columns at a time (4, or 2 or 1 where the groups do not divide by
+4), and their words of one block of 32 k follow one another, so that it reads one stream:
 
-    b_nibbles[.., j // 8, k // 32, (k // 8) % 4, j % 8, (k // 2) % 4] = b[j, k // 2]
+    b_nibbles[.., j // (8 SPAN), k // 32, (j // 8) % SPAN, (k // 8) % 4, j % 8, (k // 2) % 4] = b[j, k // 2]
 
 A mask then gives 8 columns' weights at one k with no shuffle (the recognizer's laid-out form).
-Each block of 32 k of 8 columns is 128 contiguous bytes, and a group of 8 columns one contiguous run
-along K. A scale read once per block of 32 (`S[j, k // 32]`) is laid out likewise, 8 columns' scales
-of a block side by side, where that takes no more bytes than the scales as given (a block of 64
-would repeat each scale): `S_nibbles[.., j // 8, k // 32, j % 8]`.
+A scale read once per block of 32 (`S[j, k // 32]`) is laid out likewise, 8 columns' scales of a
+block side by side, where that takes no more bytes than the scales as given (a block of 64 would
+repeat each scale): `S_nibbles[.., j // (8 SPAN), k // 32, (j // 8) % SPAN, j % 8]`. (Groups one
+after another, each its own run along K, made 4 streams where the sums read one: 20-30% slower
+when the weights come from memory, in a C harness of the 768 x 2304 product.)
 
 Each byte and each scale is moved, not changed: the weight stays half a byte an element, and the
 program computes what it computed (the numpy executor reads the blocks through the new index). Only
@@ -60,6 +63,7 @@ from .loops import (
 GROUP = 8  # columns side by side: a 32-bit lane each
 BLOCK = 32  # k per block of the layout (a scale's, at the finest)
 WORD = 8  # k a lane holds: four bytes, two nibbles each
+SPANS = (4, 2, 1)  # groups of 8 columns the recognizer sums together (targets/c/nibble_dot.py), widest first
 
 
 def lay_out_nibbles(program: LoopProgram) -> LoopProgram:
@@ -155,7 +159,9 @@ class _Layout:
         used = expr_vars(ld) - {j.var, k.var}
         outer = [lp for lp in around if lp.var in used]
         groups, blocks = j.extent // GROUP, k.extent // BLOCK
-        inner = (groups, blocks, BLOCK // WORD, GROUP, WORD // 2) if nibbles else (groups, blocks, GROUP)
+        span = next(n for n in SPANS if groups % n == 0)
+        inner = ((groups // span, blocks, span, BLOCK // WORD, GROUP, WORD // 2) if nibbles
+                 else (groups // span, blocks, span, GROUP))
         source = self.buffers[ld.buffer]
         shape = tuple(lp.extent for lp in outer) + inner
         if int(np.prod(shape)) > int(np.prod(source.shape)):
@@ -165,13 +171,13 @@ class _Layout:
             name = f"{ld.buffer}_{kernel}_nibbles{len(self.blocks)}"
             block = Buffer(name, "global", source.dtype, shape)
             names = [f"nb{d}" for d in range(len(inner))]
-            g, w1, *rest = (Ix.var(n) for n in names)
+            g, w1, gi, *rest = (Ix.var(n) for n in names)
             if nibbles:
                 w2, c, m = rest
-                at = {j.var: g * GROUP + c, k.var: w1 * BLOCK + w2 * WORD + m * 2}
+                at = {j.var: g * (GROUP * span) + gi * GROUP + c, k.var: w1 * BLOCK + w2 * WORD + m * 2}
             else:
                 (c,) = rest
-                at = {j.var: g * GROUP + c, k.var: w1 * BLOCK}
+                at = {j.var: g * (GROUP * span) + gi * GROUP + c, k.var: w1 * BLOCK}
             extents = {lp.var: lp.extent for lp in outer} | dict(zip(names, inner))
             index = tuple(simplify(ix.substitute(at), extents.__getitem__) for ix in ld.index)
             stmt: Stmt = Store(name, tuple(Ix.var(lp.var) for lp in outer) + tuple(Ix.var(n) for n in names),
@@ -185,14 +191,15 @@ class _Layout:
             self.blocks[key] = name
         extents = {j.var: j.extent, k.var: k.extent}
         jv, kv = Ix.var(j.var), Ix.var(k.var)
-        group, column = floordiv(jv, GROUP, extents.__getitem__), mod(jv, GROUP, extents.__getitem__)
-        block_of_k = floordiv(kv, BLOCK, extents.__getitem__)
+        spans = floordiv(jv, GROUP * span, extents.__getitem__)
+        group = mod(floordiv(jv, GROUP, extents.__getitem__), span, extents.__getitem__)
+        column, block_of_k = mod(jv, GROUP, extents.__getitem__), floordiv(kv, BLOCK, extents.__getitem__)
         if nibbles:
             word = mod(floordiv(kv, WORD, extents.__getitem__), BLOCK // WORD, extents.__getitem__)
             byte = mod(floordiv(kv, 2, extents.__getitem__), WORD // 2, extents.__getitem__)
-            tail = (group, block_of_k, word, column, byte)
+            tail = (spans, block_of_k, group, word, column, byte)
         else:
-            tail = (group, block_of_k, column)
+            tail = (spans, block_of_k, group, column)
         return Load(self.blocks[key], tuple(Ix.var(lp.var) for lp in outer) + tail)
 
 

@@ -169,7 +169,8 @@ LAID_OUT_CASES = {  # (text, whether lowering/nibbles.py lays it out)
     "nibbles, 8-column tiles": (nibbles(256, 40, 32, "literal"), True),
     "nibbles, zero points": (nibbles(256, 40, 32, "tensor"), True),
     "nibbles, blocks of 64 (scales read one a lane)": (nibbles(192, 48, 64, "none"), True),
-    "nibbles, wide tiles (groups of 32 columns and 8 over)": (nibbles(128, 360, 32, "literal"), True),
+    "nibbles, tiles of 4 groups of 8 a block": (nibbles(128, 256, 32, "literal"), True),
+    "nibbles, tiles of 9 groups (one a block)": (nibbles(128, 360, 32, "literal"), True),
     "nibbles, a partial block": (nibbles(80, 12, 32, "literal"), False),
     "nibbles, 37 columns": (nibbles(256, 37, 32, "literal"), False),
 }

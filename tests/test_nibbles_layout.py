@@ -35,10 +35,12 @@ def laid_out(text: str):
 def test_the_nibbles_and_scales_are_read_from_blocks_8_columns_a_word(avx2):
     compiled, loops = laid_out(nibbles(256, 40, 32, "literal"))
     text = print_loops(loops)
-    assert "b_k0_nibbles0[p1o, nb0, nb1, nb2, nb3, nb4] = b[8*nb0 + 8*p1o + nb3, 16*nb1 + 4*nb2 + nb4]" in text, text
-    assert "s_k0_nibbles1[p1o, nb0, nb1, nb2] = s[8*nb0 + 8*p1o + nb2, nb1]" in text, text
-    assert "b_k0_nibbles0[p1o, 0, r0 // 32, (r0 // 8) % 4, p1, (r0 // 2) % 4]" in text, text
-    assert "s_k0_nibbles1[p1o, 0, r0 // 32, p1]" in text, text
+    # (tiles of 8 columns: one group a tile, nb2 the group within the groups a block interleaves)
+    assert ("b_k0_nibbles0[p1o, nb0, nb1, nb2, nb3, nb4, nb5] = b[8*nb0 + 8*nb2 + 8*p1o + nb4, "
+            "16*nb1 + 4*nb3 + nb5]") in text, text
+    assert "s_k0_nibbles1[p1o, nb0, nb1, nb2, nb3] = s[8*nb0 + 8*nb2 + 8*p1o + nb3, nb1]" in text, text
+    assert "b_k0_nibbles0[p1o, 0, r0 // 32, 0, (r0 // 8) % 4, p1, (r0 // 2) % 4]" in text, text
+    assert "s_k0_nibbles1[p1o, 0, r0 // 32, 0, p1]" in text, text
     assert {b.name for b in loops.params} == {"x", "b_k0_nibbles0", "s_k0_nibbles1"}
     values = weights(compiled.graph, 2)
     x = {"x": values.pop("x")}
@@ -78,3 +80,17 @@ def test_not_where_the_blocks_or_groups_are_not_whole(avx2, case):
 
 def test_not_with_avx512_vectors():
     assert "nibbles" not in print_loops(laid_out(nibbles(256, 40, 32, "literal"))[1])
+
+
+def test_wide_tiles_interleave_four_groups_a_block(avx2):
+    """Tiles of whole groups of 32 columns: a block's words of 4 groups follow one another (one stream
+    for the recognizer's 4 groups); the block holds the weight's bytes, each once."""
+    compiled, loops = laid_out(nibbles(128, 256, 32, "literal"))
+    (block,) = [b for b in loops.params if b.name.startswith("b_")]
+    assert block.shape[-4:] == (4, 4, 8, 4), block.shape  # (groups, words, columns, bytes) of a block
+    values = weights(compiled.graph, 6)
+    x = {"x": values.pop("x")}
+    arrays = bind(loops, values)
+    assert np.array_equal(np.sort(arrays[block.name].ravel()), np.sort(values["b"].ravel()))
+    (got,), _ = execute(loops, x | arrays)
+    assert differences([got], evaluate(compiled.graph, x | values), compiled.graph) == []

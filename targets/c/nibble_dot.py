@@ -46,7 +46,7 @@ from .emit import KernelWriter
 BLOCK = 32  # k per step: one 16-byte load of nibbles, two of bytes
 DOT_COLUMNS = 4  # columns summed side by side, sharing A's vectors
 GROUP = 8  # columns of a 32-byte word in lowering/nibbles.py's layout: a lane each
-GROUPS = 4  # groups of GROUP columns summed side by side in the laid-out form
+SPANS = (4, 2, 1)  # groups of GROUP columns a laid-out block interleaves (lowering/nibbles.py), summed together
 CHAINS = 2  # sums a group keeps per block in the laid-out form (each FMA waits on the one before)
 LAYOUT_BYTES = 128 << 10  # AVX2's layout of A on a thread's stack, at most
 _RECORD_BYTES = 160  # a block of A laid out: four vectors of 8 and a fifth for its sum
@@ -66,7 +66,7 @@ class Plan:
     nibbles: bool
     scale: object
     zero: object | None
-    laid_out: bool = False  # the bytes in lowering/nibbles.py's layout (8 columns a 32-byte word)
+    laid_out: int = 0  # the groups of 8 columns interleaved in lowering/nibbles.py's layout (0: not laid out)
     taken: int = 1
 
 
@@ -108,12 +108,12 @@ def _dequantized(w: KernelWriter, b, k: For, j: For):
     return None
 
 
-def _quantized(w: KernelWriter, q, k: For, j: For) -> tuple[Load, bool, bool] | None:
-    """(the byte load, whether it holds nibbles, whether they are laid out 8 columns a word) of an
-    8-bit element or a nibble, as the module says."""
+def _quantized(w: KernelWriter, q, k: For, j: For) -> tuple[Load, bool, int] | None:
+    """(the byte load, whether it holds nibbles, the groups of 8 columns interleaved where they are
+    laid out 8 columns a word, else 0) of an 8-bit element or a nibble, as the module says."""
     if isinstance(q, Load):
         ok = w.buffers[q.buffer].dtype in ("u8", "i8") and _columns_apart(q, k, j) and _runs(w, q, k, 1)
-        return (q, False, False) if ok else None
+        return (q, False, 0) if ok else None
     if not (isinstance(q, Op) and q.op == "bitand" and q.dtype == "u8"):
         return None
     shifted, mask = q.args
@@ -132,25 +132,31 @@ def _quantized(w: KernelWriter, q, k: For, j: For) -> tuple[Load, bool, bool] | 
     return byte, True, laid_out
 
 
-def _interleaved(w: KernelWriter, ld: Load, k: For, j: For) -> bool:
-    """The load reads lowering/nibbles.py's layout: for each group of 8 columns one run along k of
-    32-byte words, each a column's 4 bytes (8 k) after another's."""
+def _interleaved(w: KernelWriter, ld: Load, k: For, j: For) -> int:
+    """The groups of 8 columns whose words of a block follow one another where the load reads
+    lowering/nibbles.py's layout (32-byte words, each a column's 4 bytes of 8 k after another's);
+    else 0."""
     if not (isinstance(k.extent, int) and isinstance(j.extent, int) and k.extent % BLOCK == 0
             and j.extent % GROUP == 0):
-        return False
+        return 0
     js, ks = np.arange(j.extent)[:, None], np.arange(k.extent)[None, :]
     at = _grid(w.flat_index(ld.buffer, ld.index), {j.var: js, k.var: ks})
-    want = js // GROUP * (k.extent * 4) + ks // 8 * 32 + js % GROUP * 4 + ks % 8 // 2
-    return at is not None and np.array_equal(at - at[0, 0], want)
+    for span in SPANS:
+        if j.extent // GROUP % span == 0 and at is not None and np.array_equal(at - at[0, 0], (
+                js // (GROUP * span) * (k.extent * 4 * span) + ks // BLOCK * (128 * span) + js // GROUP % span * 128
+                + ks % BLOCK // 8 * 32 + js % GROUP * 4 + ks % 8 // 2)):
+            return span
+    return 0
 
 
-def _scales_laid_out(w: KernelWriter, scale, k: For, j: For) -> bool:
-    """The scale is a load of lowering/nibbles.py's layout: 8 columns' scales of a block side by side."""
+def _scales_laid_out(w: KernelWriter, scale, k: For, j: For, span: int) -> bool:
+    """The scale is a load of lowering/nibbles.py's layout: 8 columns' scales of a block side by
+    side, `span` groups' one after another."""
     if not isinstance(scale, Load):
         return False
     js, ks = np.arange(j.extent)[:, None], np.arange(k.extent)[None, :]
     at = _grid(w.flat_index(scale.buffer, scale.index), {j.var: js, k.var: ks})
-    want = (js // GROUP * (k.extent // BLOCK) + ks // BLOCK) * GROUP + js % GROUP
+    want = ((js // (GROUP * span) * (k.extent // BLOCK) + ks // BLOCK) * span + js // GROUP % span) * GROUP + js % GROUP
     return at is not None and np.array_equal(at - at[0, 0], want)
 
 
@@ -391,8 +397,9 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
 
 def _emit_laid_out(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     """The product over lowering/nibbles.py's layout, in 8-lane vectors (AVX2; AVX-512 runs the same
-    C): GROUPS groups of 8 columns at a time, one column a lane. Each 32-byte word holds 8 k of 8
-    columns, a column's nibbles k = 8w + i at bits 4i; a mask (an AND) leaves nibble i of each lane in
+    C): the groups of 8 columns a block interleaves (4, 2 or 1) at a time, one column a lane, their
+    words one stream. Each 32-byte word holds 8 k of 8 columns, a column's nibbles k = 8w + i at
+    bits 4i; a mask (an AND) leaves nibble i of each lane in
     place, and those bits read as a float are q * 2^(4i - 149), a subnormal number: exact. A times
     2^(149 - D - 4i), laid out once ahead of the columns, makes their product q * A * 2^-D in one
     multiply-add, so a weight costs an AND and a multiply-add per 8 columns: no shift, no
@@ -432,8 +439,7 @@ def _emit_laid_out(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]
                 *_scaled_a(w, plan, r),
                 (f"{r}const __m256i st_m0 = _mm256_set1_epi32(0xF), st_m1 = _mm256_set1_epi32(0xF0), "
                  f"st_m2 = _mm256_set1_epi32(0xF00), st_m3 = _mm256_set1_epi32(0xF000);")]
-    w.lines += column_steps(r, j.extent, [(GROUP * GROUPS, _groups(w, plan, GROUPS, r + "  ")),
-                                          (GROUP, _groups(w, plan, 1, r + "  "))])
+    w.lines += column_steps(r, j.extent, [(GROUP * plan.laid_out, _groups(w, plan, plan.laid_out, r + "  "))])
     w.lines += [f"{r}_mm_setcsr(st_csr);", f"{q}}}", f"{pad}}}", "#else"]
     w.plain(k, len(pad) // 2, loops)
     w.lines.append("#endif")
@@ -489,7 +495,7 @@ def _groups(w: KernelWriter, plan: Plan, count: int, p: str) -> list[str]:
         out.append(f"{q}__m256 {', '.join(f't{g}_{h} = {start[h]}' for h in range(CHAINS))};")
     out += [f"{q}for (int st_w = 0; st_w < {BLOCK // 8}; ++st_w) {{",  # a word: 8 k of the group's 8 columns
             f"{r}const float *st_xw = st_x + {BLOCK} * st_b + 8 * st_w;"]
-    out += [f"{r}__m256i st_q{g} = _mm256_loadu_si256((const __m256i *)(st_p{g} + {BLOCK * 4} * st_b + 32 * st_w));"
+    out += [f"{r}__m256i st_q{g} = _mm256_loadu_si256((const __m256i *)(st_p{g} + {BLOCK * 4 * count} * st_b + 32 * st_w));"
             for g in gs]
     for i in range(8):
         if i == 4:
@@ -505,7 +511,7 @@ def _groups(w: KernelWriter, plan: Plan, count: int, p: str) -> list[str]:
             total = f"_mm256_add_ps({total}, t{g}_{h})"
         if plan.zero is not None and not shared_zero:
             total = f"_mm256_fnmadd_ps({per_lane(plan.zero, g)}, _mm256_broadcast_ss(st_z + st_b), {total})"
-        if _scales_laid_out(w, plan.scale, k, j):
+        if _scales_laid_out(w, plan.scale, k, j, count):
             scale = (f"({{ {at(g, 0, f'{BLOCK} * st_b')} "
                      f"_mm256_loadu_ps(&{w.access(plan.scale.buffer, plan.scale.index)}); }})")
         else:
