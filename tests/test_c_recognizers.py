@@ -87,6 +87,8 @@ TWINS = [
          re.escape("st_acc += st_expv_f32("), False, avx512=True),
     Twin("float_extremum", "func f(x: f32[16, 256]) -> f32[16] { return max(x, axes=[1]) }",
          re.escape("int zero = 0;"), True),
+    Twin("long_sum", "func f(x: f32[4, 2050], m: f32[4, 1]) -> f32[4] {\n  d = sub(x, m)\n"
+         "  return sum(mul(d, d), axes=[1])\n}\n", re.escape("st_a3 += ST_TERM(("), False, wide=True),
     Twin("simd_reduce", "func f(x: f32[16, 256]) -> f32[16] { return sum(x, axes=[1]) }",
          re.escape("#pragma omp simd reduction(+:acc)"), False),
     Twin("simd_reduce", "func f(x: i32[16, 256]) -> i32[16] { return min(x, axes=[1]) }",

@@ -40,6 +40,8 @@ PREFETCH_MIN_ROWS = 4
 STREAM_PREFETCH = 512
 # A streamed row's vectors in groups this large, each group computed before the previous one's stores (4 KiB aliasing).
 STREAM_GROUP = 4
+# The fewest terms a f32 sum takes four vector accumulators at (long_sum): a group norm's group is 4096.
+LONG_SUM_TRIPS = 1024
 # A row of exponentials sharing one op (SiLU of a group norm) in groups this large, the op of each first (vector_loop).
 SHARED_GROUP = 4
 # The most stack one matmul row block's precomputed A may take (as LOCAL_STACK_BYTES); longer k goes in chunks.
