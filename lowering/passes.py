@@ -74,12 +74,20 @@ def _panels(program: LoopProgram, target: Target) -> LoopProgram:
     return lay_out_panels(program) if target.weights_in_place else program
 
 
+# Vendors whose cores multiply subnormal operands at full speed: the laid-out form reads 4-bit weights as
+# subnormal floats (targets/c/nibble_dot.py). Intel's cores take a microcode assist of about a hundred
+# cycles for each such operand unless denormals-are-zero is set, which that form must clear.
+SUBNORMALS_AT_SPEED = ("AuthenticAMD", "HygonGenuine")
+
+
 def _nibbles(program: LoopProgram, target: Target) -> LoopProgram:
-    from ..engine.schedule.target import machine_vector_bytes
+    from ..engine.schedule.target import machine_vector_bytes, machine_vendor
     from .nibbles import lay_out_nibbles
 
     # (the layout AVX2's 8-lane form reads; AVX-512's reads the weight as given)
-    return lay_out_nibbles(program) if target.weights_in_place and machine_vector_bytes() == 32 else program
+    if target.weights_in_place and machine_vector_bytes() == 32 and machine_vendor() in SUBNORMALS_AT_SPEED:
+        return lay_out_nibbles(program)
+    return program
 
 
 def _remainders(program: LoopProgram, target: Target) -> LoopProgram:

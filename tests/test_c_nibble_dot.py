@@ -164,6 +164,20 @@ def test_zeros_nans_and_infinities_reach_the_result(case, tmp_path):
     assert differences(got, reference, program.graph) == [], case
 
 
+@pytest.mark.parametrize("case", ["nibbles", "nibbles, zero points", "u8"])
+def test_an_infinity_alone_reaches_the_result(case, tmp_path):
+    """An infinity in the activation and no NaN: the reference's infinities, where the zero point
+    folded as sum(Q * A) - Z * sum(A) would give inf - inf (the form runs the loops as written)."""
+    text = CASES[case]
+    values = weights(stitch.compile(text, cache_dir=tmp_path).graph, 6)
+    x = values.pop("x")
+    x[0, 40] = np.inf
+    program = stitch.compile(text, weights=values, cache_dir=tmp_path)
+    got, reference = program(x=x), evaluate(program.graph, {"x": x} | values)
+    assert np.isinf(reference[0]).any()
+    assert differences(got, reference, program.graph) == [], case
+
+
 LAID_OUT = "_mm256_castsi256_ps(_mm256_and_si256(st_q0, st_m0))"  # the laid-out form's nibble
 LAID_OUT_CASES = {  # (text, whether lowering/nibbles.py lays it out)
     "nibbles, 8-column tiles": (nibbles(256, 40, 32, "literal"), True),
@@ -178,8 +192,21 @@ LAID_OUT_CASES = {  # (text, whether lowering/nibbles.py lays it out)
 
 @pytest.fixture
 def avx2_layout(monkeypatch):
-    """lowering/nibbles.py's layout taken, as on a machine whose vectors are 32 bytes."""
+    """lowering/nibbles.py's layout taken, as on an AMD machine whose vectors are 32 bytes."""
     monkeypatch.setattr(machine, "machine_vector_bytes", lambda cpuinfo=None: 32)
+    monkeypatch.setattr(machine, "machine_vendor", lambda cpuinfo=None: "AuthenticAMD")
+
+
+@pytest.mark.skipif(VECTOR_BYTES < 32, reason="the recognizer writes 8 lanes and more")
+def test_an_intel_machine_keeps_the_weight_as_given(tmp_path, monkeypatch, avx2_layout):
+    """The laid-out form reads weights as subnormal floats, at full speed on AMD's cores only: an
+    Intel core (a microcode assist per subnormal operand) keeps the weight's layout and the 8-lane
+    form, which computes the same values."""
+    text, _ = LAID_OUT_CASES["nibbles, zero points"]
+    monkeypatch.setattr(machine, "machine_vendor", lambda cpuinfo=None: "GenuineIntel")
+    program, x, values = bound(text, 7, tmp_path)
+    assert LAID_OUT not in program.native.source_path.read_text()
+    assert differences(program(x=x), evaluate(program.graph, {"x": x} | values), program.graph) == []
 
 
 def bound(text: str, seed: int, tmp_path):

@@ -23,8 +23,19 @@ from test_c_nibble_dot import nibbles, weights
 
 @pytest.fixture
 def avx2(monkeypatch):
-    """The machine's vectors read as AVX2's 32 bytes (the suite pins AVX-512's 64: tests/conftest.py)."""
+    """The machine's vectors read as AVX2's 32 bytes (the suite pins AVX-512's 64: tests/conftest.py),
+    on an AMD core (the laid-out form's subnormal operands: lowering/passes.py SUBNORMALS_AT_SPEED)."""
     monkeypatch.setattr(machine, "machine_vector_bytes", lambda cpuinfo=None: 32)
+    monkeypatch.setattr(machine, "machine_vendor", lambda cpuinfo=None: "AuthenticAMD")
+
+
+def test_the_machines_vendor_is_read_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n")
+    assert machine.machine_vendor(info) == "GenuineIntel"
+    info.write_text("processor\t: 0\n")
+    assert machine.machine_vendor(info) is None
+    assert machine.machine_vendor(tmp_path / "absent") is None
 
 
 def laid_out(text: str):

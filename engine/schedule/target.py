@@ -245,6 +245,18 @@ def machine_vector_bytes(cpuinfo: Path = CPUINFO) -> int | None:
     return None
 
 
+def machine_vendor(cpuinfo: Path = CPUINFO) -> str | None:
+    """The CPU's vendor as Linux's /proc/cpuinfo names it (`AuthenticAMD`, `GenuineIntel`, ...); None
+    where the machine does not say."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        return None
+    return None
+
+
 # What each number of a target description may be: a "count" is a positive integer (at most
 # MAX_COUNT: the cost model multiplies them), "positive" a number from POSITIVE_MIN to POSITIVE_MAX
 # (the cost model and the simulator divide by them: a bandwidth of 5e-324 bytes per cycle made a

@@ -306,8 +306,9 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
     blocks of S * that. While a group of columns is summed, the next group's bytes are prefetched,
     as many per block as the group reads (weights bound row after row): the hardware's prefetch lags
     four rows read a few bytes at a time when the weights come from the last-level cache, as in a
-    decoder step (one product run again and again does not show it). Without AVX2 and FMA, the
-    loops as written."""
+    decoder step (one product run again and again does not show it). Without AVX2 and FMA, or with
+    a zero point and an infinity or a NaN in A (whose fold would give NaN where the loops give an
+    infinity), the loops as written."""
     k, j = plan.k, plan.j
     n_k, whole = k.extent, k.extent - k.extent % BLOCK
     target = w.access(plan.acc.buffer, plan.acc.index)
@@ -365,6 +366,7 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
 
     q = pad + "  "
     lay = [f"{q}_Alignas(32) float st_x[{whole // BLOCK * record}];",
+           *([f"{q}__m256i st_top = _mm256_setzero_si256();"] if zero is not None else []),
            f"{q}for (int64_t st_k = 0; st_k < {whole}; st_k += {BLOCK}) {{",
            f"{q}  float *st_xb = st_x + st_k / {BLOCK} * {record};",
            f"{q}  __m256 a0, a1, a2, a3;"]
@@ -375,7 +377,9 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
                        f"_mm256_castps_pd(_mm256_shuffle_ps(a{lo}, a{hi}, {imm})), 0xD8)));")
     else:
         lay += [f"{q}  _mm256_store_ps(st_xb + {8 * i}, a{i});" for i in range(4)]
-    if zero is not None:
+    if zero is not None:  # (A's largest magnitude, as bits: an infinity or a NaN runs the loops as written)
+        lay += [f"{q}  st_top = _mm256_max_epi32(st_top, _mm256_and_si256(_mm256_castps_si256(a{i}), "
+                f"_mm256_set1_epi32(0x7fffffff)));" for i in range(4)]
         total = "_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))"
         if shared_zero:
             total = f"_mm256_mul_ps(_mm256_set1_ps(-({zero})), {total})"
@@ -387,8 +391,17 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
     w.lines.append("#if defined(__AVX2__) && defined(__FMA__)")
     w.lines.append(f"{pad}{{ int64_t st_j = 0;")
     w.lines += lay
-    w.lines += column_steps(q, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, q + "  ")),
-                                          (1, columns(1, q + "  "))])
+    steps = column_steps(q, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, q + "  ")), (1, columns(1, q + "  "))])
+    if zero is not None:  # the fold sum(Q * A) - Z * sum(A) makes NaN of an infinity where the loops do not
+        r = q + "  "
+        w.lines += [f"{q}int32_t st_most = 0;",
+                    (f"{q}for (int st_i = 0; st_i < 8; ++st_i) {{ const int32_t v = ((const int32_t *)&st_top)[st_i]; "
+                     f"if (v > st_most) st_most = v; }}"),
+                    f"{q}if (st_most > 0x7f7fffff) {{  // an infinity or a NaN in A: the loops as written"]
+        w.plain(k, len(r) // 2, loops)
+        w.lines += [f"{q}}} else {{", *("  " + line for line in steps), f"{q}}}"]
+    else:
+        w.lines += steps
     w.lines.append(f"{pad}}}")
     w.lines.append("#else")
     w.plain(k, len(pad) // 2, loops)
