@@ -199,13 +199,15 @@ def _greedy(space: Space, start: Choice) -> SearchResult:
     values = {cid: space.start_option(cid, start[cid], by_sig[cid]) for cid in space.value_classes if cid in start}
     unfused = space.full_choice(values)
     # priced first (kernels cached by their contents), so only the start taken is built as a state
-    begin, start_cost = unfused, space.price(unfused)[0]
-    if start_cost is not None and len(start_cost.kernels) > VIEWS_START_KERNELS:
+    begin, begin_cost = unfused, space.price(unfused)[0]
+    if begin_cost is not None and len(begin_cost.kernels) > VIEWS_START_KERNELS:
         views = space.full_choice(_views_fused(space, values, by_sig))
-        begin = views if order_key(space.price(views)[0]) <= order_key(start_cost) else unfused
+        views_cost = space.price(views)[0]
+        if order_key(views_cost) <= order_key(begin_cost):
+            begin, begin_cost = views, views_cost
     if sum(not is_injective(n.op) and n.op not in ("param", "const") for n in values.values()) <= FUSED_START_LIMIT:
         fused = space.full_choice(_most_fused(space, values))
-        begin = fused if order_key(space.price(fused)[0]) < order_key(space.price(begin)[0]) else begin
+        begin = fused if order_key(space.price(fused)[0]) < order_key(begin_cost) else begin
     state = _State(space, begin, fine=False)
     if state.kernels is not None:
         shared_inputs = [cid for cid in space.params if len(space.consumers.get(cid, ())) >= 2]

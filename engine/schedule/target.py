@@ -235,23 +235,28 @@ def machine_vector_bytes(cpuinfo: Path = CPUINFO) -> int | None:
     """The width of the vectors C compiled for this machine (gcc -march=native) uses, from the CPU's
     flags in Linux's /proc/cpuinfo, as targets/cc.py's vector_bytes reads the compiler's: 64 with
     AVX-512, 32 with AVX, 16 otherwise; None where the machine does not say (not Linux)."""
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = set(line.partition(":")[2].split())
-                return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
-    except OSError:
+    flags = _cpuinfo_field(("flags", "Features"), cpuinfo)
+    if flags is None:
         return None
-    return None
+    flags = set(flags.split())
+    return 64 if "avx512f" in flags else 32 if "avx" in flags else 16
 
 
+@functools.cache
 def machine_vendor(cpuinfo: Path = CPUINFO) -> str | None:
     """The CPU's vendor as Linux's /proc/cpuinfo names it (`AuthenticAMD`, `GenuineIntel`, ...); None
     where the machine does not say."""
+    vendor = _cpuinfo_field(("vendor_id",), cpuinfo)
+    return vendor.strip() if vendor is not None else None
+
+
+def _cpuinfo_field(keys: tuple[str, ...], cpuinfo: Path) -> str | None:
+    """What follows the colon of /proc/cpuinfo's first line starting with one of `keys`; None where
+    there is none or the file cannot be read."""
     try:
         for line in cpuinfo.read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.partition(":")[2].strip()
+            if line.startswith(keys):
+                return line.partition(":")[2]
     except OSError:
         return None
     return None

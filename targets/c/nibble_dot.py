@@ -394,10 +394,7 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
     steps = column_steps(q, j.extent, [(DOT_COLUMNS, columns(DOT_COLUMNS, q + "  ")), (1, columns(1, q + "  "))])
     if zero is not None:  # the fold sum(Q * A) - Z * sum(A) makes NaN of an infinity where the loops do not
         r = q + "  "
-        w.lines += [f"{q}int32_t st_most = 0;",
-                    (f"{q}for (int st_i = 0; st_i < 8; ++st_i) {{ const int32_t v = ((const int32_t *)&st_top)[st_i]; "
-                     f"if (v > st_most) st_most = v; }}"),
-                    f"{q}if (st_most > 0x7f7fffff) {{  // an infinity or a NaN in A: the loops as written"]
+        w.lines += _unless_finite(q)
         w.plain(k, len(r) // 2, loops)
         w.lines += [f"{q}}} else {{", *("  " + line for line in steps), f"{q}}}"]
     else:
@@ -441,10 +438,7 @@ def _emit_laid_out(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]
                 f"{q}for (int64_t st_k = 0; st_k < {k.extent}; st_k += 8)",
                 (f"{q}  st_top = _mm256_max_epi32(st_top, _mm256_and_si256(_mm256_castps_si256("
                  f"_mm256_load_ps(st_x + st_k)), _mm256_set1_epi32(0x7fffffff)));"),
-                f"{q}int32_t st_most = 0;",
-                (f"{q}for (int st_i = 0; st_i < 8; ++st_i) {{ const int32_t v = ((const int32_t *)&st_top)[st_i]; "
-                 f"if (v > st_most) st_most = v; }}"),
-                f"{q}if (st_most > 0x7f7fffff) {{  // an infinity or a NaN in A: the loops as written"]
+                *_unless_finite(q)]
     w.plain(k, len(r) // 2, loops)
     w.lines += [f"{q}}} else {{",
                 f"{r}const unsigned st_csr = _mm_getcsr();",
@@ -456,6 +450,15 @@ def _emit_laid_out(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]
     w.lines += [f"{r}_mm_setcsr(st_csr);", f"{q}}}", f"{pad}}}", "#else"]
     w.plain(k, len(pad) // 2, loops)
     w.lines.append("#endif")
+
+
+def _unless_finite(p: str) -> list[str]:
+    """C opening `if` A holds an infinity or a NaN: st_most, the largest of st_top's lanes (A's
+    magnitudes as bits), above the largest finite float's."""
+    return [f"{p}int32_t st_most = 0;",
+            (f"{p}for (int st_i = 0; st_i < 8; ++st_i) {{ const int32_t v = ((const int32_t *)&st_top)[st_i]; "
+             f"if (v > st_most) st_most = v; }}"),
+            f"{p}if (st_most > 0x7f7fffff) {{  // an infinity or a NaN in A: the loops as written"]
 
 
 def _scaled_a(w: KernelWriter, plan: Plan, p: str) -> list[str]:
