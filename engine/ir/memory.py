@@ -65,9 +65,8 @@ def check_memory(budget: float, stage: str) -> None:
 # The budget of the compile running in this context (None: no compile is checking), so that a stage
 # deep inside extraction can check without every signature on the way taking it.
 _BUDGET: ContextVar[float | None] = ContextVar("stitch_memory_budget", default=None)
-# The resident size when the outermost compile in this context began: a process holding 6 GB of
-# models before it compiled stopped every saturation at its first check (a 4-bit GPT-2 step's
-# dequantized weights then reached memory: 700 ms a step instead of 10).
+# The resident size when the outermost compile in this context began: what the caller already held
+# (its models) is not the compile's, or a process holding several GB stops every saturation at once.
 _BASELINE: ContextVar[int | None] = ContextVar("stitch_memory_baseline", default=None)
 
 

@@ -9,9 +9,8 @@ from ..ir.memory import default_budget
 
 # The e-node and time limits a program gets unless it is given others: these, or so many per op of
 # the program where that is more (a large model's e-graph grows with it; docs/explanation/saturation.md).
-# The time limit is a safety net far above what saturation takes (12-layer BERT: 0.6-1.0 s on a quiet
-# 2-core VM): at 1 s, or 0.5 ms an op, a loaded machine stopped runs early and the schedule of one
-# program depended on the machine's load.
+# The time limit is a safety net far above what saturation takes: near it, a loaded machine stops runs
+# early and a program's schedule depends on the machine's load (docs/explanation/saturation.md).
 NODES = 20_000
 NODES_PER_OP = 8
 SECONDS = 10.0

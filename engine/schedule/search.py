@@ -67,9 +67,8 @@ GREEDY_ROUNDS = 4
 FUSED_START_LIMIT = 48
 # Above this many kernels in the unfused start (a convolutional network: each conv's windows are a
 # dozen views, each a move of its own), the views fused in one step are the other start
-# (`_views_fused`): MobileNetV2's extraction 9.7 -> 5.7 s, ResNet-18's 34 -> 13 s. Below it (every
-# transformer fixture: 53-103 kernels) the descent decides each view (bert_layer on accel ended
-# 16% dearer from the views' start).
+# (`_views_fused`). Below it (every transformer fixture) the descent decides each view: from the
+# views' start it can end dearer (docs/explanation/cost-model.md, extraction step 2).
 VIEWS_START_KERNELS = 256
 
 

@@ -130,8 +130,8 @@ def add_groups(w: KernelWriter, plan: Plan, pad: str, group: int) -> None:
     """The row in groups of `group` vectors: the shared op of each (a group norm's normalized value)
     first, then the rest of each (its SiLU). The same operations on the same values as one vector
     at a time, so the same bits; written as stages, the exponentials' long chains of one group
-    overlap where the out-of-order window could not reach the next vector's (Zen 3, 8 lanes:
-    GroupNorm + SiLU's row 0.46 -> 0.40 ms of thread time, 2026-11-29-group-norm.md)."""
+    overlap where the out-of-order window could not reach the next vector's
+    (docs/perf/2026-11-29-group-norm.md)."""
     s, leaf = plan.loop, plan.leaf
     v, n, lanes = s.var, s.extent, w.vector_bytes // 4
     span = group * lanes
