@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time each kernel (a timed build of the program) beside the cost model's estimate")
     r.add_argument("--runs", type=_positive_int, metavar="N",
                    help="with --profile: timed calls, after one warm-up (default 10)")
+    r.add_argument("--cpu-time", action="store_true",
+                   help="with --profile: time the calling thread's CPU time instead of the wall clock (1 thread "
+                        "only: steadier on a loaded machine, it leaves out the time the thread waits descheduled)")
     r.add_argument("--cache", action="append", default=[], metavar="PARAM=OUTPUT",
                    help="parameter PARAM grows in place into output number OUTPUT (a key/value cache: "
                         "concat(PARAM, new) along a symbolic axis): the program writes only the new "
@@ -564,6 +567,8 @@ def cmd_run(args) -> int:
 
     if args.runs is not None and not args.profile:
         raise UsageError("--runs counts --profile's timed calls: give --profile too, or leave out --runs")
+    if args.cpu_time and not args.profile:
+        raise UsageError("--cpu-time is --profile's clock: give --profile too, or leave out --cpu-time")
     args.runs = args.runs or 10
     check_output(args.output)
     cflags = args.cflags
@@ -590,7 +595,7 @@ def cmd_run(args) -> int:
     problems = differences(outputs, evaluate(graph, given | weights), graph, given | weights) if args.check else []
     timings = None
     if args.profile:
-        timings = program.profile(args.runs, **inputs)
+        timings = program.profile(args.runs, args.cpu_time, **inputs)
     if args.output:
         save_outputs(args.output, outputs)
     if args.json:

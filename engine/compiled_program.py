@@ -192,13 +192,14 @@ class CompiledProgram:
         return outputs
 
     @allows_deep_recursion
-    def profile(self, runs: int = 10, **inputs) -> list:
+    def profile(self, runs: int = 10, cpu_time: bool = False, **inputs) -> list:
         """Each kernel's median time over `runs` calls beside the cost model's estimate
-        (targets/profile.py's KernelTime rows; compiled C only)."""
+        (targets/profile.py's KernelTime rows; compiled C only). With `cpu_time` (1 thread only)
+        the calling thread's CPU time instead of the wall clock."""
         from ..targets.profile import profile
 
         given, sizes, program = self._called(inputs)
-        return profile(program, given | program.bound, runs, sizes)
+        return profile(program, given | program.bound, runs, sizes, cpu_time)
 
 
 def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray], sizes: dict[str, int] | None = None) -> None:

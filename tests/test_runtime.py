@@ -489,6 +489,26 @@ def test_only_the_profile_build_is_timed(cache):
 
 
 @needs_cc
+def test_the_profile_on_the_calling_threads_cpu_time(cache, threads, capsys):
+    """At 1 thread every tile runs on the caller, whose CPU time (a loaded machine's steadier figure)
+    a second timed build reads; at 2 the caller's CPU time would miss the other thread's tiles."""
+    f = stitch.compile(EXAMPLES / "softmax.ir", cache_dir=cache)
+    inputs = random_inputs(f.graph, 0)
+    threads(1)
+    start = time.thread_time()
+    (row,) = f.profile(runs=3, cpu_time=True, **inputs)
+    assert row.cpu_time and 0 < row.seconds < time.thread_time() - start
+    threads(2)
+    with pytest.raises(StitchError, match="CPU time is the calling thread's.*1 thread"):
+        f.profile(runs=3, cpu_time=True, **inputs)
+    path = str(EXAMPLES / "softmax.ir")
+    assert main(["run", path, "--cpu-time", "--cache-dir", str(cache)]) == 2
+    assert "--cpu-time is --profile's clock" in capsys.readouterr().err
+    assert main(["run", path, "--profile", "--cpu-time", "--threads", "1", "--cache-dir", str(cache)]) == 0
+    assert "at 1 thread(s), the calling thread's CPU time" in capsys.readouterr().out
+
+
+@needs_cc
 def test_profile_of_a_program_without_kernels(cache, tmp_path, capsys):
     path = tmp_path / "same.ir"
     path.write_text("func f(x: f32[4]) -> f32[4] { return x }\n")
