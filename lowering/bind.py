@@ -81,6 +81,22 @@ def hoist_bound(program: LoopProgram, in_place: bool) -> LoopProgram:
     return replace(program, params=kept + blocks, kernels=kernels, prologue=prologue)
 
 
+def extend_prologue(program: LoopProgram, sources: list[Buffer], kernels: list[LoopKernel], blocks: list[Buffer],
+                    consumed: frozenset[str] = frozenset()) -> LoopProgram:
+    """`program`'s prologue (a new one where it has none) that also runs `kernels`, once, when the weights
+    are bound: they read `sources` (bound parameters, taken in once each) and the blocks the prologue made
+    already, and make `blocks`, which the kernels read. A block of the prologue named in `consumed` is read
+    only by the new kernels: it becomes one of the prologue's temporaries instead of an output. (The
+    layout passes after hoisting, lowering/panels.py and lowering/nibbles.py, each lay a bound weight out
+    for a recognizer this way.)"""
+    prologue = program.prologue or LoopProgram(f"{program.name}_bind", [], [], [], [], [])
+    have = {b.name for b in prologue.params}
+    params = prologue.params + [b for b in sources if b.name not in have]
+    outputs = [b for b in prologue.output_buffers if b.name not in consumed] + blocks
+    temps = prologue.intermediates + [b for b in prologue.output_buffers if b.name in consumed]
+    return LoopProgram(prologue.name, params, [b.name for b in outputs], temps, prologue.kernels + kernels, outputs)
+
+
 class _Hoist:
     def __init__(self, bound: dict[str, Buffer], in_place: bool):
         self.bound = dict(bound)  # bound parameters, and the blocks made from them

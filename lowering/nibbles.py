@@ -38,6 +38,7 @@ import numpy as np
 
 from ..engine.ir.extent import is_symbolic
 from ..engine.schedule.index import floordiv, indirect, mod, simplify, symbolic
+from .bind import extend_prologue
 from .execute import TileRun
 from .loops import (
     Accumulate,
@@ -77,12 +78,7 @@ def lay_out_nibbles(program: LoopProgram) -> LoopProgram:
         return program
     read = {ld.buffer for k in kernels for leaf in leaves(k.body) for ld in loads(leaf.value)}
     read |= {ld.buffer for k in kernels for leaf in leaves(k.body) for ix in leaf.index for ld in index_loads(ix)}
-    prologue = program.prologue or LoopProgram(f"{program.name}_bind", [], [], [], [], [])
-    have = {b.name for b in prologue.params}
-    params = prologue.params + [layout.buffers[n] for n in layout.sources if n not in have]
-    blocks = prologue.output_buffers + layout.made
-    prologue = LoopProgram(prologue.name, params, [b.name for b in blocks], prologue.intermediates,
-                           prologue.kernels + layout.kernels, blocks)
+    prologue = extend_prologue(program, [layout.buffers[n] for n in layout.sources], layout.kernels, layout.made)
     kept = [b for b in program.params if b.name not in layout.sources or b.name in read]
     return replace(program, params=kept + layout.made, kernels=kernels, prologue=prologue)
 

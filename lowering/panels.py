@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from ..engine.ir.program import dtype_bytes
 from ..engine.schedule.machine import panel_columns, reads_left_in_place
+from .bind import extend_prologue
 from .loops import Buffer, For, Ix, Load, LoopKernel, LoopProgram, Stmt, Store, index_vars, leaves, loads, map_loads
 from .matmul import ONE_ROW, MatmulNest, match_matmul
 
@@ -59,12 +60,9 @@ def lay_out_panels(program: LoopProgram) -> LoopProgram:
                 for name in chosen for stmt, nest, _ in nests[name]}
     kernels = [replace(k, body=_rewrite(k.body, rewrites)) for k in program.kernels]
     made = [_panel_kernel(buffers[name], panels[name], chosen[name]) for name in chosen]
-    prologue = program.prologue or LoopProgram(f"{program.name}_bind", [], [], [], [], [])
-    params = prologue.params + [buffers[n] for n in chosen if n in program.bound and n not in
-                                {b.name for b in prologue.params}]
-    blocks = [b for b in prologue.output_buffers if b.name not in chosen] + list(panels.values())
-    temps = prologue.intermediates + [b for b in prologue.output_buffers if b.name in chosen]
-    prologue = LoopProgram(prologue.name, params, [b.name for b in blocks], temps, prologue.kernels + made, blocks)
+    # a weight laid out is either bound or a block the prologue made: that block is then read only here
+    prologue = extend_prologue(program, [buffers[n] for n in chosen if n in program.bound], made,
+                               list(panels.values()), frozenset(chosen))
     kept = [b for b in program.params if b.name not in chosen]
     return replace(program, params=kept + list(panels.values()), kernels=kernels, prologue=prologue)
 
