@@ -115,15 +115,20 @@ def test_tanh_at_its_special_values(library, x, want):
 
 EXPONENTIAL_EDGES = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 89.0, -89.0, 88.72, 88.73, 89.5, -103.9,
                      -104.0, -104.5, -87.3, -88.0, -100.0, -149.0, 1e-40, -1e-40, 9.02, 9.1, -9.1, 20.0, -20.0, 1e30,
-                     -1e30, 0.5, -0.5, 1.0, -1.0]
+                     -1e30, 0.5, -0.5, 1.0, -1.0,
+                     # the 8-lane sigmoid's: its clamp of x at 86 and the last n below it, 2^128 p;
+                     # halved, for the SiLU of 2x
+                     85.9, 86.0, 86.1, 86.4, 104.0, -88.37, -88.38, -88.722, -88.723, -89.1,
+                     42.95, 43.0, 43.05, 43.2, 52.0, -44.185, -44.19, -44.361, -44.3615, -44.55]
 
 
 def test_the_vector_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
     """Where the machine has AVX-512 or AVX2 with FMA, loops of exp, sigmoid and tanh run in vectors
-    of its width (st_expv_f32, st_tanhv_f32; 2^n by vscalefps on AVX-512, from its exponent bits in
-    two halves on AVX2): over a stride of every float, +-inf, +-89, -104, the subnormal results and
-    0 included, they give exactly what the scalar st_expf and st_tanhf loops give (ST_NO_VECTOR_EXP
-    builds those), NaN where they give NaN."""
+    of its width (st_expv_f32, st_sigmoidv_f32 and st_sigmoidv4_f32, st_tanhv_f32; 2^n by vscalefps on
+    AVX-512, from its exponent bits in two halves on AVX2, the sigmoid's in one): over a stride of every float, +-inf,
+    +-89, -104, the subnormal results, the sigmoid's clamp at 86 and overflow near -88.72, and 0
+    included, they give exactly what the scalar st_expf, 1 / (1 + st_expf(-x)) and st_tanhf loops give
+    (ST_NO_VECTOR_EXP builds those), NaN where they give NaN."""
     import stitch
 
     width = cc.vector_bytes(cpu.compiler(), cc.compiler_flags())
@@ -133,10 +138,12 @@ def test_the_vector_exponentials_are_the_scalar_ones_bit_for_bit(tmp_path):
     n = x.size - x.size % 1000
     x = np.concatenate([np.array(EXPONENTIAL_EDGES, dtype=np.float32), x])[:n].reshape(-1, 1000)
     rows = f"f32[{x.shape[0]}, 1000]"
-    text = f"func f(x: {rows}) -> ({rows}, {rows}, {rows}) {{\n  return exp(x), sigmoid(mul(x, 0.5)), tanh(x)\n}}\n"
+    # (the last: a SiLU of a computed value, whose sigmoids run four vectors at a time)
+    text = (f"func f(x: {rows}) -> ({rows}, {rows}, {rows}, {rows}, {rows}) {{\n  h = mul(x, 2.0)\n"
+            "  return exp(x), sigmoid(mul(x, 0.5)), tanh(x), sigmoid(x), mul(h, sigmoid(h))\n}\n")
     vector = stitch.compile(text, cache_dir=tmp_path)
-    source = vector.native.source_path.read_text()
-    assert "st_expv_f32(" in source and "st_tanhv_f32(" in source
+    kernels = vector.native.source_path.read_text().split("kernel_k0", 1)[1]  # (the prelude defines each)
+    assert all(f"{name}(" in kernels for name in ("st_expv_f32", "st_sigmoidv_f32", "st_sigmoidv4_f32", "st_tanhv_f32"))
     scalar = stitch.compile(text, cache_dir=tmp_path, cflags="-O3 -march=native -DST_NO_VECTOR_EXP")
     for got, want in zip(vector(x=x), scalar(x=x)):  # (a NaN's sign and payload mean nothing)
         assert np.array_equal(np.isnan(got), np.isnan(want))

@@ -97,10 +97,11 @@ TWINS = [
          re.escape("+= 16) *(st_vf32 *)&"), True, avx512=True),
     Twin("vector_loop", "func f(x: f32[6, 300], b: f32[300]) -> f32[6, 300] { return tanh(add(mul(x, x), b)) }",
          re.escape("_mm512_stream_ps(st_o"), True, avx512=True, streamed=True),
-    # SiLU of a value made of several ops: in groups of 4 vectors, the shared value of each first (250
-    # columns: groups, then single vectors, then the last 2 one by one)
+    # SiLU of a value made of several ops: in groups of 4 vectors, the shared value of each first, then
+    # their 4 sigmoids step by step (250 columns: groups, then single vectors, then the last 2 one by one)
     Twin("vector_loop", "func f(x: f32[8, 250], g: f32[250]) -> f32[8, 250] {\n  h = add(mul(x, 1.5), g)\n"
-         "  return mul(h, sigmoid(h))\n}\n", re.escape("st_s3 = ST_FIRST("), True, wide=True),
+         "  return mul(h, sigmoid(h))\n}\n",
+         re.escape("st_s3 = ST_FIRST(") + ".*" + re.escape("st_sigmoidv4_f32(st_g);"), True, wide=True),
     Twin("stream", "func f(x: f64[4, 1024]) -> f64[4, 1024] { return mul(x, x) }", re.escape("st_stream_f64(&"), True,
          streamed=True),
     Twin("pipelined_rows", SOFTMAX, re.escape("st_sum = "), True, avx512=True),

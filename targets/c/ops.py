@@ -137,8 +137,8 @@ VECTOR_OPS: dict[str, Callable[[list[str]], str] | None] = {
     "sqrt": None,
     "rsqrt": None,
     "tanh": lambda args: f"st_tanhv_f32({args[0]})",
-    # as the scalar: 1 / (1 + exp(-x)), each step rounded to f32
-    "sigmoid": lambda args: f"(st_bcast_f32(1.0f) / (st_bcast_f32(1.0f) + st_expv_f32(-{args[0]})))",
+    # the scalar's bits: 1 / (1 + exp(-x)), each step rounded to f32 (vector_math.h)
+    "sigmoid": lambda args: f"st_sigmoidv_f32({args[0]})",
     "relu": None,
     "erf": None,
     "add": _vector_arith("+"),

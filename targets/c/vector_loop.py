@@ -16,6 +16,7 @@ st_expv_f32's and st_tanhv_f32's results). Everything else is left to gcc's vect
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ...lowering.liveness import buffers_read
@@ -41,6 +42,10 @@ class Plan:
     # rest of the value's C reading it as t0_ (`shared_first`); empty where it has none
     first: str = ""
     rest: str = ""
+    # where the rest computes one sigmoid: its operand's C (reading t0_) and the rest reading the
+    # sigmoid as st_g_ (`grouped_sigmoid`), so a group's sigmoids run as one st_sigmoidv4_f32
+    sigmoid_arg: str = ""
+    sigmoid_rest: str = ""
 
 
 def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan | None:
@@ -55,7 +60,8 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     if value is None:
         return None
     first, rest = ("", "") if streamed else shared_first(w, leaf.value, s.var, value)
-    return Plan(s, leaf, value, streamed, first=first, rest=rest)
+    arg, sigmoid_rest = grouped_sigmoid(w, leaf.value, s.var, first) if first else ("", "")
+    return Plan(s, leaf, value, streamed, first=first, rest=rest, sigmoid_arg=arg, sigmoid_rest=sigmoid_rest)
 
 
 def shared_first(w: KernelWriter, e, var: str, value: str) -> tuple[str, str]:
@@ -70,6 +76,24 @@ def shared_first(w: KernelWriter, e, var: str, value: str) -> tuple[str, str]:
     if first is None or not value.startswith(head):
         return "", ""
     return first, "({ " + value[len(head):]
+
+
+def grouped_sigmoid(w: KernelWriter, e, var: str, first: str) -> tuple[str, str]:
+    """(the C of the operand of the one sigmoid in `e` after its shared op, reading that op as t0_
+    and nothing else computed, the rest of `e`'s C reading that sigmoid as st_g_), or ("", "")."""
+    operands = []
+
+    def capture(args: list[str]) -> str:
+        operands.append(args[0])
+        return "st_g_"
+    value = w.vector_expr(e, var, forms={"sigmoid": capture})
+    head = f"({{ st_vf32 t0_ = {first}; "
+    if value is None or len(operands) != 1 or not value.startswith(head) or "st_g_" in first:
+        return "", ""
+    rest = value[len(head):]
+    if re.search(r"\bt[1-9][0-9]*_", operands[0]) or rest.count("st_g_") != 1:
+        return "", ""  # (the operand reads another computed op, or the rest holds the sigmoid twice)
+    return operands[0], "({ " + rest
 
 
 def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
@@ -136,13 +160,23 @@ def add_groups(w: KernelWriter, plan: Plan, pad: str, group: int) -> None:
     v, n, lanes = s.var, s.extent, w.vector_bytes // 4
     span = group * lanes
     out = w.access(leaf.buffer, leaf.index)
-    firsts = ", ".join(f"st_s{k} = ST_FIRST(({v} + {lanes * k}))" for k in range(group))
-    rests = " ".join(f"*(st_vf32 *)&ST_OUT(({v} + {lanes * k})) = ST_REST(({v} + {lanes * k}), st_s{k});"
-                     for k in range(group))
-    w.lines += [f"{pad}#define ST_FIRST({v}) ({plan.first})", f"{pad}#define ST_REST({v}, t0_) {plan.rest}",
-                f"{pad}#define ST_OUT({v}) {out}",
-                f"{pad}  for (; {v} + {span} <= {n}; {v} += {span}) {{ st_vf32 {firsts}; {rests} }}",
-                f"{pad}#undef ST_FIRST", f"{pad}#undef ST_REST", f"{pad}#undef ST_OUT"]
+    at = [f"({v} + {lanes * k})" for k in range(group)]
+    firsts = ", ".join(f"st_s{k} = ST_FIRST({a})" for k, a in enumerate(at))
+    macros = [f"#define ST_FIRST({v}) ({plan.first})", f"#define ST_OUT({v}) {out}"]
+    if plan.sigmoid_arg and group == 4:
+        # the group's sigmoids as one st_sigmoidv4_f32, each of its steps on all four (vector_math.h)
+        operands = ", ".join(f"ST_ARG({a}, st_s{k})" for k, a in enumerate(at))
+        rests = " ".join(f"*(st_vf32 *)&ST_OUT({a}) = ST_REST({a}, st_s{k}, st_g[{k}]);" for k, a in enumerate(at))
+        body = f"st_vf32 {firsts}; st_vf32 st_g[4] = {{{operands}}}; st_sigmoidv4_f32(st_g); {rests}"
+        macros += [f"#define ST_ARG({v}, t0_) ({plan.sigmoid_arg})",
+                   f"#define ST_REST({v}, t0_, st_g_) {plan.sigmoid_rest}"]
+    else:
+        rests = " ".join(f"*(st_vf32 *)&ST_OUT({a}) = ST_REST({a}, st_s{k});" for k, a in enumerate(at))
+        body = f"st_vf32 {firsts}; {rests}"
+        macros.append(f"#define ST_REST({v}, t0_) {plan.rest}")
+    w.lines += [f"{pad}{m}" for m in macros]
+    w.lines.append(f"{pad}  for (; {v} + {span} <= {n}; {v} += {span}) {{ {body} }}")
+    w.lines += [f"{pad}#undef {m.split()[1].split('(')[0]}" for m in macros]
 
 
 def long_row_reads(w: KernelWriter, leaf: Store, var: str, n: int, loops: tuple[For, ...]) -> list[Load]:

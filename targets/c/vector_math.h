@@ -1,6 +1,6 @@
-/* st_expf and st_tanhf on the machine's vector (16 lanes on AVX-512, 8 on AVX2 with FMA), and the
-   partial-line stores beside them; source.py defines ST_LANES first and includes this at 64 and 32
-   bytes */
+/* st_expf, the sigmoid and st_tanhf on the machine's vector (16 lanes on AVX-512, 8 on AVX2 with
+   FMA), and the partial-line stores beside them; source.py defines ST_LANES first and includes this
+   at 64 and 32 bytes */
 #if ST_LANES == 16 && defined(__AVX512F__)
 static inline st_vf32 st_bcast_f32(float a) { return (st_vf32)_mm512_set1_ps(a); }
 static inline st_vf32 st_expv_f32(st_vf32 xv) {
@@ -39,6 +39,11 @@ static inline void st_store_lanes(float *dst, __m512 v, int64_t from, int64_t to
 #ifndef ST_NO_VECTOR_EXP  /* -DST_NO_VECTOR_EXP: the scalar loops, for comparison */
 #define ST_VECTOR_EXP 1
 #endif
+/* the scalar sigmoid's steps, 1 / (1 + exp(-x)) */
+static inline st_vf32 st_sigmoidv_f32(st_vf32 x) {
+  return st_bcast_f32(1.0f) / (st_bcast_f32(1.0f) + st_expv_f32(-x));
+}
+static inline void st_sigmoidv4_f32(st_vf32 *x) { for (int k = 0; k < 4; ++k) x[k] = st_sigmoidv_f32(x[k]); }
 /* st_tanhf on 16 lanes: the same steps, 2^n by vscalefps (n <= 27: exact either way) */
 static inline st_vf32 st_tanhv_f32(st_vf32 xv) {
   __m512 x = (__m512)xv;
@@ -85,6 +90,49 @@ static inline st_vf32 st_expv_f32(st_vf32 xv) {
   __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
   return (st_vf32)_mm256_mul_ps(_mm256_mul_ps(p, st_pow2v_f32(k1)), st_pow2v_f32(k2));
 }
+/* 1 / (1 + st_expf(-x)) on 8 lanes, the same bits in fewer steps than through st_expv_f32 (SiLU's
+   exponential is most of a group norm + SiLU kernel's time here: docs/perf/2026-11-29-group-norm.md):
+   - where x > 86, exp(-x) < 2^-124 leaves 1 + exp(-x) at 1 however it rounds, so -x is held at -86
+     (st_expf holds it at -104), n stays in [-124, 128] and 2^n is one scale, not two halves;
+   - that scale is 2^(n - 1), from the rounding's sum 1.5 * 2^23 + n (n is its low mantissa bits:
+     its bits plus 126, shifted, are 2^(n - 1)'s), times 2p (exact): p 2^128 overflows to inf as
+     st_expf's does, with no other path and no conversion to integers;
+   - -x is not formed: fma(-u, a, b) is fma(u, -a, b) exactly, and r = -(n a) - u by fnmsub.
+   Checked exhaustively over every float against the scalar loop (NaN where it gives NaN; NaN passes
+   the clamps, minps and maxps giving their second operand); test_c_math checks a stride and the
+   edges. st_sigmoidv4_f32 does 4 vectors step by step, each step on all 4 before the next: one
+   vector's chain of 20 dependent steps left the out-of-order window idle (vector_loop's groups). */
+#define ST_EACH(k, count) for (int k = 0; k < (count); ++k)
+static inline void st_sigmoidv_steps(__m256 *x, int count) {
+  __m256 u[4], m[4], r[4], p[4];
+  ST_EACH(k, count) u[k] = _mm256_max_ps(_mm256_set1_ps(-89.0f), _mm256_min_ps(_mm256_set1_ps(86.0f), x[k]));
+  ST_EACH(k, count) m[k] = _mm256_fmadd_ps(u[k], _mm256_set1_ps(-1.44269504088896341f), _mm256_set1_ps(12582912.0f));
+  ST_EACH(k, count) x[k] = _mm256_sub_ps(m[k], _mm256_set1_ps(12582912.0f));  /* n */
+  ST_EACH(k, count) r[k] = _mm256_fnmsub_ps(x[k], _mm256_set1_ps(0.693359375f), u[k]);
+  ST_EACH(k, count) r[k] = _mm256_fmadd_ps(x[k], _mm256_set1_ps(2.12194440e-4f), r[k]);
+  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.3814540580e-3f), r[k], _mm256_set1_ps(8.3687454462e-3f));
+  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.1668388993e-2f));
+  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.6666521132e-1f));
+  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.9999994040e-1f));
+  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], _mm256_mul_ps(r[k], r[k]), r[k]);
+  ST_EACH(k, count) p[k] = _mm256_add_ps(p[k], _mm256_set1_ps(1.0f));
+  ST_EACH(k, count) p[k] = _mm256_add_ps(p[k], p[k]);
+  ST_EACH(k, count) u[k] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(m[k]),
+                                                                                  _mm256_set1_epi32(126)), 23));
+  ST_EACH(k, count) p[k] = _mm256_mul_ps(p[k], u[k]);  /* exp(-x) */
+  ST_EACH(k, count) x[k] = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), p[k]));
+}
+#undef ST_EACH
+static inline st_vf32 st_sigmoidv_f32(st_vf32 x) {
+  __m256 v = (__m256)x;
+  st_sigmoidv_steps(&v, 1);
+  return (st_vf32)v;
+}
+static inline void st_sigmoidv4_f32(st_vf32 *x) {
+  __m256 v[4] = {(__m256)x[0], (__m256)x[1], (__m256)x[2], (__m256)x[3]};
+  st_sigmoidv_steps(v, 4);
+  for (int k = 0; k < 4; ++k) x[k] = (st_vf32)v[k];
+}
 #ifndef ST_NO_VECTOR_EXP
 #define ST_VECTOR_EXP 1
 #endif
@@ -113,6 +161,8 @@ static inline st_vf32 st_tanhv_f32(st_vf32 xv) {
    keep their scalar loops) */
 static inline st_vf32 st_expv_f32(st_vf32 x) { for (int i = 0; i < 8; ++i) x[i] = st_expf(x[i]); return x; }
 static inline st_vf32 st_tanhv_f32(st_vf32 x) { for (int i = 0; i < 8; ++i) x[i] = st_tanhf(x[i]); return x; }
+static inline st_vf32 st_sigmoidv_f32(st_vf32 x) { for (int i = 0; i < 8; ++i) x[i] = 1 / (1 + st_expf(-x[i])); return x; }
+static inline void st_sigmoidv4_f32(st_vf32 *x) { for (int k = 0; k < 4; ++k) x[k] = st_sigmoidv_f32(x[k]); }
 #endif
 /* the first n < 8 elements of src to dst: plain stores of 4, 2 and 1 elements */
 static inline void st_store_part(float *dst, const float *src, int64_t n) {
