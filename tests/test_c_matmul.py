@@ -262,6 +262,28 @@ def test_a_computed_as_leftover_columns_read_it_precomputed(cache, monkeypatch):
 
 
 @needs_cc
+@pytest.mark.parametrize("vector_bytes, rows", [(32, 6), (64, 8)])
+def test_a_computed_along_k_is_made_by_one_loop_over_a_blocks_rows(vector_bytes, rows, cache, monkeypatch):
+    """A computed A read along k (MobileNetV2's ReLU6'd projection input) is made for a block of rows
+    by one loop over the rows around its vector loop along k, not a copy of that loop per row (each
+    copy vectorized by the compiler again); the rows left over the full blocks (64 = 10 x 6 + 4 with
+    AVX2's blocks, 8 x 8 with AVX-512's) the same way. The values are the reference's."""
+    monkeypatch.setattr(cpu, "vector_bytes", lambda cc_, flags: vector_bytes)
+    text = ("func f(x: f32[64, 144], b: f32[144], w: f32[144, 32]) -> f32[64, 32] {\n"
+            "  return matmul(minimum(maximum(add(x, b), 0.0), 6.0), w)\n}\n")
+    f = stitch.compile(text, cache_dir=cache)
+    source = f.native.source_path.read_text()
+    loops = [ln.strip().split(";")[1].strip() for ln in source.splitlines() if "for (int64_t st_r = 0;" in ln]
+    assert loops == [f"st_r < {rows}"] + ([f"st_r < {64 % rows}"] if 64 % rows else []), loops
+    made = [ln for ln in source.splitlines() if "a_pre[" in ln and "] = " in ln and "float a" not in ln]
+    assert made and all("a_pre[st_r][" in ln for ln in made), made
+    if vector_bytes > cc.vector_bytes(cpu.compiler(), cc.compiler_flags()):
+        return  # (AVX-512's C on a machine without it: the form is checked, not run)
+    inputs = random_inputs(f.graph, 5)
+    assert compare(f(**inputs)[0], evaluate(f.graph, inputs)[0]) == ""
+
+
+@needs_cc
 @pytest.mark.parametrize("vector_bytes, vectors", [(16, 12), (32, 6), (64, 3)])
 @pytest.mark.parametrize("bound", [True, False])
 def test_a_product_of_one_row_reads_a_whole_panel_per_k(vector_bytes, vectors, bound, cache, monkeypatch):

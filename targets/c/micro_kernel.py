@@ -447,14 +447,16 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
             lines.append(f"{pad}  {_at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};')}")
         return lines + [f"{pad}}}"]
     decls, value = kernel.hoisted(nest.a, k.var)  # (what does not change along k: once a row, ahead)
-    for r in range(rows):
-        enter, leave = _row_scope(nest.i.var, r)
-        lines += [f"{pad}{enter}"] if enter else []
-        lines += [f"{pad}{{ {' '.join(decls)}"] if decls else []
-        lines.append(f"{pad}#pragma omp simd")
-        lines.append(f"{pad}{span.loop(k)} a_pre[{r}][{span.at(k)}] = {value};")
-        lines += [f"{pad}}}"] if decls else []
-        lines += [f"{pad}{leave}"] if leave else []
+    # one loop over the block's rows, not a copy of the vector loop per row: the copies ran no faster
+    # and each was the compiler's to vectorize again (MobileNetV2's C: docs/perf/2026-11-29-vision.md)
+    i = nest.i.var
+    lines.append(f"{pad}for (int64_t st_r = 0; st_r < {rows}; ++st_r) {{ const int64_t st_row = {i} + st_r; "
+                 f"{{ const int64_t {i} = st_row;")
+    lines += [f"{pad}{{ {' '.join(decls)}"] if decls else []
+    lines.append(f"{pad}#pragma omp simd")
+    lines.append(f"{pad}{span.loop(k)} a_pre[st_r][{span.at(k)}] = {value};")
+    lines += [f"{pad}}}"] if decls else []
+    lines.append(f"{pad}}} }}")
     return lines
 
 
