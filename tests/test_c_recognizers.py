@@ -3,7 +3,7 @@ program compiled with the recognizer left out of the table computes the same out
 where the recognizer keeps each element's operations and their order, else both within the
 reference's tolerance), and the C with it in holds its form. Each family is tested further in a
 file of its own (tests/test_c_<family>.py: summed_row, column_sums, pipelined_rows, pipelined_passes,
-stream, prefetch, matmul, reductions, read_order, transpose, nibble_dot, int_dot)."""
+stream, prefetch, matmul, reductions, read_order, transpose, nibble_dot, int_dot, int_rows)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,9 @@ TWINS = [
     Twin("int_dot", "func f(a: u8[1, 48], za: u8[], b: i8[48, 256]) -> i32[1, 256] {\n"
          "  return matmul(sub(cast(a, dtype=i32), cast(za, dtype=i32)), cast(b, dtype=i32))\n}\n",
          re.escape("_mm512_dpwssd_epi32("), True, avx512=True),
+    Twin("int_rows", "func f(a: u8[32, 64], za: u8[], b: i8[64, 48]) -> i32[32, 48] {\n"
+         "  return matmul(sub(cast(a, dtype=i32), cast(za, dtype=i32)), cast(b, dtype=i32))\n}\n",
+         re.escape("_madd_epi16(a, b0)"), True, wide=True),
     Twin("f16_matmul", "func f(a: f16[16, 32], b: f16[32, 16]) -> f16[16, 16] { return matmul(a, b) }",
          re.escape("acc_f["), False),
     Twin("column_sums", LAYERNORM_FIRST, re.escape("st_c0"), True, avx512=True),

@@ -74,6 +74,17 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     return None
 
 
+def fits16(x: str) -> str:
+    """C: whether i32 `x` fits in 16 bits (1 or 0)."""
+    return f"({x} >= -32768) & ({x} <= 32767)"
+
+
+def pair16(lo: str, hi: str) -> str:
+    """C: the i32 whose low 16 bits are `lo`'s and high 16 bits `hi`'s, the pair of k vpmaddwd and
+    vpdpwssd multiply by (int_rows.py makes its pairs with it too)."""
+    return f"(int32_t)((uint32_t)(uint16_t){lo} | ((uint32_t)(uint16_t){hi} << 16))"
+
+
 def _half(w: KernelWriter) -> int:
     return HALF if w.vector_bytes >= 64 else HALF_AVX2
 
@@ -164,7 +175,7 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     w.lines.append("#if defined(__AVX512VNNI__) && defined(__AVX512BW__)" if wide else "#if defined(__AVX2__)")
     w.lines.append(f"{pad}int st_fits = 1;")
     w.lines.append(f"{pad}for (int64_t {k.var} = 0; {k.var} < {n_k}; ++{k.var}) {{ const int32_t st_a = {a_one}; "
-                   f"st_fits &= (st_a >= -32768) & (st_a <= 32767); }}")
+                   f"st_fits &= {fits16('st_a')}; }}")
     w.lines.append(f"{pad}if (st_fits) {{")
     # blocks of ROWS rows: A's pairs made once per block, B's rows stay in the nearest cache from group
     # to group, and the next block is prefetched
@@ -176,8 +187,7 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
                 f"{q}  int32_t st_a0, st_a1 = 0;",
                 f"{q}  {{ const int64_t {k.var} = st_k; st_a0 = {a_one}; }}",
                 f"{q}  if (st_k + 1 < {n_k}) {{ const int64_t {k.var} = st_k + 1; st_a1 = {a_one}; }}",
-                (f"{q}  st_pairs[(st_k - st_k0) / 2] = (int32_t)((uint32_t)(uint16_t)st_a0 "
-                f"| ((uint32_t)(uint16_t)st_a1 << 16));"),
+                f"{q}  st_pairs[(st_k - st_k0) / 2] = {pair16('st_a0', 'st_a1')};",
                 f"{q}}}",
                 f"{q}int64_t st_j = 0;"]
     if prefetch:
