@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from ..ir.extent import is_symbolic
 from ..ir.ops import ACCUMULATING
-from ..ir.program import dtype_bytes
+from ..ir.program import INT_DTYPES, dtype_bytes
 from .facts import FREE_OPS, KernelFacts, nest_axes, parallel_axes, reduced_axes
 from .index import Ix, Mod, affine, flat_address, indirect
 from .kernel import AxisKind, Hold, Instance, Kernel, Read, Ref, RefKind, index_axes
@@ -99,7 +99,7 @@ def candidate_plans(kernel: Kernel, types, target: Target, f: KernelFacts) -> It
     whole = [a for a in parallel if kernel.kinds[a] is AxisKind.PARALLEL]
     if whole != parallel:  # splitting a stored reduction across tiles is priced against not splitting it
         spaces.append(whole)
-    axis = chunk_axis(kernel, f, target)
+    axis = chunk_axis(kernel, f, target, types)
     chunks = [None] + [(axis, size) for size in chunk_sizes(kernel.extents[axis])] if axis else [None]
     memo: dict = {}  # (the orders of one tile space share their inputs' classes, and a growth order its tile)
     for space in spaces:
@@ -394,7 +394,7 @@ def chunk_sizes(extent: int) -> list[int]:
     return [d for d in divisors(extent) if MIN_CHUNK <= d < extent]
 
 
-def chunk_axis(kernel: Kernel, f: KernelFacts, target: Target) -> str:
+def chunk_axis(kernel: Kernel, f: KernelFacts, target: Target, types) -> str:
     """The reduced axis of the kernel's one matmul when a tile may walk it in chunks (as GEMM
     blocks K): the product's operands are then staged a chunk at a time, so the tile's footprint
     no longer holds whole rows and columns of a long reduction and the tile can be wider. Only
@@ -409,7 +409,7 @@ def chunk_axis(kernel: Kernel, f: KernelFacts, target: Target) -> str:
     if len(summed) != 1 or kernel.extents[summed[0]] < 2 * MIN_CHUNK:
         return ""
     axis = summed[0]
-    through = _map_chain(kernel, inst)
+    through = _map_chain(kernel, inst, types)
     if through is None:
         return ""
     for other in kernel.instances:
@@ -420,18 +420,30 @@ def chunk_axis(kernel: Kernel, f: KernelFacts, target: Target) -> str:
     return axis
 
 
-def _map_chain(kernel: Kernel, inst: Instance) -> set[int] | None:
-    """The index-map instances between a matmul and the global values it reads (a concat's select
-    among them), or None when an operand is computed (or held) in the kernel."""
+def _map_chain(kernel: Kernel, inst: Instance, types) -> set[int] | None:
+    """The index-map instances between a matmul and the global values it reads (a concat's select, a
+    cast and an integer zero point among them: `_reads_one_element`), or None when an operand is
+    computed (or held) in the kernel."""
     if not all(_read_or_inline(ref) for ref in inst.operands):
         return None
     chain = {key for ref in inst.operands if ref.inline for key in kernel.inlined(ref.key)}
-    for key in chain:
-        producer = kernel.instances[key]
-        if (producer.node.op not in FREE_OPS + ("concat",)
-                or not all(_read_or_inline(ref) for ref in producer.operands)):
-            return None
+    if not all(_reads_one_element(kernel.instances[key], types) for key in chain):
+        return None
     return chain
+
+
+def _reads_one_element(producer: Instance, types) -> bool:
+    """Whether `producer` reads one element of one value where it is, as an index map does: a map, a
+    concat's select, a cast, or an integer add or sub of a literal. MatMulInteger's byte weight widened
+    to i32 (less its literal zero point, for a u8 weight) is then staged a chunk of k at a time as its
+    bytes; else the fused widening's pack held all of k, its tile shrank, and the search wrote the
+    weight's i32 copy in a kernel of its own on every call (4x its bytes)."""
+    op = producer.node.op
+    if op in FREE_OPS + ("concat", "cast"):
+        return all(_read_or_inline(ref) for ref in producer.operands)
+    return (op in ("add", "sub") and types[producer.cid].dtype in INT_DTYPES
+            and sum(_read_or_inline(ref) for ref in producer.operands) == 1
+            and all(_read_or_inline(ref) or ref.kind is RefKind.CONST for ref in producer.operands))
 
 
 def _read_or_inline(ref: Ref) -> bool:
