@@ -448,7 +448,7 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
         return lines + [f"{pad}}}"]
     decls, value = kernel.hoisted(nest.a, k.var)  # (what does not change along k: once a row, ahead)
     # one loop over the block's rows, not a copy of the vector loop per row: the copies ran no faster
-    # and each was the compiler's to vectorize again (MobileNetV2's C: docs/perf/2026-11-29-vision.md)
+    # and each was the compiler's to vectorize again (MobileNetV2's C: docs/perf/2026-11-29-compile-time.md)
     i = nest.i.var
     lines.append(f"{pad}for (int64_t st_r = 0; st_r < {rows}; ++st_r) {{ const int64_t st_row = {i} + st_r; "
                  f"{{ const int64_t {i} = st_row;")

@@ -2,7 +2,7 @@
     && !defined(__AVX512F__) && !defined(__AVXVNNI__)
 /* gcc's <immintrin.h> reads every extension's header, AVX-512's among them, whatever the target: most
    of the time a small program's compile takes, and again in each part of a large one
-   (docs/perf/2026-11-29-vision.md). Below AVX-512 the intrinsics stitch's C uses are all in these;
+   (docs/perf/2026-11-29-compile-time.md). Below AVX-512 the intrinsics stitch's C uses are all in these;
    its include guard defined first, the includes of <immintrin.h> below read nothing more. Only gcc 12,
    the version this was checked with; any other compiler or version reads <immintrin.h> whole. */
 #define _IMMINTRIN_H_INCLUDED
