@@ -621,6 +621,50 @@ def test_an_input_too_large_to_stay_on_chip_is_read_again_by_every_tile_of_colum
         assert price.price_plan(kernel, p, c.schedule.types, target, f).bytes_read >= x_bytes * (512 // p.tile["p1"])
 
 
+def test_a_left_operand_made_across_k_is_priced_an_element_at_a_time():
+    """A product's computed left operand that reads nothing consecutive along k (relu(x) transposed: each
+    k reads another row of x, as a conv's windows over a channels-first input read another channel's
+    plane) is made by the micro-kernel with k outside and its rows inside, an element at a time, not in
+    vectors along k. The cost model prices each element a cycle beyond the vector work of its ops, and
+    agrees with the backend (targets/c/micro_kernel.py `_along_k`) on which operands those are: priced
+    at the vector rate, the transposed product was estimated as cheap as the plain one and measured 4x
+    its time (docs/perf/2026-11-29-vision.md)."""
+    from dataclasses import replace
+
+    from stitch.engine.schedule import facts, price
+    from stitch.lowering.loops import For
+    from stitch.lowering.lower import lower
+    from stitch.lowering.matmul import match_matmul
+    from stitch.targets.c.micro_kernel import _along_k
+    from stitch_testing import compile_text
+
+    across = "func f(x: f32[64, 256], w: f32[64, 32]) -> f32[256, 32] {\n  return matmul(transpose(relu(x), perm=[1, 0]), w)\n}"
+    along = "func f(x: f32[256, 64], w: f32[64, 32]) -> f32[256, 32] {\n  return matmul(relu(x), w)\n}"
+    for text, made_across in ((across, True), (along, False)):
+        c = compile_text(text, CPU)
+        (kernel,), (kc,), types = c.schedule.kernels, c.cost.plans, c.schedule.types
+        f = facts.facts(kernel, types).on(CPU)
+        (inst, _), = f.matmuls
+        assert not facts.plain_left(kernel, inst) and facts.made_across_k(kernel, inst) is made_across
+        assert f.across_k == ((("p0", "r0"), ("relu",)),) * made_across
+        vector, _ = price.tile_work(kernel, kc.tile, CPU, f, types)
+        scalar, _ = price.tile_work(kernel, kc.tile, CPU, replace(f, across_k=()), types)
+        lanes = CPU.vector_lanes
+        assert vector - scalar == kc.tile["p0"] * 64 * (lanes + (lanes - 1) * CPU.cycles_per_element("relu")) * made_across
+
+        def nests(stmts):
+            for s in stmts:
+                if isinstance(s, For):
+                    nest = match_matmul(s, dtypes.get)
+                    yield from [nest] if nest else nests(s.body)
+
+        loops = lower(c)
+        dtypes = {b.name: b.dtype for k in loops.kernels for b in k.allocs}
+        dtypes.update({b.name: b.dtype for b in [*loops.params, *loops.intermediates, *loops.output_buffers]})
+        (nest,) = [n for k in loops.kernels for n in nests(k.body)]
+        assert _along_k(nest) is not made_across
+
+
 @pytest.mark.parametrize("onchip", [1 << 20, 2 << 20])
 def test_a_products_panel_larger_than_on_chip_memory_is_read_again_by_every_block_of_rows(onchip):
     """A computed left operand (made per block of 8 rows) has the micro-kernel walk a tile's rows
@@ -743,3 +787,17 @@ def test_the_whole_never_costs_more_than_its_halves_issue_48(graph, seed):
         whole = compile_graph(graph, builtin_rule_files(), target).cost.cycles
         halves = sum(compile_graph(g, builtin_rule_files(), target).cost.cycles for g in (first, second))
         assert whole <= halves * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("weight, widened", [("i8", "cast(w, dtype=i32)"), ("u8", "sub(cast(w, dtype=i32), 134)")])
+def test_a_byte_weight_widened_in_the_product_walks_its_reduction_in_chunks(weight, widened):
+    """MatMulInteger's product of a long K: the byte weight widened to i32 (less its literal zero point
+    for a u8 weight) reads one element where it is, as an index map does, so the product walks K in
+    chunks staging the weight's bytes. Without chunks the widening's pack held all of K and the tile
+    shrank; the search wrote the weight's i32 copy in a kernel of its own instead (4x its bytes, on
+    every call)."""
+    from stitch_testing import compile_text
+
+    text = f"func f(a: i32[128, 3072], w: {weight}[3072, 768]) -> i32[128, 768] {{ return matmul(a, {widened}) }}"
+    (kernel,) = compile_text(text, CPU).cost.kernels
+    assert kernel.plan.chunked and kernel.plan.tile[kernel.plan.chunked] < 3072

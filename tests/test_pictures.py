@@ -30,14 +30,18 @@ def test_the_schedule_picture_boxes_kernels_with_their_ops_and_labels_global_ten
                              load_target("cpu"))
     dot = pictures.schedule_dot(compiled)
     kernels = re.findall(r'^  "k:\d+" \[label="(.*)", color=', dot, re.MULTILINE)
-    assert len(kernels) == len(compiled.schedule.kernels) == 2
-    assert "softmax" not in kernels[0] and "max(" in kernels[0] and "matmul(global x, global wv)" in kernels[0]
-    assert "transpose(global t6, perm=[1, 0, 2])" in kernels[1] and kernels[1].endswith("root\\l")
+    # (the heads' attention with the projections, or a kernel of its own, as the cost model finds cheaper)
+    n = len(compiled.schedule.kernels)
+    assert len(kernels) == n >= 2
+    assert "matmul(global x, global wv)" in kernels[0]
+    assert any("max(" in k and "exp(" in k for k in kernels) and not any("softmax" in k for k in kernels)
+    assert "global wo)" in kernels[-1] and kernels[-1].endswith("root\\l")
     edges = re.findall(r'^  "(\w+):(\w+)" -> "(\w+):(\w+)" \[label="(.*)"\];$', dot, re.MULTILINE)
     assert ("in", "x", "k", "0", "x: f32[128, 256], 131,072 B") in edges
-    assert ("k", "0", "k", "1", "t6: f32[4, 128, 64], 131,072 B") in edges  # a global intermediate
-    assert ("k", "1", "out", "0", "out0: f32[128, 256], 131,072 B") in edges
-    assert len(edges) == 4 + 2 + 1  # x, wq, wk, wv into k0; t6, wo into k1; k1's result out
+    assert ("k", str(n - 1), "out", "0", "out0: f32[128, 256], 131,072 B") in edges
+    between = [e for e in edges if e[0] == e[2] == "k"]  # the global intermediates, with their bytes
+    assert between and all(re.fullmatch(r"t\d+: f32\[[\d, ]+\], [\d,]+ B", e[4]) for e in between)
+    assert len(edges) == 5 + len(between) + 1  # x, wq, wk, wv, wo in; the intermediates; the output
 
 
 def test_the_egraph_picture_draws_values_with_placements_on_the_arrows_and_a_legend():

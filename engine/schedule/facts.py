@@ -35,6 +35,9 @@ class KernelFacts:
     packs: dict[int, tuple[tuple[str, ...], int]]  # matmul -> its packable right operand: (axes, bytes each)
     packed_here: bool = False  # packs are made (`on` a target without a matrix unit)
     plain: frozenset = frozenset()  # matmuls whose left operand is read with plain loads (`plain_left`)
+    # each product's left operand made across k (`made_across_k`), an element at a time: (its axes, the ops
+    # making an element, which `work` prices at the vector rate)
+    across_k: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
 
     def on(self, target: Target) -> KernelFacts:
         """The facts on `target`: on the vector unit a matmul's computed or strided right operand is
@@ -91,7 +94,10 @@ def facts(kernel: Kernel, types) -> KernelFacts:
     candidates = [a for a in order if kernel.extents.get(a, 1) > 1
                   and (kernel.kinds[a] is AxisKind.PARALLEL or any(a in s for s in partial_axes.values()))]
     plain = frozenset(inst.key for inst, _ in matmuls if plain_left(kernel, inst))
-    return KernelFacts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs, plain=plain)
+    across_k = tuple((_left_axes(inst), _left_ops(kernel, inst)) for inst, _ in matmuls
+                     if inst.key not in plain and made_across_k(kernel, inst))
+    return KernelFacts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs, plain=plain,
+                       across_k=across_k)
 
 
 def nest_axes(inst: Instance) -> tuple[str, ...]:
@@ -168,6 +174,41 @@ def plain_left(kernel: Kernel, inst: Instance) -> bool:
     global value read through index maps or not, or one held on chip (read with plain loads at
     affine indices), and not one it computes per block of rows."""
     return reads_left_in_place(_left_loads(kernel, inst))
+
+
+def made_across_k(kernel: Kernel, inst: Instance) -> bool:
+    """Whether a product's computed left operand reads nothing consecutive along k (its sum axis), so
+    the micro-kernel makes each block's rows of it with k outside and the rows inside, one element at
+    a time: a conv's windows over a channels-first input, where each k reads another channel's plane
+    (targets/c/micro_kernel.py `_along_k`, the same test on the loops). A value held on chip is read
+    at its own index, a global one at its read's."""
+    k = reduced_axes(inst)
+    if not k or inst.operands[0].kind is RefKind.CONST:
+        return False
+    left = inst.operands[0]
+    chain = kernel.inlined(left.key) if left.inline else [inst.key]
+    indices = [r.index for r in kernel.reads if r.site[0] in set(chain)]
+    for key in chain:
+        for ref, index in zip(kernel.instances[key].operands, kernel.instances[key].operand_index):
+            if ref.held:
+                indices.append(index)
+    return not any(index and index[-1].coef(k[-1]) == 1 for index in indices)
+
+
+def _left_ops(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
+    """The arithmetic a product's inline left operand is made of: neither index maps nor the concats of a
+    conv's taps (targets/c/a_pieces.py cuts k at their pieces, so they cost nothing an element)."""
+    left = inst.operands[0]
+    if not left.inline:
+        return ()
+    ops = (kernel.instances[key].node.op for key in kernel.inlined(left.key))
+    return tuple(op for op in ops if op not in FREE_OPS and op not in ("concat", "param", "const"))
+
+
+def _left_axes(inst: Instance) -> tuple[str, ...]:
+    """The axes of a product's left operand: its rows (and batch) and the k it sums over."""
+    columns = set(matrix_dims(inst)[1])
+    return tuple(a for a in nest_axes(inst) if a not in columns)
 
 
 def _left_loads(kernel: Kernel, inst: Instance) -> list[tuple[Ix, ...]] | None:

@@ -152,6 +152,11 @@ def tile_work(kernel: Kernel, tile: dict[str, int], target: Target, f: KernelFac
     for axes, op, n in f.work:
         vector += slice_elems(axes, kernel, tile) * n * target.cycles_per_element(op)
     matrix = 0.0
+    if target.matrix is None:  # a left operand made across k: an element at a time, its load a cycle
+        lanes = target.vector_lanes
+        for axes, ops in f.across_k:
+            scalar = lanes + (lanes - 1) * sum(target.cycles_per_element(op) for op in ops)  # (beyond `work`'s)
+            vector += slice_elems(axes, kernel, tile) * scalar
     for inst, k in f.matmuls:
         out = slice_elems(inst.axes, kernel, tile)
         if target.matrix is None:
