@@ -788,16 +788,3 @@ def test_the_whole_never_costs_more_than_its_halves_issue_48(graph, seed):
         halves = sum(compile_graph(g, builtin_rule_files(), target).cost.cycles for g in (first, second))
         assert whole <= halves * (1 + 1e-9)
 
-
-@pytest.mark.parametrize("weight, widened", [("i8", "cast(w, dtype=i32)"), ("u8", "sub(cast(w, dtype=i32), 134)")])
-def test_a_byte_weight_widened_in_the_product_walks_its_reduction_in_chunks(weight, widened):
-    """MatMulInteger's product of a long K: the byte weight widened to i32 (less its literal zero point
-    for a u8 weight) reads one element where it is, as an index map does, so the product walks K in
-    chunks staging the weight's bytes. Without chunks the widening's pack held all of K and the tile
-    shrank; the search wrote the weight's i32 copy in a kernel of its own instead (4x its bytes, on
-    every call)."""
-    from stitch_testing import compile_text
-
-    text = f"func f(a: i32[128, 3072], w: {weight}[3072, 768]) -> i32[128, 768] {{ return matmul(a, {widened}) }}"
-    (kernel,) = compile_text(text, CPU).cost.kernels
-    assert kernel.plan.chunked and kernel.plan.tile[kernel.plan.chunked] < 3072
