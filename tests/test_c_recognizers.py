@@ -80,7 +80,7 @@ TWINS = [
     Twin("int_dot", "func f(a: u8[1, 48], za: u8[], b: i8[48, 256]) -> i32[1, 256] {\n"
          "  return matmul(sub(cast(a, dtype=i32), cast(za, dtype=i32)), cast(b, dtype=i32))\n}\n",
          re.escape("_mm512_dpwssd_epi32("), True, avx512=True),
-    Twin("int_rows", "func f(a: u8[32, 64], za: u8[], b: i8[64, 48]) -> i32[32, 48] {\n"
+    Twin("int_rows", "func f(a: u8[256, 64], za: u8[], b: i8[64, 48]) -> i32[256, 48] {\n"
          "  return matmul(sub(cast(a, dtype=i32), cast(za, dtype=i32)), cast(b, dtype=i32))\n}\n",
          re.escape("_madd_epi16(a, b0)"), True, wide=True),
     Twin("f16_matmul", "func f(a: f16[16, 32], b: f16[32, 16]) -> f16[16, 16] { return matmul(a, b) }",

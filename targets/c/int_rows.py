@@ -35,6 +35,10 @@ from .micro_kernel import _at_row, _KSpan, _precompute_a, render_matmul
 _FORMS = {32: ("_mm256", "__m256i", "defined(__AVX2__)", 4, 2),
           64: ("_mm512", "__m512i", "defined(__AVX512BW__)", 8, 2)}
 PAIRS_BYTES = 512 * 1024  # B's pairs on the stack, at most
+# rows of a tile at least: the pairs' pass over the tile's B is paid back over its rows (tiles of 8 and
+# 32 rows, K of 64-128, made the int8 GPT-2 fixture's calls 4-11% slower; GPT-2 small's tiles of 128 rows
+# gain: docs/perf/2026-11-29-quantized.md)
+MIN_ROWS = 64
 # A's pairs of every row at most (then each panel, in the nearest cache, is read by every block of rows,
 # and A's pairs are made once a tile); past it, block of rows by block, every panel inside
 ALL_ROWS_BYTES = 256 * 1024
@@ -53,7 +57,7 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     if nest is None or w.buffers[nest.acc.buffer].dtype != "i32":
         return None
     n_i, n_k, n_j = nest.i.extent, nest.k.extent, nest.j.extent
-    if any(is_symbolic(x) for x in (n_i, n_k, n_j)) or n_i < 2 or n_k < 2:
+    if any(is_symbolic(x) for x in (n_i, n_k, n_j)) or n_i < MIN_ROWS or n_k < 2:
         return None
     vectors = _FORMS[w.vector_bytes][4]
     if n_j < vectors * w.vector_bytes // 4 or (n_k + 1) // 2 * 4 * n_j > PAIRS_BYTES:
