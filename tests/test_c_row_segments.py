@@ -88,6 +88,26 @@ def test_a_row_of_positions_gets_its_taps_outside(tmp_path, monkeypatch):
 
 
 @needs_cc
+def test_a_row_of_two_vectors_or_more_gets_its_taps_outside_at_the_machines_width(tmp_path, monkeypatch):
+    """MobileNetV2's 28-position rows: two vectors and more of 8 lanes, under two of 16 (where the taps'
+    passes over them were slower than the taps inside); outside where they are two vectors at least,
+    the same bits either way."""
+    from stitch.targets.c.row_segments import MIN_ROW_VECTORS
+    from stitch.targets.cc import compiler, compiler_flags, vector_bytes
+
+    lanes = vector_bytes(compiler(), compiler_flags()) // 4
+    taken = stitch.compile(depthwise(28), cache_dir=tmp_path)
+    assert ("st_s = st_e" in taken.native.source_path.read_text()) is (28 >= MIN_ROW_VECTORS * lanes)
+    monkeypatch.setattr(recognizers, "RECOGNIZERS", recognizers.without("row_segments"))
+    plain = stitch.compile(depthwise(28), cache_dir=tmp_path)
+    rng = np.random.default_rng(2)
+    v = {"x": rng.standard_normal((1, 8, 30, 30)).astype(np.float32),
+         "w": rng.standard_normal((8, 1, 3, 1, 3)).astype(np.float32)}
+    (got,), (want,) = taken(**v), plain(**v)
+    assert got.tobytes() == want.tobytes()
+
+
+@needs_cc
 def test_short_rows_and_a_sum_read_in_columns_stay_as_written(tmp_path):
     columns = "func f(x: f32[64, 48]) -> f32[64] { return sum(x, axes=[1]) }"
     for text in (depthwise(7), columns):

@@ -12,7 +12,7 @@ crosses a multiple of d: within one the quotient is a constant and the remainder
 the taps' loops go outside the segment, so the innermost loop walks a row of x contiguously and
 vectorizes. A loop over one row already (delinearize's `p1_lo`, the same sum over taps inside it)
 gets its taps outside too, as one segment. Taken where every read moving with the loop moves by one
-element or two (a stride-2 conv) and rows are at least MIN_ROW long. Each element still adds its taps in the same order
+element or two (a stride-2 conv) and rows are at least MIN_ROW_VECTORS vectors long. Each element still adds its taps in the same order
 (only the order across elements changes), so the bits are the loops'.
 """
 
@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...engine.ir.program import dtype_bytes
 from ...engine.schedule.index import FloorDiv, Ix, Mod, affine
 from ...lowering.loops import Accumulate, For, Load, index_vars, loads, map_indices
 from .emit import KernelWriter
 
-# Rows shorter than this stay as written: over MobileNetV2's 7- and 14-position rows the taps' nine
-# passes over a short row were slower than the taps inside (figures: docs/perf/2026-11-28-vision.md)
-MIN_ROW = 32
+# Rows shorter than this many of the machine's vectors stay as written: over MobileNetV2's 7- and
+# 14-position rows at 16 lanes the taps' nine passes over a short row were slower than the taps inside
+# (docs/perf/2026-11-28-vision.md); its 28-position rows at 8 lanes are faster with them outside
+# (docs/perf/2026-11-29-vision.md)
+MIN_ROW_VECTORS = 2
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
             or any(ld.buffer == inner.buffer for ld in loads(inner.value))):
         return None  # each element's own accumulator, read by nothing else: the loops may be reordered
     atoms = row_atoms(s.var, tap_vars, list(loads(inner.value)))
-    if atoms is None or (atoms[0].d if atoms else s.extent) < MIN_ROW:
+    if atoms is None or (atoms[0].d if atoms else s.extent) < min_row(w.vector_bytes, w.buffers[inner.buffer].dtype):
         return None
     # taps outside pay only where the innermost loop then reads rows: every read moving with the
     # loop moves by one element, or two (a stride-2 conv's); a sum along a row read in columns
@@ -69,6 +72,11 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     if not any(w.flat_index(ld.buffer, ld.index).coef(s.var) for ld in loads(value)):
         return None
     return Plan(s, tuple(taps), inner, tuple(atoms))
+
+
+def min_row(vector_bytes: int, dtype: str) -> int:
+    """The shortest row whose taps go outside: MIN_ROW_VECTORS of the machine's vectors of `dtype`."""
+    return MIN_ROW_VECTORS * vector_bytes // dtype_bytes(dtype)
 
 
 def segment_names(atoms, var: str) -> dict:
