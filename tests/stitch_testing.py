@@ -653,3 +653,18 @@ def quantized_fixture(stem: str):
             run, _, name = key.rpartition("/")
             runs.setdefault(run, {})[name] = data[key]
     return model, runs
+
+
+def compiles_for_avx512(source: str, tmp_path: Path) -> str:
+    """The compiler's errors building C `source` for AVX-512 (skylake-avx512), '' when it builds: the
+    64-byte forms of the recognizers compile on any machine, though only one with AVX-512 runs them."""
+    import subprocess
+
+    from stitch.targets import cc
+
+    path = tmp_path / "avx512.c"
+    path.write_text(source)
+    flags = [f for f in cc.compiler_flags() if f != "-march=native"] + ["-march=skylake-avx512"]
+    done = subprocess.run([cpu.compiler(), *flags, "-c", str(path), "-o", str(tmp_path / "avx512.o")],
+                          capture_output=True, text=True, check=False)
+    return "" if done.returncode == 0 else done.stderr[-3000:] or f"exit {done.returncode}"

@@ -112,6 +112,13 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     w.lines += lines
 
 
+def _row_blocks(n_i: int, mr: int) -> list[tuple[str, int]]:
+    """(the C opening a block of rows, its rows): the full blocks of mr rows in a loop, then the rows left."""
+    full = n_i - n_i % mr
+    return ([(f"for (int64_t st_i = 0; st_i < {full}; st_i += {mr}) {{", mr)] if full else []) + (
+        [(f"{{ const int64_t st_i = {full};", n_i % mr)] if n_i % mr else [])
+
+
 def _panels_outside(w: KernelWriter, nest: MatmulNest, pad: str, mr: int, nv: int, prefix: str,
                     vector: str) -> list[str]:
     """A's pairs of every row (st_ap), then panel by panel, every block of rows; the columns left over."""
@@ -119,9 +126,7 @@ def _panels_outside(w: KernelWriter, nest: MatmulNest, pad: str, mr: int, nv: in
     pairs = (nest.k.extent + 1) // 2
     width = nv * w.vector_bytes // 4
     p, q = pad + "  ", pad + "    "
-    full = n_i - n_i % mr
-    blocks = ([(f"for (int64_t st_i = 0; st_i < {full}; st_i += {mr}) {{", mr)] if full else []) + (
-        [(f"{{ const int64_t st_i = {full};", n_i % mr)] if n_i % mr else [])
+    blocks = _row_blocks(n_i, mr)
     lines = [f"{pad}int32_t st_ap[{n_i}][{pairs}] __attribute__((aligned(64)));  /* A's pairs, as B's */"]
     for head, rows in blocks:
         lines += [f"{pad}{head}"] + _a_pairs(w, nest, p, rows, "st_i + ") + [f"{pad}}}"]
@@ -144,9 +149,7 @@ def _rows_outside(w: KernelWriter, nest: MatmulNest, pad: str, mr: int, nv: int,
     pairs = (n_k + 1) // 2
     width = nv * w.vector_bytes // 4
     p, q = pad + "  ", pad + "    "
-    full = n_i - n_i % mr
-    blocks = ([(f"for (int64_t st_i = 0; st_i < {full}; st_i += {mr}) {{", mr)] if full else []) + (
-        [(f"{{ const int64_t st_i = {full};", n_i % mr)] if n_i % mr else [])
+    blocks = _row_blocks(n_i, mr)
     lines = [f"{pad}if (st_fits) {{"]
     for head, rows in blocks:
         lines += [f"{p}{head}", f"{q}int st_fits = 1;  /* this block's A */",
