@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from ..ir.ops import ACCUMULATING, REDUCE, is_injective
 from ..ir.program import dtype_bytes
-from .index import Ix
+from .index import Ix, Mod
 from .kernel import AxisKind, Hold, Instance, Kernel, RefKind, packed_operand
 from .machine import reads_left_in_place, sum_accumulator
 from .target import Target
@@ -192,7 +192,19 @@ def made_across_k(kernel: Kernel, inst: Instance) -> bool:
         for ref, index in zip(kernel.instances[key].operands, kernel.instances[key].operand_index):
             if ref.held:
                 indices.append(index)
-    return not any(index and index[-1].coef(k[-1]) == 1 for index in indices)
+    return not any(index and _consecutive_along(index[-1], k[-1]) for index in indices)
+
+
+# a run of at least this many consecutive elements along k (its remainder by this) counts as read along k:
+# lowering splits such a k (lowering/delinearize.py) and the innermost loop walks the run
+RUN_ALONG_K = 8
+
+
+def _consecutive_along(ix: Ix, k: str) -> bool:
+    """Whether index `ix` moves by one element as k does: directly, or through `k % d` (a ViT patch's
+    row of 16 pixels, k walking channel, row and pixel) for runs of RUN_ALONG_K at least."""
+    return ix.coef(k) == 1 or any(isinstance(t, Mod) and c == 1 and t.d >= RUN_ALONG_K and t.x.coef(k) == 1
+                                  for t, c in ix.terms)
 
 
 def _left_ops(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
