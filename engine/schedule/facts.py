@@ -187,7 +187,8 @@ def made_across_k(kernel: Kernel, inst: Instance) -> bool:
         return False
     left = inst.operands[0]
     chain = kernel.inlined(left.key) if left.inline else [inst.key]
-    indices = [r.index for r in kernel.reads if r.site[0] in set(chain)]
+    keys = set(chain)
+    indices = [r.index for r in kernel.reads if r.site[0] in keys]
     for key in chain:
         for ref, index in zip(kernel.instances[key].operands, kernel.instances[key].operand_index):
             if ref.held:

@@ -378,8 +378,7 @@ def _emit_avx2(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) ->
     else:
         lay += [f"{q}  _mm256_store_ps(st_xb + {8 * i}, a{i});" for i in range(4)]
     if zero is not None:  # (A's largest magnitude, as bits: an infinity or a NaN runs the loops as written)
-        lay += [f"{q}  st_top = _mm256_max_epi32(st_top, _mm256_and_si256(_mm256_castps_si256(a{i}), "
-                f"_mm256_set1_epi32(0x7fffffff)));" for i in range(4)]
+        lay += [f"{q}  {_magnitude_into_top(f'a{i}')}" for i in range(4)]
         total = "_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))"
         if shared_zero:
             total = f"_mm256_mul_ps(_mm256_set1_ps(-({zero})), {total})"
@@ -436,8 +435,7 @@ def _emit_laid_out(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]
                 f"{q}}}",
                 f"{q}__m256i st_top = _mm256_setzero_si256();  // A's largest magnitude, as bits",
                 f"{q}for (int64_t st_k = 0; st_k < {k.extent}; st_k += 8)",
-                (f"{q}  st_top = _mm256_max_epi32(st_top, _mm256_and_si256(_mm256_castps_si256("
-                 f"_mm256_load_ps(st_x + st_k)), _mm256_set1_epi32(0x7fffffff)));"),
+                f"{q}  {_magnitude_into_top('_mm256_load_ps(st_x + st_k)')}",
                 *_unless_finite(q)]
     w.plain(k, len(r) // 2, loops)
     w.lines += [f"{q}}} else {{",
@@ -450,6 +448,12 @@ def _emit_laid_out(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]
     w.lines += [f"{r}_mm_setcsr(st_csr);", f"{q}}}", f"{pad}}}", "#else"]
     w.plain(k, len(pad) // 2, loops)
     w.lines.append("#endif")
+
+
+def _magnitude_into_top(v: str) -> str:
+    """C: st_top, the largest of A's magnitudes as bits lane by lane, taking in the 8 floats `v`."""
+    return (f"st_top = _mm256_max_epi32(st_top, _mm256_and_si256(_mm256_castps_si256({v}), "
+            f"_mm256_set1_epi32(0x7fffffff)));")
 
 
 def _unless_finite(p: str) -> list[str]:
