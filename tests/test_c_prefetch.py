@@ -1,20 +1,20 @@
-"""Prefetches the C backend writes: rows of a tile far apart (targets/c/prefetch.py) and the next
-row of a row of exponentials (rows.next_row_prefetch)."""
+"""Prefetches the C backend writes: rows of a tile far apart (targets/c/prefetch.py), the next
+row of a row of exponentials (rows.next_row_prefetch) and the next tile of a SiLU row in groups
+(rows.next_tile_prefetch)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
 import stitch
 from stitch.engine.ir.interp import evaluate, random_inputs
-from stitch.engine.ir.tolerance import compare
+from stitch.engine.ir.tolerance import compare, differences
+from stitch.lowering.loops import For
 from stitch.targets import cc, cpu
+from stitch.targets.c import tiles
 from stitch_testing import EXAMPLES, needs_cc
-
-
-
-
 
 
 @needs_cc
@@ -65,3 +65,62 @@ def test_rows_far_apart_are_prefetched_and_contiguous_rows_are_not(cache):
     for var, extent, first, last in rows:
         names = {v: 7 for v in re.findall(r"[a-z]\w*", first)}
         assert eval(last, {}, names) == eval(first, {}, {**names, var: int(extent) - 1})
+
+
+# a group norm (4 groups of 4 channels) and SiLU, as torch's GroupNorm + SiLU export computes it
+GROUP_NORM_SILU = """func f(x: f32[4, 16, 32, 32], g: f32[16, 1, 1], b: f32[16, 1, 1]) -> f32[4, 16, 32, 32] {
+  r = reshape(x, shape=[4, 4, 4096])
+  d = sub(r, mean(r, axes=[2], keepdims=true))
+  n = mul(d, rsqrt(add(mean(mul(d, d), axes=[2], keepdims=true), 1e-5)))
+  y = add(mul(reshape(n, shape=[4, 16, 32, 32]), g), b)
+  return mul(y, sigmoid(y))
+}
+"""
+
+
+@needs_cc
+def test_a_silu_row_in_groups_prefetches_what_the_next_tile_reads(cache):
+    """A group norm's SiLU row, bound by its arithmetic, prefetches its reads of x at the next tile
+    (the same element with the tile loops' variables at the next tile's values, st_n_*): the next
+    tile's sums would otherwise wait on each line from the L3 cache or memory. The values are the
+    reference's."""
+    f = stitch.compile(GROUP_NORM_SILU, cache_dir=cache)
+    source = f.native.source_path.read_text()
+    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) in (32, 64):
+        tile_vars = re.findall(r"const int64_t st_n_(\w+) = ", source)
+        read = re.search(r"#define ST_FIRST\(\w+\) .*?b_x\[([^\]]*)\]", source).group(1)
+        fetched = re.findall(r"__builtin_prefetch\(&b_x\[([^\]]*)\], 0, 2\);", source)
+        assert tile_vars and fetched
+        assert fetched[0] == re.sub(r"\b(" + "|".join(tile_vars) + r")\b", r"st_n_\1", read)
+    inputs = random_inputs(f.graph, 6)
+    assert differences(f(**inputs), evaluate(f.graph, inputs), f.graph, inputs) == []
+
+
+def c_value(expr: str, names: dict[str, int]) -> int:
+    """A C integer expression of `_next_tile`'s (?:, / of non-negative values) evaluated."""
+    python = re.sub(r"\(([^()?]*) \? ([^():]*) : ([^()]*)\)", r"((\2) if (\1) else (\3))", expr).replace("/", "//")
+    return eval(python, {}, names)
+
+
+@pytest.mark.parametrize("extents", [[6], [3, 4], [2, 3, 2]])
+def test_the_next_tile_is_the_one_after_in_the_claim_and_the_last_is_itself(extents):
+    """`_next_tile` gives each tile loop variable's value at the next tile of a claim lo..hi-1 (the
+    tile loops as one index, the outermost slowest), and at the claim's last tile its own."""
+    nest = [For(f"t{i}", n, "parallel", []) for i, n in enumerate(extents)]
+    for outer, inner in itertools.pairwise(nest):
+        outer.body.append(inner)
+    values = tiles._next_tile(nest)
+    count = 1
+    for n in extents:
+        count *= n
+    def digits(t):
+        out, rest = {}, t
+        for lp in reversed(nest):
+            out[lp.var] = rest % lp.extent
+            rest //= lp.extent
+        return out
+    for lo, hi in ((0, count), (1, count - 1)):
+        for t in range(lo, hi):
+            names = {"st_tile": t, "lo": lo, "hi": hi} | digits(t)
+            got = {v: c_value(e, names) for v, e in values.items()}
+            assert got == digits(t + 1 if t + 1 < hi else t)

@@ -95,6 +95,9 @@ class KernelWriter:
         self.buffers.update(globals_)
         self.lines: list[str] = []
         self.frame: int | None = None  # inside a tile function: the scratch bytes it uses so far
+        # inside a tile function's plain tile loop: each tile loop variable's C value at the claim's next
+        # tile (at its last, this tile's), for rows that prefetch what it reads (rows.next_tile_prefetch)
+        self.next_tile: dict[str, str] | None = None
         self.recognizers = recognizers
         self.rewrites = [r for r in recognizers if r.stage is Stage.REWRITE]
         self.statements = [r for r in recognizers if r.stage is Stage.STATEMENTS]

@@ -1,8 +1,9 @@
 """What the row recognizers share: which loop writes a row, the reads that run along it, the
-prefetch of the next row, and the order every 16-lane sum adds in."""
+prefetch of the next row and of the next tile, and the order every 16-lane sum adds in."""
 
 from __future__ import annotations
 
+from ...engine.ir.program import dtype_bytes
 from ...engine.schedule.index import affine
 from ...lowering.loops import For, Ix, Load, Store, loads
 from ...lowering.matmul import flat_coef, shift_ix
@@ -38,6 +39,34 @@ def row_reads(w: KernelWriter, values, var: str) -> list[Load]:
                 and flat_coef(ld.index, var, b.shape) == 1):
             found.append(ld)
     return found
+
+
+def next_tile_prefetch(w: KernelWriter, values, var: str, span: int) -> tuple[list[str], str]:
+    """(C declaring the next tile's loop variables, C prefetching each line that the global reads of
+    `values` running along a row take at the next tile, for the `span` elements from `var`), for
+    reads that move with the tiles; ([], "") outside a plain tile loop or without such reads. A row
+    bound by its arithmetic (a group norm's SiLU) leaves the memory idle, while the next tile's first
+    pass (its sums) would wait on every line from the L3 cache or memory
+    (docs/perf/2026-11-29-group-norm.md)."""
+    tiles = w.next_tile
+    if not tiles:
+        return [], ""
+    found = {}
+    for ld in row_reads(w, values, var):
+        shape = w.buffers[ld.buffer].shape
+        if any(flat_coef(ld.index, t, shape) for t in tiles):
+            found.setdefault((ld.buffer, ld.index), ld)
+    if not found:
+        return [], ""
+    names = {t: Ix.var(f"st_n_{t}") for t in tiles}
+    declared = [f"const int64_t st_n_{t} = {value};" for t, value in tiles.items()]
+    fetches = []
+    for ld in found.values():
+        step = max(1, 64 // dtype_bytes(w.buffers[ld.buffer].dtype))  # (a line a prefetch)
+        for at_ in range(0, span, step):
+            index = tuple(ix.substitute(names) for ix in shift_ix(ld.index, {var: at_}))
+            fetches.append(f"__builtin_prefetch(&{w.access(ld.buffer, index)}, 0, 2); ")
+    return declared, "".join(fetches)
 
 
 def next_row_prefetch(w: KernelWriter, values, row: For, loops: tuple[For, ...]) -> str:

@@ -111,13 +111,28 @@ def _tile_function(w: KernelWriter, fn: str, loop: For | None, params: str, decl
                                if lp is not nest[0] else f"    const int64_t {lp.var} = st_tile / ({inner});")
                 inner = inner * lp.extent
         _scratch(w, "    ", set(declared))
+        w.next_tile = _next_tile(nest)
         w.block(nest[-1].body, 2, tuple(nest))
+        w.next_tile = None
         w.lines.append("  }")
     if w.streamed:
         w.lines.append("  ST_SFENCE();")
     w.lines.append("}")
     used, w.frame = w.frame, None
     return used
+
+
+def _next_tile(nest: list[For]) -> dict[str, str]:
+    """Each variable of the tile loops `nest` (as `_tile_function` walks them) at the next tile of
+    the claim lo..hi-1, or at this tile where it is the claim's last."""
+    if len(nest) == 1:
+        v = nest[0].var
+        return {v: f"({v} + 1 < hi ? {v} + 1 : {v})"}
+    k, inner, values = "(st_tile + 1 < hi ? st_tile + 1 : st_tile)", 1, {}
+    for lp in reversed(nest):
+        values[lp.var] = f"({k} / ({inner})) % ({lp.extent})" if lp is not nest[0] else f"{k} / ({inner})"
+        inner = inner * lp.extent
+    return values
 
 
 def _stages(w: KernelWriter, loop: For) -> Stages:

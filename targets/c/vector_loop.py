@@ -25,7 +25,7 @@ from ...lowering.matmul import flat_coef, shift_ix
 from . import stream, tuning
 from .emit import KernelWriter, number_ops
 from .ops import exponentials
-from .rows import around, row_reads, row_start, row_store
+from .rows import around, next_tile_prefetch, row_reads, row_start, row_store
 
 # the vector widths vector_math.h has exponentials for: their C type and intrinsics' prefix
 VECTORS = {64: ("__m512", "_mm512"), 32: ("__m256", "_mm256")}
@@ -174,8 +174,10 @@ def add_groups(w: KernelWriter, plan: Plan, pad: str, group: int) -> None:
         rests = " ".join(f"*(st_vf32 *)&ST_OUT({a}) = ST_REST({a}, st_s{k});" for k, a in enumerate(at))
         body = f"st_vf32 {firsts}; {rests}"
         macros.append(f"#define ST_REST({v}, t0_) {plan.rest}")
-    w.lines += [f"{pad}{m}" for m in macros]
-    w.lines.append(f"{pad}  for (; {v} + {span} <= {n}; {v} += {span}) {{ {body} }}")
+    # (the next tile's lines of the reads along the row, while its arithmetic leaves the memory idle)
+    declared, fetches = next_tile_prefetch(w, (leaf.value,), v, span)
+    w.lines += [f"{pad}  {d}" for d in declared] + [f"{pad}{m}" for m in macros]
+    w.lines.append(f"{pad}  for (; {v} + {span} <= {n}; {v} += {span}) {{ {fetches}{body} }}")
     w.lines += [f"{pad}#undef {m.split()[1].split('(')[0]}" for m in macros]
 
 

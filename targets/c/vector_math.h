@@ -90,37 +90,41 @@ static inline st_vf32 st_expv_f32(st_vf32 xv) {
   __m256i k = _mm256_cvtps_epi32(n), k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
   return (st_vf32)_mm256_mul_ps(_mm256_mul_ps(p, st_pow2v_f32(k1)), st_pow2v_f32(k2));
 }
-/* 1 / (1 + st_expf(-x)) on 8 lanes, the same bits in fewer steps than through st_expv_f32 (SiLU's
-   exponential is most of a group norm + SiLU kernel's time here: docs/perf/2026-11-29-group-norm.md):
-   - where x > 86, exp(-x) < 2^-124 leaves 1 + exp(-x) at 1 however it rounds, so -x is held at -86
-     (st_expf holds it at -104), n stays in [-124, 128] and 2^n is one scale, not two halves;
-   - that scale is 2^(n - 1), from the rounding's sum 1.5 * 2^23 + n (n is its low mantissa bits:
-     its bits plus 126, shifted, are 2^(n - 1)'s), times 2p (exact): p 2^128 overflows to inf as
-     st_expf's does, with no other path and no conversion to integers;
-   - -x is not formed: fma(-u, a, b) is fma(u, -a, b) exactly, and r = -(n a) - u by fnmsub.
-   Checked exhaustively over every float against the scalar loop (NaN where it gives NaN; NaN passes
-   the clamps, minps and maxps giving their second operand); test_c_math checks a stride and the
-   edges. st_sigmoidv4_f32 does 4 vectors step by step, each step on all 4 before the next: one
-   vector's chain of 20 dependent steps left the out-of-order window idle (vector_loop's groups). */
+/* sigmoid(x) on 8 lanes, within the tolerance rather than the scalar 1 / (1 + st_expf(-x))'s bits:
+   SiLU's exponential is most of a group norm + SiLU kernel's time here, and fewer steps than the
+   scalar form's (docs/perf/2026-11-29-group-norm.md); a function's approximation is not defined op
+   by op (docs/explanation/floating-point.md):
+   - x is held in [-89, 86]: above 86, exp(-x) < 2^-124 leaves 1 + exp(-x) at 1; below -89 the
+     denominator overflows to inf and the result is 0, as beyond -88.73 exactly;
+   - n = round(-x log2 e) from the rounding's sum m = 1.5 * 2^23 + n (n is m's low mantissa bits),
+     and r = -x - n ln 2 with one constant for ln 2 (its rounding grows with n: over every float
+     the result is within 2.24 ulp of the sigmoid where it is 2^-24 or more, 5.38 below; the scalar
+     form's two constants cost a group norm's SiLU row 8%);
+   - e^r - 1 by the scalar form's polynomial, exp(-x) / 2 = (e^r - 1) 2^(n - 1) + 2^(n - 1), 2^(n - 1)
+     from m's bits (n - 1 <= 127, so it stays finite) and the denominator 1 + 2 (exp(-x) / 2) in one
+     multiply-add (inf past -88.73: the result 0);
+   - -x is not formed: fma(-u, a, b) is fma(u, -a, b) exactly, and r = -(n ln 2) - u by fnmsub.
+   NaN passes the clamps (minps and maxps give their second operand) and the arithmetic.
+   test_c_math checks it over a stride of every float and at the edges against the exact sigmoid.
+   st_sigmoidv4_f32 does 4 vectors step by step, each step on all 4 before the next: one vector's
+   chain of dependent steps left the out-of-order window idle (vector_loop's groups). */
 #define ST_EACH(k, count) for (int k = 0; k < (count); ++k)
 static inline void st_sigmoidv_steps(__m256 *x, int count) {
   __m256 u[4], m[4], r[4], p[4];
   ST_EACH(k, count) u[k] = _mm256_max_ps(_mm256_set1_ps(-89.0f), _mm256_min_ps(_mm256_set1_ps(86.0f), x[k]));
   ST_EACH(k, count) m[k] = _mm256_fmadd_ps(u[k], _mm256_set1_ps(-1.44269504088896341f), _mm256_set1_ps(12582912.0f));
   ST_EACH(k, count) x[k] = _mm256_sub_ps(m[k], _mm256_set1_ps(12582912.0f));  /* n */
-  ST_EACH(k, count) r[k] = _mm256_fnmsub_ps(x[k], _mm256_set1_ps(0.693359375f), u[k]);
-  ST_EACH(k, count) r[k] = _mm256_fmadd_ps(x[k], _mm256_set1_ps(2.12194440e-4f), r[k]);
+  ST_EACH(k, count) r[k] = _mm256_fnmsub_ps(x[k], _mm256_set1_ps(0.693147180559945309f), u[k]);
   ST_EACH(k, count) p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.3814540580e-3f), r[k], _mm256_set1_ps(8.3687454462e-3f));
   ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.1668388993e-2f));
   ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.6666521132e-1f));
   ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(4.9999994040e-1f));
-  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], _mm256_mul_ps(r[k], r[k]), r[k]);
-  ST_EACH(k, count) p[k] = _mm256_add_ps(p[k], _mm256_set1_ps(1.0f));
-  ST_EACH(k, count) p[k] = _mm256_add_ps(p[k], p[k]);
+  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], _mm256_mul_ps(r[k], r[k]), r[k]);  /* e^r - 1 */
   ST_EACH(k, count) u[k] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(m[k]),
                                                                                   _mm256_set1_epi32(126)), 23));
-  ST_EACH(k, count) p[k] = _mm256_mul_ps(p[k], u[k]);  /* exp(-x) */
-  ST_EACH(k, count) x[k] = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), p[k]));
+  ST_EACH(k, count) p[k] = _mm256_fmadd_ps(p[k], u[k], u[k]);  /* exp(-x) / 2 */
+  ST_EACH(k, count) x[k] = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                                         _mm256_fmadd_ps(p[k], _mm256_set1_ps(2.0f), _mm256_set1_ps(1.0f)));
 }
 #undef ST_EACH
 static inline st_vf32 st_sigmoidv_f32(st_vf32 x) {
