@@ -14,6 +14,7 @@ from ..engine.ir.interp import np_dtype
 from .onnx_builder import (
     Builder,
     Known,
+    Sym,
     Unsupported,
     Value,
     invalid,
@@ -28,11 +29,11 @@ from .onnx_movement import pad_axis, slice_ranges
 def convert_conv(b, node, ins):
     """Conv (any group, any number of spatial axes). The input, zero-padded by a concat, has each
     spatial axis split into (output position, tap) by `windows`: index maps, no copy. Group 1 is
-    one product: the windows laid out as rows (im2col, [N, positions, C*K], K the kernel's
-    positions) times the weight as a [C*K, M] matrix; other groups are one product with the groups
-    as a batch axis (wav2vec2's positional Conv: 16 groups). A depthwise Conv (group = channels,
-    one output channel each) multiplies the windows by each channel's weights and sums over the
-    taps: no product."""
+    one product: the windows laid out as rows (im2col, [N, positions, K*C], K the kernel's
+    positions, channels last: `channels_last`) times the weight as a [K*C, M] matrix. A depthwise
+    Conv (group = channels, one output channel each) multiplies the windows by each channel's
+    weights and sums over the taps: no product. Other groups are one product with the groups as a
+    batch axis (wav2vec2's positional Conv: 16 groups), channels first."""
     x, w = ins[0], ins[1]
     xt, wt = b.type_of(x), b.type_of(w)
     dtype = float_of(b, x)
@@ -49,6 +50,17 @@ def convert_conv(b, node, ins):
     strides, dilations, pads, out = window_geometry(node, spatial, kernel)
     k, positions = math.prod(kernel), math.prod(out)
     hint = node.out
+    if (depthwise or group == 1) and made_here(x):  # see channels_last
+        x = channels_last(b, x, hint)
+        for a in range(d):  # zeros on each side of each padded axis
+            x = pad_axis(b, x, 1 + a, pads[a], pads[a + d], "constant", 0, hint)
+        for a in range(d):  # [N, o1, k1, ..., od, kd, C]: each spatial axis split into (output position, tap)
+            x = windows(b, x, 1 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
+        y = (depthwise_taps(b, x, w, kernel, dtype, hint) if depthwise
+             else conv_product(b, x, w, n, c, m, kernel, positions, hint))
+        if len(ins) > 2 and ins[2] is not None:
+            y = b.op("add", [y, ins[2]], hint)
+        return [channels_first(b, reshape(b, y, (n, *out, m), hint), hint)]
     for a in range(d):  # zeros on each side of each padded axis
         x = pad_axis(b, x, 2 + a, pads[a], pads[a + d], "constant", 0, hint)
     for a in range(d):  # [N, C, o1, k1, ..., od, kd]: each spatial axis split into (output position, tap)
@@ -81,19 +93,74 @@ def convert_conv(b, node, ins):
                     perm=(0, 2, 1, 3))
     lead = (group,) if group > 1 else ()
     # the weight as [G, C/G*K, M/G] ([C*K, M] for group 1; K*C/G rows taps first), laid out at import
-    per_group = (group, m // group, c // group, k)
-    order = (0, 3, 2, 1) if taps_first else (0, 2, 3, 1)
-    if isinstance(w, Known):
-        matrix = Known(np.ascontiguousarray(w.array.reshape(per_group).transpose(order).reshape(
-            lead + (c // group * k, m // group))), param=w.param, name=w.name)
-    else:
-        matrix = reshape(b, b.op("transpose", [reshape(b, w, per_group, hint)], hint, perm=order),
-                         lead + (c // group * k, m // group), hint)
+    matrix = weight_matrix(b, w, (group, m // group, c // group, k), (0, 3, 2, 1) if taps_first else (0, 2, 3, 1),
+                           lead + (c // group * k, m // group), hint)
     y = b.op("matmul", [rows, matrix], hint)  # [N, positions, M] ([N, G, positions, M/G] in groups)
     if len(ins) > 2 and ins[2] is not None:
         y = b.op("add", [y, reshape(b, ins[2], lead + (1,) * bool(lead) + (m // group,), hint)], hint)
-    y = b.op("transpose", [y], hint, perm=(0,) + tuple(range(1, len(lead) + 1)) + (len(lead) + 2, len(lead) + 1))
+    if group == 1:  # [N, o..., M] first: a channels-last reader's index of y stays affine (no div/mod by positions)
+        return [channels_first(b, reshape(b, y, (n, *out, m), hint), hint)]
+    y = b.op("transpose", [y], hint, perm=(0, 1, 3, 2))
     return [reshape(b, y, (n, m, *out), hint)]
+
+
+def channels_last(b: Builder, x: Value, hint: str) -> Value:
+    """[N, C, S...] read as [N, S..., C]: a convolution or pool works channels last inside, so that
+    a value stored between two of them (the padded input of the next, a residual) is stored channels
+    last (the ops between are elementwise: their index maps compose, and the next conv's transpose
+    undoes this one's). A window's row of A is then C consecutive values per tap, read along k in
+    vectors, and a depthwise conv or a pool runs along the channels (onnxruntime's NHWC kernels)."""
+    r = b.type_of(x).rank
+    return b.op("transpose", [x], hint, perm=(0, *range(2, r), 1))
+
+
+def made_here(x: Value) -> bool:
+    """Whether the program makes `x` (not a graph input): only then is its layout stitch's to choose.
+    A graph input is laid out by the caller, channels first; a conv of one (a stem over an image, a
+    patch embedding) reads its windows' rows along the input's rows, channels outside."""
+    return not (isinstance(x, Sym) and x.input)
+
+
+def channels_first(b: Builder, y: Value, hint: str) -> Value:
+    """[N, S..., C] back to ONNX's [N, C, S...] (an index map: no copy unless the schedule stores it)."""
+    r = b.type_of(y).rank
+    return b.op("transpose", [y], hint, perm=(0, r - 1, *range(1, r - 1)))
+
+
+def weight_matrix(b: Builder, w: Value, per_group: tuple, order: tuple, shape: tuple, hint: str) -> Value:
+    """A Conv weight [M, C/G, k...] as the product's right operand: reshaped to `per_group`, permuted by
+    `order`, reshaped to `shape`; a known weight laid out at import."""
+    if isinstance(w, Known):
+        return Known(np.ascontiguousarray(w.array.reshape(per_group).transpose(order).reshape(shape)),
+                     param=w.param, name=w.name)
+    return reshape(b, b.op("transpose", [reshape(b, w, per_group, hint)], hint, perm=order), shape, hint)
+
+
+def conv_product(b: Builder, x: Value, w: Value, n: int, c: int, m: int, kernel, positions: int, hint: str) -> Value:
+    """A dense Conv of channels-last windows x [N, o1, k1, ..., od, kd, C] as one product (im2col): rows
+    [N, positions, K*C] (taps first, C consecutive) times the weight as a [K*C, M] matrix: [N, positions, M]."""
+    d, k = len(kernel), math.prod(kernel)
+    rows = b.op("transpose", [x], hint, perm=(0, *(1 + 2 * a for a in range(d)), *(2 + 2 * a for a in range(d)),
+                                              2 * d + 1))
+    rows = reshape(b, rows, (n, positions, k * c), hint)
+    return b.op("matmul", [rows, weight_matrix(b, w, (1, m, c, k), (0, 3, 2, 1), (k * c, m), hint)], hint)
+
+
+def depthwise_taps(b: Builder, x: Value, w: Value, kernel, dtype: str, hint: str) -> Value:
+    """A depthwise Conv (one output channel per channel) of channels-last windows x [N, o1, k1, ..., od,
+    kd, C]: the windows times each channel's K weights, summed over the taps: [N, o1, ..., od, C]."""
+    d, c = len(kernel), b.type_of(x).shape[-1]
+    per_tap = tuple(v for a, kk in enumerate(kernel) for v in ((kk, 1) if a < d - 1 else (kk,))) + (c,)
+    to_last = (*range(1, d + 1), 0)  # [C, k1, ..., kd] -> [k1, ..., kd, C]
+    if isinstance(w, Known):
+        taps_w = Known(np.ascontiguousarray(w.array.reshape((c, *kernel)).transpose(to_last)).reshape(per_tap),
+                       param=w.param, name=w.name)
+    else:
+        taps_w = reshape(b, b.op("transpose", [reshape(b, w, (c, *kernel), hint)], hint, perm=to_last), per_tap, hint)
+    if dtype == "f16":  # multiplied and summed in f32, rounded once (as an f16 product is)
+        x, taps_w = cast(b, x, "f32", hint), cast(b, taps_w, "f32", hint)
+    y = b.op("sum", [b.op("mul", [x, taps_w], hint)], hint, axes=tuple(2 + 2 * a for a in range(d)))
+    return cast(b, y, dtype, hint) if dtype == "f16" else y
 
 
 def window_geometry(node, spatial, kernel) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -251,8 +318,14 @@ def convert_lp_norm(b, node, ins):
 
 
 def global_pool(op: str):
+    """GlobalAveragePool / GlobalMaxPool: the spatial axes reduced, channels last inside (as a pool's,
+    unless a graph input: the reduction runs along the channels of a conv's stored output)."""
     def convert(b, node, ins):
-        return [b.op(op, [ins[0]], node.out, axes=tuple(range(2, rank_of(b, ins[0]))), keepdims=True)]
+        x, r = ins[0], rank_of(b, ins[0])
+        if not made_here(x):
+            return [b.op(op, [x], node.out, axes=tuple(range(2, r)), keepdims=True)]
+        y = b.op(op, [channels_last(b, x, node.out)], node.out, axes=tuple(range(1, r - 1)), keepdims=True)
+        return [channels_first(b, y, node.out)]
 
     return convert
 
@@ -267,7 +340,9 @@ def convert_pool(kind: str):
     Conv's `windows` (index maps, no copy) and reduced over the taps. The padding also covers the windows
     ceil_mode adds past the end. An average divides by each window's count of taps inside the input
     (count_include_pad 0) or inside the explicitly padded input (1; never the ceil_mode extension): a
-    divisor known at import, one number when every window has the same, else a [1, 1, *out] constant.
+    divisor known at import, one number when every window has the same, else a constant of the windows' shape.
+    The windows are channels last inside (as Conv's; `channels_last`) but where MaxPool's Indices are asked
+    for or the input is a graph input.
     LpPool is (sum |x|^p)^(1/p). Sums of f16 are taken in f32 and rounded once. MaxPool's Indices output
     is the flat index (N, C and the spatial axes row-major; the spatial axes column-major for storage_order
     1) of the first largest element of each window in row-major scan order, as onnxruntime picks it."""
@@ -293,18 +368,23 @@ def convert_pool(kind: str):
             fill = 0
         work = "f32" if t.dtype == "f16" and kind != "max" else t.dtype
         w = cast(b, x, work, hint)
+        with_indices = kind == "max" and len(node.proto.output) > 1 and bool(node.proto.output[1])
+        inside = made_here(x) and not with_indices  # channels last inside, as Conv's
+        first = 1 if inside else 2  # the first spatial axis
+        w = channels_last(b, w, hint) if inside else w
         for a in range(d):  # each side's pad, and past the end the windows ceil_mode adds
             beyond = max((out[a] - 1) * strides[a] + (kernel[a] - 1) * dilations[a] + 1
                          - (spatial[a] + pads[a] + pads[a + d]), 0)
-            w = pad_axis(b, w, 2 + a, pads[a], pads[a + d] + beyond, "constant", fill, hint)
-        for a in range(d):  # [N, C, o1, k1, ..., od, kd]
-            w = windows(b, w, 2 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
-        taps = tuple(3 + 2 * a for a in range(d))
+            w = pad_axis(b, w, first + a, pads[a], pads[a + d] + beyond, "constant", fill, hint)
+        for a in range(d):  # [N, o1, k1, ..., od, kd, C] ([N, C, o1, k1, ...] with the indices)
+            w = windows(b, w, first + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
+        taps = tuple(first + 1 + 2 * a for a in range(d))
+        back = (lambda v: channels_first(b, v, hint)) if inside else (lambda v: v)
         if kind == "max":
             y = b.op("max", [w], hint, axes=taps)
-            indices = [max_indices(b, node, w, y, t.shape, strides, dilations, pads, out)] \
-                if len(node.proto.output) > 1 and node.proto.output[1] else []
-            return [y] + indices
+            if with_indices:  # channels first
+                return [y, max_indices(b, node, w, y, t.shape, strides, dilations, pads, out)]
+            return [back(y)]
         if kind == "lp":
             p = node.attr("p", 2)
             if p < 1:
@@ -316,16 +396,17 @@ def convert_pool(kind: str):
             else:
                 powered = b.op("pow", [b.op("abs", [w], hint), const(float(p))], hint)
                 y = b.op("pow", [b.op("sum", [powered], hint, axes=taps), const(1.0 / p)], hint)
-            return [cast(b, y, t.dtype, hint)]
+            return [back(cast(b, y, t.dtype, hint))]
         counts = [window_counts(spatial[a], out[a], kernel[a], strides[a], dilations[a], pads[a],
                                 pads[a + d] if node.attr("count_include_pad", 0) else None) for a in range(d)]
         divisor = functools.reduce(np.multiply.outer, counts)
         if np.all(divisor == math.prod(kernel)):
             y = b.op("mean", [w], hint, axes=taps)
         else:
-            known = Known(divisor.reshape((1, 1) + tuple(out)).astype(np_dtype(work)), name=f"{hint}_divisor")
+            shape = (1, *out, 1) if inside else (1, 1, *out)
+            known = Known(divisor.reshape(shape).astype(np_dtype(work)), name=f"{hint}_divisor")
             y = b.op("div", [b.op("sum", [w], hint, axes=taps), known], hint)
-        return [cast(b, y, t.dtype, hint)]
+        return [back(cast(b, y, t.dtype, hint))]
 
     return convert
 

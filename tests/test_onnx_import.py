@@ -178,11 +178,13 @@ def test_gemm_matches_onnx(attrs, c_shape):
     assert_matches_onnx(single("Gemm", a_shape, 13, extra, **attrs), {"x": x_of(*a_shape), **dict(extra)})
 
 
-def conv_model(x_shape, w, bias=None, dtype=F32, **attrs):
-    """One Conv of a graph input x by the initializer w (and bias b)."""
-    names = ["x", "w"] + (["b"] if bias is not None else [])
+def conv_model(x_shape, w, bias=None, dtype=F32, made_here=False, **attrs):
+    """One Conv by the initializer w (and bias b) of a graph input x, or (made_here) of its absolute
+    value: a value the program makes, which the import convolves channels last."""
+    names = ["a" if made_here else "x", "w"] + (["b"] if bias is not None else [])
     inits = [("w", w)] + ([("b", bias)] if bias is not None else [])
-    return model_of([helper.make_node("Conv", names, ["y"], **attrs)], [("x", dtype, list(x_shape))],
+    nodes = [helper.make_node("Abs", ["x"], ["a"])] if made_here else []
+    return model_of(nodes + [helper.make_node("Conv", names, ["y"], **attrs)], [("x", dtype, list(x_shape))],
                     [("y", dtype, None)], inits)
 
 
@@ -203,14 +205,20 @@ CONVS = {  # name: (input shape, weight shape, bias?, attributes)
 }
 
 
+@pytest.mark.parametrize("made_here", [False, True], ids=["of_an_input", "of_a_value_made_here"])
 @pytest.mark.parametrize("name", sorted(CONVS))
-def test_conv_matches_onnx(name):
+def test_conv_matches_onnx(name, made_here):
     x_shape, w_shape, with_bias, attrs = CONVS[name]
     bias = x_of(w_shape[0]) if with_bias else None
-    model = conv_model(x_shape, x_of(*w_shape), bias, **attrs)
+    model = conv_model(x_shape, x_of(*w_shape), bias, made_here=made_here, **attrs)
     assert_matches_onnx(model, {"x": x_of(*x_shape)}, rtol=1e-4, atol=1e-5)
     imported = import_onnx(model)
     program = imported.text
+    rank = len(x_shape)
+    last = f"perm=[0, {', '.join(map(str, range(2, rank)))}, 1]"  # [N, C, S...] read as [N, S..., C]
+    grouped = 1 < attrs.get("group", 1) and not (attrs["group"] == x_shape[1] == w_shape[0])
+    source = "a" if made_here else "x"
+    assert (f"transpose({source}, {last})" in program) == (made_here and not grouped), program  # channels last
     padded = {"k3_pad1", "k3_pad1_stride2", "asymmetric_dilated", "same_lower", "depthwise", "grouped"}
     assert bool(set(imported.weights) - {"w", "b"}) == (name in padded), program  # zeros beside the input
     assert ("matmul" in program) == (name != "depthwise"), program  # a depthwise conv is no product
@@ -293,6 +301,35 @@ def test_conv_attributes_that_break_the_specification_are_invalid(w_shape, attrs
     with pytest.raises(OnnxImportError) as err:
         import_onnx(model)
     assert [p.kind for p in err.value.problems] == ["invalid"] and why in str(err.value)
+
+
+def test_values_between_convs_are_stored_channels_last(tmp_path):
+    """ResNet's pieces, small: a conv of the input, a residual block (conv, ReLU, conv, the residual
+    added, ReLU), its max pool, a 1x1 conv and the global average pool. Each conv and pool of a value
+    the program makes works channels last inside, and the ReLUs and the residual between are index
+    maps over that: every value a kernel stores between them is channels last (no kernel transposes a
+    plane, and each window's row of A is C consecutive values). The result matches onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    ch = 16
+    inits = [("w0", x_of(ch, 8, 3, 3)), ("w1", x_of(ch, ch, 3, 3)), ("w2", x_of(ch, ch, 3, 3)), ("w3", x_of(8, ch, 1, 1)),
+             ("b1", x_of(ch)), ("b3", x_of(8))]
+    pad = {"pads": [1, 1, 1, 1]}
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], **pad), helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], **pad), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], **pad), helper.make_node("Add", ["c2", "r0"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r2"]),
+             helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[3, 3], strides=[2, 2], **pad),
+             helper.make_node("Conv", ["p", "w3", "b3"], ["c3"]), helper.make_node("GlobalAveragePool", ["c3"], ["y"])]
+    model = model_of(nodes, [("x", F32, [1, 8, 12, 12])], [("y", F32, None)], inits)
+    imported = import_onnx(model)
+    f = stitch.compile(imported.text, cache_dir=tmp_path, weights=imported.weights)
+    schedule = f.compiled.schedule
+    stored = [schedule.types[cid].shape for k in schedule.kernels for cid in k.roots if cid not in schedule.outputs]
+    assert stored and all(shape[-1] in (8, ch) for shape in stored), stored
+    x = x_of(1, 8, 12, 12)
+    (got,) = f(**{imported.inputs["x"]: x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert_close_to_sums(got, want)
 
 
 def test_a_grouped_conv_runs_the_micro_kernel_one_group_per_tile():

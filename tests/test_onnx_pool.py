@@ -23,12 +23,15 @@ ONNX_DTYPE = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np
               np.uint8: TensorProto.UINT8}
 
 
-def pool_model(op: str, shape, dtype=np.float32, indices: bool = False, **attrs):
+def pool_model(op: str, shape, dtype=np.float32, indices: bool = False, made_here: bool = False, **attrs):
+    """One pool of a graph input x, or (made_here) of its absolute value: a value the program makes,
+    which the import pools channels last (but where Indices are asked for)."""
     outputs = ["y", "i"] if indices else ["y"]
-    node = helper.make_node(op, ["x"], outputs, **attrs)
+    nodes = [helper.make_node("Abs", ["x"], ["a"])] if made_here else []
+    nodes.append(helper.make_node(op, ["a" if made_here else "x"], outputs, **attrs))
     vo = [helper.make_tensor_value_info("y", ONNX_DTYPE[dtype], None)]
     vo += [helper.make_tensor_value_info("i", TensorProto.INT64, None)] if indices else []
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", ONNX_DTYPE[dtype], list(shape))], vo)
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", ONNX_DTYPE[dtype], list(shape))], vo)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
 
 
@@ -62,9 +65,12 @@ POOLS = {
 }
 
 
-def feeds_of(name):
+def feeds_of(name, made_here=False):
     op, shape, dtype, indices, attrs = POOLS[name]
-    return pool_model(op, shape, dtype, indices, **attrs), {"x": pool_input(shape, dtype)}
+    return pool_model(op, shape, dtype, indices, made_here, **attrs), {"x": pool_input(shape, dtype)}
+
+
+MADE_HERE = pytest.mark.parametrize("made_here", [False, True], ids=["of_an_input", "of_a_value_made_here"])
 
 
 def assert_same(got, want, dtype):
@@ -78,10 +84,13 @@ REFERENCE_DIFFERS = {"max_int8_same_lower": "onnx 1.23's reference pools 4 of 9 
                                             "the specification's and onnxruntime's count is ceil(9 / 2) = 5"}
 
 
+@MADE_HERE
 @pytest.mark.parametrize("name", sorted(set(POOLS) - set(REFERENCE_DIFFERS)))
-def test_pool_on_the_reference_interpreter_matches_onnx(name):
-    model, feeds = feeds_of(name)
+def test_pool_on_the_reference_interpreter_matches_onnx(name, made_here):
+    model, feeds = feeds_of(name, made_here)
     imported = import_onnx(model)
+    channels_last = f"perm=[0, {', '.join(map(str, range(2, len(feeds['x'].shape))))}, 1]"
+    assert (channels_last in imported.text) == (made_here and not POOLS[name][3]), imported.text
     graph = next(iter(check_program(imported.program).values()))
     got = evaluate(graph, {imported.inputs["x"]: feeds["x"]} | imported.weights)
     want = ReferenceEvaluator(model).run(None, feeds)
@@ -89,11 +98,12 @@ def test_pool_on_the_reference_interpreter_matches_onnx(name):
         assert_same(g, w, POOLS[name][2])
 
 
+@MADE_HERE
 @pytest.mark.parametrize("target", ["cpu", "accel"])
 @pytest.mark.parametrize("name", sorted(POOLS))
-def test_pool_compiled_matches_onnxruntime(name, target, tmp_path):
+def test_pool_compiled_matches_onnxruntime(name, target, made_here, tmp_path):
     ort = pytest.importorskip("onnxruntime")
-    model, feeds = feeds_of(name)
+    model, feeds = feeds_of(name, made_here)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     imported = import_onnx(model)
     program = stitch.compile(imported.text, target=target, weights=imported.weights, cache_dir=tmp_path)
