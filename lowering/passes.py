@@ -90,11 +90,23 @@ def _nibbles(program: LoopProgram, target: Target) -> LoopProgram:
     return program
 
 
+def _pairs(program: LoopProgram, target: Target) -> LoopProgram:
+    from ..engine.schedule.target import machine_vector_bytes
+    from .pairs import lay_out_pairs
+
+    # (the 16-bit pairs targets/c/int_pairs.py widens are AVX2's and AVX-512's: panels of two vectors
+    # of 32-bit lanes; a machine with narrower vectors keeps the micro-kernel's pack)
+    width = machine_vector_bytes()
+    if target.weights_in_place and width in (32, 64):
+        return lay_out_pairs(program, 2 * width // 4)
+    return program
+
+
 def _remainders(program: LoopProgram, target: Target) -> LoopProgram:
     from .remainder import remainder_tiles
 
     return remainder_tiles(program)
 
 
-PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _panels, _nibbles,
+PASSES = [_widen, _forward, _hoist, _in_place, _fuse, _reuse, _merge, _pipeline, _delinearize, _panels, _nibbles, _pairs,
           _remainders, _collapse]
