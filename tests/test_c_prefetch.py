@@ -14,7 +14,8 @@ from stitch.engine.ir.tolerance import compare, differences
 from stitch.lowering.loops import For
 from stitch.targets import cc, cpu
 from stitch.targets.c import tiles
-from stitch_testing import EXAMPLES, needs_cc
+from stitch.targets.c.source import c_source
+from stitch_testing import EXAMPLES, compiles_for_avx512, needs_cc
 
 
 @needs_cc
@@ -67,31 +68,34 @@ def test_rows_far_apart_are_prefetched_and_contiguous_rows_are_not(cache):
         assert eval(last, {}, names) == eval(first, {}, {**names, var: int(extent) - 1})
 
 
-# a group norm (4 groups of 4 channels) and SiLU, as torch's GroupNorm + SiLU export computes it
-GROUP_NORM_SILU = """func f(x: f32[4, 16, 32, 32], g: f32[16, 1, 1], b: f32[16, 1, 1]) -> f32[4, 16, 32, 32] {
+# a group norm (4 groups of 4 channels) and SiLU, as torch's GroupNorm + SiLU export computes it, in
+# rows of 64: groups of 4 vectors at 16 lanes too
+GROUP_NORM_SILU = """func f(x: f32[4, 16, 16, 64], g: f32[16, 1, 1], b: f32[16, 1, 1]) -> f32[4, 16, 16, 64] {
   r = reshape(x, shape=[4, 4, 4096])
   d = sub(r, mean(r, axes=[2], keepdims=true))
   n = mul(d, rsqrt(add(mean(mul(d, d), axes=[2], keepdims=true), 1e-5)))
-  y = add(mul(reshape(n, shape=[4, 16, 32, 32]), g), b)
+  y = add(mul(reshape(n, shape=[4, 16, 16, 64]), g), b)
   return mul(y, sigmoid(y))
 }
 """
 
 
 @needs_cc
-def test_a_silu_row_in_groups_prefetches_what_the_next_tile_reads(cache):
+def test_a_silu_row_in_groups_prefetches_what_the_next_tile_reads(cache, tmp_path):
     """A group norm's SiLU row, bound by its arithmetic, prefetches its reads of x at the next tile
     (the same element with the tile loops' variables at the next tile's values, st_n_*): the next
-    tile's sums would otherwise wait on each line from the L3 cache or memory. The values are the
+    tile's sums would otherwise wait on each line from the L3 cache or memory. In the C for 8 and
+    16 lanes (the 16-lane form compiled for AVX-512 wherever it runs); the values are the
     reference's."""
     f = stitch.compile(GROUP_NORM_SILU, cache_dir=cache)
-    source = f.native.source_path.read_text()
-    if cc.vector_bytes(cpu.compiler(), cc.compiler_flags()) in (32, 64):
+    for width in (32, 64):
+        source = c_source(f.loops, width)[0]
         tile_vars = re.findall(r"const int64_t st_n_(\w+) = ", source)
         read = re.search(r"#define ST_FIRST\(\w+\) .*?b_x\[([^\]]*)\]", source).group(1)
         fetched = re.findall(r"__builtin_prefetch\(&b_x\[([^\]]*)\], 0, 2\);", source)
-        assert tile_vars and fetched
+        assert tile_vars and len(fetched) == 4 * width // 64  # (a line a prefetch, a group of 4 vectors)
         assert fetched[0] == re.sub(r"\b(" + "|".join(tile_vars) + r")\b", r"st_n_\1", read)
+    assert compiles_for_avx512(source, tmp_path) == ""
     inputs = random_inputs(f.graph, 6)
     assert differences(f(**inputs), evaluate(f.graph, inputs), f.graph, inputs) == []
 
