@@ -7,12 +7,15 @@ mod in every index keep the C compiler from vectorizing the loop, and cost two o
 element. Where every div and mod of a loop's variable `v` (extent E) is `v // d` or `v % d` for
 one d dividing E, the loop runs as two, `v_hi` over E / d and `v_lo` over d, with
 `v = d * v_hi + v_lo`: the div and mod are gone, and the inner loop walks one row of the plane.
-Elements are visited in the same order, so
+Divisors in a chain (`v // 49`, `(v // 7) % 7`, `v % 7`: a 7x7 conv's k over (channel, row,
+column)) split it into a loop per digit the same way (`digits`, `split_digits`; the C backend's
+micro-kernel walks a computed A's k so too). Elements are visited in the same order, so
 nothing a later stage relies on changes but the indices' form.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify_in
@@ -40,43 +43,70 @@ def _stmts(stmts: list[Stmt], around: dict[str, int], dtype_of) -> list[Stmt]:
             continue
         inside = dict(around, **{s.var: s.extent})
         loop = For(s.var, s.extent, s.kind, _stmts(s.body, inside, dtype_of))
-        d = _divisor(loop) if loop.kind == "serial" else None
-        out.append(_split(loop, d, around) if d else loop)
+        chain = _divisor(loop) if loop.kind == "serial" else None
+        out.append(_split(loop, chain, around) if chain else loop)
     return out
 
 
-def _divisor(loop: For) -> int | None:
-    """The one d every div and mod of the loop's variable is by (each of the bare variable), when
-    it divides the extent; None otherwise, or when the variable is read inside a gathered index."""
+def _divisor(loop: For) -> tuple[int, ...] | None:
+    """The divisors every div and mod of the loop's variable is by (see `digits`); None where there
+    are none, or the variable is read otherwise inside an atom or a gathered index."""
+    found: list[Ix] = []
+    for leaf in leaves(loop.body):
+        map_indices(leaf, lambda ix: found.append(ix) or ix)
+    if any(isinstance(t, Indirect) and loop.var in expr_vars(t.value) for ix in found for t, _ in ix.terms):
+        return None
+    return digits(found, loop.var, loop.extent)
+
+
+def digits(indices, var: str, extent: int) -> tuple[int, ...] | None:
+    """The chain d1 < d2 < ... (each dividing the next, the last dividing `extent`) at which `var`
+    splits into digits (`var % d1`, `(var // d1) % (d2 / d1)`, ..., `var // dn`) when every div and
+    mod of it in these indices is one of those (`var // d`, `var % d`, `(var // d) % e`: a reshape's
+    split of a merged axis, a conv's k = (channel, row, column) of its window); None otherwise."""
     found: set[int] = set()
     ok = True
+    bare = Ix.var(var)
 
-    def visit(ix: Ix) -> Ix:
+    def visit(ix: Ix) -> None:
         nonlocal ok
         for t, _ in ix.terms:
-            if isinstance(t, (FloorDiv, Mod)):
-                if t.x == Ix.var(loop.var):
-                    found.add(t.d)
-                elif loop.var in set(t.x.axes()):
-                    ok = False
-                else:
-                    visit(t.x)
-            elif isinstance(t, Indirect) and loop.var in expr_vars(t.value):
+            if not isinstance(t, (FloorDiv, Mod)):
+                continue
+            if t.x == bare:
+                found.add(t.d)
+            elif isinstance(t, Mod) and len(t.x.terms) == 1 and not t.x.const and t.x.terms[0][1] == 1 \
+                    and isinstance(t.x.terms[0][0], FloorDiv) and t.x.terms[0][0].x == bare:
+                found.update((t.x.terms[0][0].d, t.x.terms[0][0].d * t.d))
+            elif var in set(t.x.axes()):
                 ok = False
-        return ix
+            else:
+                visit(t.x)
 
-    for leaf in leaves(loop.body):
-        map_indices(leaf, visit)
-    if not ok or len(found) != 1:
+    for ix in indices:
+        visit(ix)
+    chain = tuple(sorted(d for d in found if d < extent))
+    if not ok or not chain or chain[0] < 2 or any(b % a for a, b in itertools.pairwise(chain)) or extent % chain[-1]:
         return None
-    (d,) = found
-    return d if 1 < d < loop.extent and loop.extent % d == 0 else None
+    return chain
 
 
-def _split(loop: For, d: int, around: dict[str, int]) -> For:
-    hi, lo = f"{loop.var}_hi", f"{loop.var}_lo"
-    spans = dict(around, **{hi: loop.extent // d, lo: d})
-    at = {loop.var: Ix.var(hi, d) + Ix.var(lo)}
+def split_digits(var: str, extent: int, chain: tuple[int, ...]) -> tuple[list[tuple[str, int]], Ix]:
+    """The loops (name, extent), outermost first, that walk `var` digit by digit at `chain`, and `var`
+    as their sum: `var_hi` over extent / dn outermost, then `var_d{n-1}` ... `var_lo` over d1."""
+    bounds = (1, *chain, extent)
+    names = [f"{var}_lo"] + [f"{var}_d{i}" for i in range(1, len(chain))] + [f"{var}_hi"]
+    loops = [(names[i], bounds[i + 1] // bounds[i]) for i in range(len(names))]
+    at = Ix.constant(0)
+    for i, name in enumerate(names):
+        at = at + Ix.var(name, bounds[i])
+    return loops[::-1], at
+
+
+def _split(loop: For, chain: tuple[int, ...], around: dict[str, int]) -> For:
+    loops, at_var = split_digits(loop.var, loop.extent, chain)
+    spans = dict(around, **dict(loops))
+    at = {loop.var: at_var}
 
     def span(a: str) -> tuple[int, int]:
         return (0, spans[a] - 1) if a in spans else (0, 2**62)
@@ -85,7 +115,9 @@ def _split(loop: For, d: int, around: dict[str, int]) -> For:
         return simplify_in(ix.substitute(at), span) if loop.var in set(ix.axes()) else ix
 
     body = _rewrite(loop.body, rewrite, spans)
-    return For(hi, loop.extent // d, loop.kind, [For(lo, d, loop.kind, body)])
+    for name, n in reversed(loops):
+        body = [For(name, n, loop.kind, body)]
+    return body[0]
 
 
 def _rewrite(stmts: list[Stmt], fn, spans: dict[str, int]) -> list[Stmt]:

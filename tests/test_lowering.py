@@ -388,17 +388,25 @@ def _divs(program) -> int:
 
 
 @pytest.mark.parametrize("target", ["cpu", "accel"])
-@pytest.mark.parametrize("other, divs", [("b", False), ("reshape(c, shape=[16, 64])", True)])
-def test_a_loop_over_a_merged_axis_runs_as_the_two_axes_it_merged(target, other, divs):
+@pytest.mark.parametrize("a_shape, other, loops", [
+    ((16, 8, 8), "b", 2),  # v // 8 and v % 8: two loops
+    ((16, 8, 8), "reshape(c, shape=[16, 64])", 3),  # and c's v // 16, (v // 8) % 2: a loop per digit
+    ((16, 6, 8), "reshape(c, shape=[16, 48])", 0),  # // 8 and // 12 divide neither each other: left
+])
+def test_a_loop_over_a_merged_axis_runs_as_the_axes_it_merged(target, a_shape, other, loops):
     """A reshape's merged axis read through v // 8 and v % 8 (and v itself) runs as two loops, the
-    div and mod gone (lowering/delinearize.py); a loop whose divs differ (// 8 and // 16) is left
-    as it is. Values are unchanged either way."""
-    text = ("func f(a: f32[16, 8, 8], b: f32[16, 64], c: f32[16, 4, 16]) -> f32[16, 64] {\n"
-            f"  return add(exp(reshape(a, shape=[16, 64])), {other})\n}}\n")
+    div and mod gone (lowering/delinearize.py); divisors in a chain (8 and 16 of 64) as a loop per
+    digit; a loop whose divs do not divide each other (8 and 12) is left as it is. Values are
+    unchanged either way."""
+    n = a_shape[1] * a_shape[2]
+    text = (f"func f(a: f32[{a_shape[0]}, {a_shape[1]}, {a_shape[2]}], b: f32[16, {n}], "
+            f"c: f32[16, 4, {n // 4}]) -> f32[16, {n}] {{\n"
+            f"  return add(exp(reshape(a, shape=[16, {n}])), {other})\n}}\n")
     graph = check_program(parse_program(text))["f"]
     program = lower(compile_graph(graph, builtin_rule_files(), load_target(target)))
-    assert (_divs(program) > 0) == divs, print_loops(program)
-    assert ("_hi in" in print_loops(program)) != divs
+    text = print_loops(program)
+    assert (_divs(program) > 0) == (loops == 0), text
+    assert ("_hi in" in text) == (loops > 0) and ("_d1 in" in text) == (loops == 3), text
     inputs = random_inputs(graph, 1)
     got, _ = execute(program, inputs)
     for g, w in zip(got, evaluate(graph, inputs)):

@@ -210,12 +210,22 @@ def _consecutive_along(ix: Ix, k: str) -> bool:
 
 def _left_ops(kernel: Kernel, inst: Instance) -> tuple[str, ...]:
     """The arithmetic a product's inline left operand is made of: neither index maps nor the concats of a
-    conv's taps (targets/c/a_pieces.py cuts k at their pieces, so they cost nothing an element)."""
+    conv's taps (targets/c/a_pieces.py cuts k at their pieces, so they cost nothing an element). A concat
+    whose piece depends on the row (a stem's padding, the row's window starting before the input) is a
+    select an element."""
     left = inst.operands[0]
     if not left.inline:
         return ()
-    ops = (kernel.instances[key].node.op for key in kernel.inlined(left.key))
-    return tuple(op for op in ops if op not in FREE_OPS and op not in ("concat", "param", "const"))
+    rows = set(_left_axes(inst)) - set(reduced_axes(inst))
+    ops = []
+    for key in kernel.inlined(left.key):
+        i = kernel.instances[key]
+        if i.node.op == "concat":
+            if rows & set(i.index[i.node.attr("axis")].axes()):
+                ops.append("concat")
+        elif i.node.op not in FREE_OPS and i.node.op not in ("param", "const"):
+            ops.append(i.node.op)
+    return tuple(ops)
 
 
 def _left_axes(inst: Instance) -> tuple[str, ...]:

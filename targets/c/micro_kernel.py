@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ...engine.ir.extent import is_symbolic, planned
 from ...engine.ir.program import dtype_bytes
+from ...engine.schedule.index import simplify_in
 from ...engine.schedule.machine import (
     MICRO_ROWS,
     MICRO_VECTORS,
@@ -36,6 +37,7 @@ from ...engine.schedule.machine import (
     panel_vectors,
     reads_left_in_place,
 )
+from ...lowering.delinearize import digits, split_digits
 from ...lowering.loops import For, Ix, Load, loads, map_indices
 from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
 from . import a_pieces, tuning
@@ -442,10 +444,13 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
         cut = a_pieces.precompute_lines(kernel, nest.a, k.var, nest.i.var, rows, start, end, span.at(k), pad, _at_row)
         if cut is not None:  # a concat of taps along k: one loop per piece
             return lines + cut
-        lines.append(f"{pad}{span.loop(k)} {{")
+        a, heads = _k_by_digits(nest.a, k) if not span.chunked else (nest.a, [])
+        if not heads:
+            heads = [span.loop(k)]
+        lines += [f"{pad}{head} {{" for head in heads]
         for r in range(rows):
-            lines.append(f"{pad}  {_at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(nest.a)};')}")
-        return lines + [f"{pad}}}"]
+            lines.append(f"{pad}  {_at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(a)};')}")
+        return lines + [f"{pad}{'}' * sum(head.count('{') + 1 for head in heads)}"]
     decls, value = kernel.hoisted(nest.a, k.var)  # (what does not change along k: once a row, ahead)
     # one loop over the block's rows, not a copy of the vector loop per row: the copies ran no faster
     # and each was the compiler's to vectorize again (MobileNetV2's C: docs/perf/2026-11-29-compile-time.md)
@@ -458,6 +463,30 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
     lines += [f"{pad}}}"] if decls else []
     lines.append(f"{pad}}} }}")
     return lines
+
+
+def _k_by_digits(a, k: For) -> tuple[object, list[str]]:
+    """A computed A whose k is read through div and mod by a chain of divisors (a 7x7 stem's k over
+    (channel, row, column): `k // 49`, `(k // 7) % 7`, `k % 7`, and the padding's selects on them) with
+    k walked digit by digit (lowering/delinearize.py's `digits`): A's expression over the digits, no div
+    or mod left, and the C heads of the digits' loops, k itself defined in the innermost; (a, []) where
+    k has no such digits."""
+    found: list[Ix] = []
+    map_indices(a, lambda ix: found.append(ix) or ix)
+    chain = digits(found, k.var, k.extent)
+    if chain is None:
+        return a, []
+    loops, at = split_digits(k.var, k.extent, chain)
+    spans = dict(loops)
+
+    def rewrite(ix: Ix) -> Ix:
+        if k.var not in set(ix.axes()):
+            return ix
+        return simplify_in(ix.substitute({k.var: at}), lambda v: (0, spans[v] - 1) if v in spans else (0, 2**62))
+
+    heads = [f"for (int64_t {name} = 0; {name} < {n}; ++{name})" for name, n in loops]
+    heads[-1] += f" {{ const int64_t {k.var} = {at};"
+    return map_indices(a, rewrite), heads
 
 
 def _along_k(nest: MatmulNest) -> bool:
