@@ -270,6 +270,37 @@ def test_greedy_finds_the_exhaustive_optimum_on_the_examples():
 
 
 
+
+@pytest.mark.parametrize("target", [CPU, ACCEL], ids=["cpu", "accel"])
+def test_a_moves_kernels_are_priced_only_where_their_bounds_leave_it_a_chance(target, monkeypatch):
+    """The greedy search drops a move whose new kernels, at their lower bounds where not priced
+    (cost.py `kernel_bound`), cost what it replaces (search.py `_evaluate`): exact while no bound
+    exceeds its kernel's price. Checked on every kernel the search meets in a stack of the
+    importer's convolutions and the examples the greedy search runs on, and the schedules with
+    and without the bounds compared."""
+    from stitch.engine.schedule import space as space_module
+    from stitch.engine.schedule.cost import kernel_bound, kernel_cost
+
+    met = []
+    bound = space_module.kernel_bound
+    monkeypatch.setattr(space_module, "kernel_bound",
+                        lambda k, types, t: met.append((k, types)) or bound(k, types, t))
+    graphs = [check_program(parse_program(_conv_stack(3, 2, 4)))["convs"], example("attention_block"),
+              example("layernorm")]
+    for g in graphs:
+        run, _ = saturate_program(g, builtin_rule_files())
+        data = run.data()
+        bounded = extract_schedule(data, target, exhaustive_limit=0)
+        with monkeypatch.context() as m:
+            m.setattr(space_module.Space, "bound_kernel", lambda self, k: 0.0)
+            priced = extract_schedule(data, target, exhaustive_limit=0)
+        assert bounded.schedule.kernels == priced.schedule.kernels, g.name
+        assert bounded.cost.kernels == priced.cost.kernels, g.name
+    assert met
+    for k, types in met:
+        assert kernel_bound(k, types, target)[0] <= kernel_cost(k, types, target).price.cycles
+
+
 def _conv_stack(layers: int, c: int = 4, s: int = 8) -> str:
     """`layers` depthwise 3x3 convolutions (padding 1) + bias + ReLU as the ONNX importer writes
     them: the input padded by concat, three row windows and three column windows each a slice and

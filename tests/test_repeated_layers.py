@@ -64,7 +64,8 @@ def doubled(graph: Graph) -> Graph:
 def compiled(graph: Graph, target, shapes: bool, monkeypatch):
     monkeypatch.setattr(space_module, "SHAPE_CACHE", shapes)
     priced = []
-    monkeypatch.setattr(space_module, "kernel_cost", lambda k, types, t: priced.append(k) or kernel_cost(k, types, t))
+    monkeypatch.setattr(space_module, "kernel_cost",
+                        lambda k, types, t, *variants: priced.append(k) or kernel_cost(k, types, t, *variants))
     return compile_graph(graph, builtin_rule_files(), target), len(priced)
 
 

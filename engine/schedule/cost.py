@@ -60,14 +60,15 @@ the C micro-kernel both sides assume, machine.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
-from ..ir.extent import planned
+from ..ir.extent import is_symbolic, planned
 from ..ir.program import TensorType
-from .facts import facts
+from .facts import KernelFacts, facts
 from .kernel import Kernel, Schedule
 from .plan import KernelPlan, candidate_plans
-from .price import KernelPrice, price_plan
+from .price import KernelPrice, price_plan, tile_work
 from .split import axis_splits, split_axes
 from .target import Target
 
@@ -97,21 +98,53 @@ class ScheduleCost:
         return [kc.plan for kc in self.kernels]
 
 
-def kernel_cost(kernel: Kernel, types, target: Target) -> KernelCost:
-    """The kernel's cheapest plan (every tile space, order of tile loops and chunking: `candidate_plans`),
-    of the kernel as formed and of the kernel with its axes split where its indices divide them
-    (split.py: a group's statistics made once per group, not once per channel)."""
-    best = None
+def kernel_variants(kernel: Kernel, types, target: Target) -> list[tuple[tuple, Kernel, KernelFacts]]:
+    """What `kernel_cost` prices and `kernel_bound` bounds: the kernel as formed and the kernel with its
+    axes split where its indices divide them (split.py: a group's statistics made once per group, not
+    once per channel), each as (the splits, the kernel, its facts on `target`)."""
     splits = axis_splits(kernel)
+    out = []
     for split in ((), splits) if splits else ((),):
         k = split_axes(kernel, split)
-        f = facts(k, types).on(target)
+        out.append((split, k, facts(k, types).on(target)))
+    return out
+
+
+def kernel_cost(kernel: Kernel, types, target: Target, variants: list | None = None) -> KernelCost:
+    """The kernel's cheapest plan (every tile space, order of tile loops and chunking: `candidate_plans`)
+    of each of its `kernel_variants` (given where the caller made them already)."""
+    best = None
+    for split, k, f in variants or kernel_variants(kernel, types, target):
         for plan in candidate_plans(k, types, target, f):
             plan = replace(plan, splits=split) if split else plan
             price = price_plan(k, plan, types, target, f)
             if best is None or (price.cycles, price.bytes_read) < (best.price.cycles, best.price.bytes_read):
                 best = KernelCost(plan, price)  # equal time (compute-bound): fewer bytes
     return best
+
+
+def kernel_bound(kernel: Kernel, types, target: Target) -> tuple[float, list]:
+    """A lower bound on `kernel_cost(kernel).price.cycles`, for about what facts.py costs (a fraction
+    of pricing the kernel's plans): the launch, the outputs written once, and the work of the whole
+    kernel spread over every core. Every plan pays at least that (price.py `price_plan`): its tiles
+    together do at least the whole kernel's work (a tile's slice is rounded up, a product's columns
+    priced a lane at a time in a tile whenever they are in the whole), on at most `cores` cores; it
+    writes each output once at least, and reads, re-reads and syncs on top. Infinite for a kernel
+    formed with a problem (every plan of it is infeasible); 0 for a symbolic one (not bounded).
+    With the `kernel_variants` it made (for `kernel_cost`, should the kernel be priced after all)."""
+    if kernel.problem:
+        return math.inf, []
+    if any(is_symbolic(e) for e in kernel.extents.values()):
+        return 0.0, []
+    written = sum(types[cid].nbytes for cid in kernel.roots) / target.global_bandwidth
+    best = math.inf
+    variants = kernel_variants(kernel, types, target)
+    for _, k, f in variants:  # (the least of them)
+        vector, matrix = tile_work(k, {}, target, f, types)  # (one tile: the whole kernel)
+        compute = vector / (target.vector_lanes * target.cores) + matrix / target.cores
+        body = max(written, compute) if target.overlap_dma else written + compute
+        best = min(best, target.launch_cycles + body)
+    return best, variants
 
 
 def schedule_cost(schedule: Schedule, target: Target, kernel_costs: list[KernelCost] | None = None) -> ScheduleCost:

@@ -124,6 +124,7 @@ def form_kernel(data: EGraphData, choice: dict[str, ENode], root: str) -> Kernel
     b = _Builder(data, choice)
     for i, d in enumerate(shape):
         b.axes.append(Axis(f"p{i}", d, AxisKind.PARALLEL))
+        b.extents[f"p{i}"] = d
     key = b.visit(root, tuple(Ix.var(f"p{i}") for i in range(len(shape))), Hold.ROOT, -1, ())
     return with_owners(Kernel((root,), (key,), tuple(b.instances), tuple(b.reads), tuple(b.axes),
                                tuple(b.problems)))
@@ -139,6 +140,7 @@ class _Builder:
         self.instances: list[Instance | None] = []
         self.reads: list[Read] = []
         self.axes: list[Axis] = []
+        self.extents: dict[str, int] = {}  # (each axis's, looked up by every reshape's simplification)
         self.problems: list[str] = []
         self.held: dict[str, int] = {}  # shared/local value -> its instance
         self.computed: dict[tuple, int] = {}  # inline (value, index, guards) -> its instance
@@ -146,10 +148,11 @@ class _Builder:
     def fresh(self, extent: int) -> str:
         name = f"r{sum(a.kind is AxisKind.REDUCE for a in self.axes)}"
         self.axes.append(Axis(name, extent, AxisKind.REDUCE))
+        self.extents[name] = extent
         return name
 
     def extent(self, axis: str) -> int:
-        return next(a.extent for a in self.axes if a.name == axis)
+        return self.extents[axis]
 
     def visit(self, cid: str, index: tuple[Ix, ...], hold: Hold, owner: int, guards: tuple[Guard, ...]) -> int:
         if hold in (Hold.SHARED, Hold.LOCAL) and cid in self.held:

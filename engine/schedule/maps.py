@@ -162,7 +162,7 @@ RESHAPES_KEPT = 1 << 16
 
 def _reshape_memo(index: tuple[Ix, ...], out_shape, in_shape, extent) -> tuple[Ix, ...]:
     key = (index, tuple(out_shape), tuple(in_shape),
-           tuple((a, extent(a)) for a in dict.fromkeys(a for ix in index for a in ix.axes())))
+           tuple((a, extent(a)) for a in dict.fromkeys(a for ix in index for a in ix.axis_names)))
     out = _RESHAPES.get(key)
     if out is None:
         if len(_RESHAPES) >= RESHAPES_KEPT:

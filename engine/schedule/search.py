@@ -350,11 +350,19 @@ class _State:
         paying = []
         placements = (Placement.SHARED,) if producer in self.space.params else (
             Placement.INLINE, Placement.LOCAL, Placement.SHARED)
+        tried = set()
         for placement in placements:
             for siblings in (False, True):
                 trial = self._trial(producer, placement, by_sig, siblings)
                 if trial is None:
                     continue
+                # where the narrowing kept one placement, every placement's trial is the same choice
+                # (and often with siblings too): evaluated once (counted as before)
+                same = frozenset((c, id(trial[0][c])) for c in trial[1])
+                if same in tried:
+                    self.space.evaluated += 1
+                    continue
+                tried.add(same)
                 move = self._evaluate(trial, producer)
                 if move is not None and move.delta < 0:
                     paying.append(move)
@@ -510,7 +518,7 @@ class _State:
 
     def _evaluate(self, trial: tuple[Choice, set[str]], producer: str) -> Move | None:
         """The move to `trial` (a choice and the consumers it changed), priced only where it differs;
-        None if it makes no runnable program (a cycle of kernels) or no price.
+        None if it makes no runnable program (a cycle of kernels), no price, or cannot pay.
 
         Re-formed: the per-root kernels holding a changed consumer or the producer. Re-merged and
         re-priced: the merged kernels holding one of those roots, closed over the kernels that
@@ -555,6 +563,11 @@ class _State:
         except CyclicChoice:
             return None
         old = sum(space.price_kernel(k).price.cycles for k in sorted(touched, key=self.position.__getitem__))
+        # a move whose new kernels cost what it replaces before the ones not priced yet are (each at its
+        # lower bound: launch, outputs, work) cannot pay, and they are not priced (a kernel of two
+        # convolution blocks fused that does more work than the two apart)
+        if sum(space.bound_kernel(k) for k in new) >= old:
+            return None
         cost = sum(space.price_kernel(k).price.cycles for k in new)
         if math.isnan(cost - old):
             return None

@@ -15,7 +15,7 @@ from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
 from .canonical import group_shape, kernel_shape, literal_key, renamed_cost, renamed_kernel
-from .cost import KernelCost, ScheduleCost, kernel_cost, schedule_cost
+from .cost import KernelCost, ScheduleCost, kernel_bound, kernel_cost, schedule_cost
 from .facts import FREE_OPS
 from .form import Edge, build_schedule, form_kernel
 from .kernel import CyclicChoice, Kernel, Schedule
@@ -82,6 +82,8 @@ class Space:
         # by kernel object (the object kept, so an id is not reused): its shape, its price
         self.shapes: dict[int, tuple[Kernel, tuple | None]] = {}
         self.priced: dict[int, tuple[Kernel, KernelCost]] = {}
+        # a kernel not priced: its lower bound (`bound_kernel`) and the variants it made, for pricing it
+        self.bounds: dict[int, tuple[Kernel, float, list]] = {}
         self.joined: dict[tuple[int, int], tuple[Kernel, Kernel, Kernel | None]] = {}  # (a, b, their join)
         self.evaluated = 0
         self.last_priced: tuple | None = None
@@ -376,15 +378,33 @@ class Space:
         if known is not None and known[0] is kernel:
             return known[1]
         shaped = self._shape(kernel) if SHAPE_CACHE else None
+        bounded = self.bounds.pop(id(kernel), None)  # (its variants, made for its bound)
+        variants = bounded[2] if bounded is not None and bounded[0] is kernel else None
         if shaped is None:  # (a gather's kernel: equal kernels made apart priced once)
             cost = self.price_cache.get(kernel)
             if cost is None:
-                cost = self.price_cache[kernel] = kernel_cost(kernel, self.data.types, self.target)
+                cost = self.price_cache[kernel] = kernel_cost(kernel, self.data.types, self.target, variants)
         else:
-            cost = self._by_shape(self.shape_cache, shaped, lambda: kernel_cost(kernel, self.data.types, self.target),
-                                  renamed_cost)
+            cost = self._by_shape(self.shape_cache, shaped,
+                                  lambda: kernel_cost(kernel, self.data.types, self.target, variants), renamed_cost)
         self.priced[id(kernel)] = (kernel, cost)
         return cost
+
+    def bound_kernel(self, kernel: Kernel) -> float:
+        """The kernel's cycles where it is priced (or a kernel of its shape is), else a lower bound on
+        them (cost.py `kernel_bound`): what a move's new kernels cost at least, known before pricing
+        them (search.py `_State._evaluate`)."""
+        known = self.priced.get(id(kernel))
+        if known is not None and known[0] is kernel:
+            return known[1].price.cycles
+        if SHAPE_CACHE:
+            shaped = self._shape(kernel)
+            if shaped is not None and shaped[0] in self.shape_cache:
+                return self.price_kernel(kernel).price.cycles  # (renamed: no pricing)
+        noted = self.bounds.get(id(kernel))
+        if noted is None or noted[0] is not kernel:
+            noted = self.bounds[id(kernel)] = (kernel, *kernel_bound(kernel, self.data.types, self.target))
+        return noted[1]
 
     def price(self, choice: Choice) -> tuple[ScheduleCost | None, Schedule | None]:
         """The schedule of a whole choice and its cost; the last choice priced is remembered (the
