@@ -332,6 +332,38 @@ def test_values_between_convs_are_stored_channels_last(tmp_path):
     assert_close_to_sums(got, want)
 
 
+def test_a_residual_read_by_the_next_block_is_stored_channels_last(tmp_path, monkeypatch):
+    """ResNet-18's first stage at its size, on a machine of 512 KiB of L2 (the Zen 3 its figures come
+    from): the max pool's output is read by the block's conv and by its residual add, and the block's
+    output (ReLU of the conv plus the pool) by the next conv and its add. Both are stored channels last
+    only once rules/algebra.rules's transpose-out rules give an add and a ReLU of transposed operands a
+    channels-last value: without them the block's kernel stored its output channels first
+    ([1, 64, 56, 56]). Matches onnxruntime."""
+    from stitch.engine.schedule import target
+
+    ort = pytest.importorskip("onnxruntime")
+    caches = {1: 32 * 1024, 2: 512 * 1024, 3: 32 * 1024 * 1024}
+    monkeypatch.setattr(target, "machine_cache_bytes", lambda level, root=None: caches.get(level))
+    ch, pad = 64, {"pads": [1, 1, 1, 1]}
+    inits = [(f"w{i}", x_of(ch, ch, 3, 3) * 0.05) for i in range(3)]
+    nodes = [helper.make_node("Abs", ["x"], ["a"]),
+             helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[3, 3], strides=[2, 2], **pad),
+             helper.make_node("Conv", ["p", "w0"], ["c0"], **pad), helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], **pad), helper.make_node("Add", ["c1", "p"], ["s1"]),
+             helper.make_node("Relu", ["s1"], ["r1"]), helper.make_node("Conv", ["r1", "w2"], ["c2"], **pad),
+             helper.make_node("Add", ["c2", "r1"], ["y"])]
+    model = model_of(nodes, [("x", F32, [1, ch, 112, 112])], [("y", F32, None)], inits)
+    imported = import_onnx(model)
+    f = stitch.compile(imported.text, cache_dir=tmp_path, weights=imported.weights)
+    schedule = f.compiled.schedule
+    stored = [schedule.types[cid].shape for k in schedule.kernels for cid in k.roots if cid not in schedule.outputs]
+    assert stored and all(shape[-1] == ch for shape in stored), stored
+    x = x_of(1, ch, 112, 112)
+    (got,) = f(**{imported.inputs["x"]: x})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert_close_to_sums(got, want)
+
+
 def test_a_grouped_conv_runs_the_micro_kernel_one_group_per_tile():
     """wav2vec2's positional Conv, small: 4 groups of 48 channels over a transposed input, padded.
     The product's columns are the output channels modulo 48: its accumulator keeps them innermost
