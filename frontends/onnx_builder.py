@@ -144,6 +144,8 @@ class Builder:
     given: frozenset[str] = frozenset()  # symbols whose range the caller gave (never narrowed)
     narrowed: dict[str, str] = field(default_factory=dict)  # symbol -> why the import narrowed its range
     lazy_vars: dict[tuple, Var] = field(default_factory=dict)  # a materialized Lazy's content -> its value
+    calls: dict[str, Call] = field(default_factory=dict)  # each assigned value's call
+    channels_last: set[str] = field(default_factory=set)  # values a conv or pool made channels last inside
 
     def __post_init__(self):
         self.inference = Inference(self.ranges)
@@ -235,6 +237,7 @@ class Builder:
         except StitchError as err:
             raise Unsupported(refusal_kind(err.message), err.message) from None
         self.body.append(Assign(name, call))
+        self.calls[name] = call
         self.types[name] = typ
         return Sym(name, typ)
 
@@ -291,7 +294,7 @@ class Builder:
             return False
         s = names[0]
         lo, hi = self.ranges[s]
-        fits = lambda h: dims.bounds(e, {**self.ranges, s: (lo, h)})[1] <= limit  # noqa: E731
+        fits = lambda h: dims.bounds(e, {**self.ranges, s: (lo, h)})[1] <= limit
         if not fits(lo):
             return False
         while lo < hi:  # the largest high that fits

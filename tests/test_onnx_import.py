@@ -179,11 +179,17 @@ def test_gemm_matches_onnx(attrs, c_shape):
 
 
 def conv_model(x_shape, w, bias=None, dtype=F32, made_here=False, **attrs):
-    """One Conv by the initializer w (and bias b) of a graph input x, or (made_here) of its absolute
-    value: a value the program makes, which the import convolves channels last."""
+    """One Conv by the initializer w (and bias b) of a graph input x, or (made_here) of the ReLU of a
+    1x1 conv of it by the identity: a value a conv made channels last, which the import convolves
+    channels last too."""
     names = ["a" if made_here else "x", "w"] + (["b"] if bias is not None else [])
     inits = [("w", w)] + ([("b", bias)] if bias is not None else [])
-    nodes = [helper.make_node("Abs", ["x"], ["a"])] if made_here else []
+    nodes = []
+    if made_here:
+        eye = np.eye(x_shape[1], dtype=helper.tensor_dtype_to_np_dtype(dtype)).reshape(
+            (x_shape[1], x_shape[1]) + (1,) * (len(x_shape) - 2))
+        inits.append(("eye", eye))
+        nodes = [helper.make_node("Conv", ["x", "eye"], ["i"]), helper.make_node("Relu", ["i"], ["a"])]
     return model_of(nodes + [helper.make_node("Conv", names, ["y"], **attrs)], [("x", dtype, list(x_shape))],
                     [("y", dtype, None)], inits)
 
@@ -220,8 +226,8 @@ def test_conv_matches_onnx(name, made_here):
     source = "a" if made_here else "x"
     assert (f"transpose({source}, {last})" in program) == (made_here and not grouped), program  # channels last
     padded = {"k3_pad1", "k3_pad1_stride2", "asymmetric_dilated", "same_lower", "depthwise", "grouped"}
-    assert bool(set(imported.weights) - {"w", "b"}) == (name in padded), program  # zeros beside the input
-    assert ("matmul" in program) == (name != "depthwise"), program  # a depthwise conv is no product
+    assert bool(set(imported.weights) - {"w", "b", "eye"}) == (name in padded), program  # zeros beside the input
+    assert (program.count("matmul(") > made_here) == (name != "depthwise"), program  # a depthwise conv is no product
     # tiling patches: a reshape and a transpose; a 1x1 kernel: the input itself
     assert ("slice" in program) == (name not in ("patches", "grouped_patches", "same_upper_1x1")), program
 
@@ -345,8 +351,8 @@ def test_a_residual_read_by_the_next_block_is_stored_channels_last(tmp_path, mon
     caches = {1: 32 * 1024, 2: 512 * 1024, 3: 32 * 1024 * 1024}
     monkeypatch.setattr(target, "machine_cache_bytes", lambda level, root=None: caches.get(level))
     ch, pad = 64, {"pads": [1, 1, 1, 1]}
-    inits = [(f"w{i}", x_of(ch, ch, 3, 3) * 0.05) for i in range(3)]
-    nodes = [helper.make_node("Abs", ["x"], ["a"]),
+    inits = [(f"w{i}", x_of(ch, ch, 3, 3) * 0.05) for i in range(3)] + [("eye", np.eye(ch, dtype=np.float32)[..., None, None])]
+    nodes = [helper.make_node("Conv", ["x", "eye"], ["i"]), helper.make_node("Relu", ["i"], ["a"]),
              helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[3, 3], strides=[2, 2], **pad),
              helper.make_node("Conv", ["p", "w0"], ["c0"], **pad), helper.make_node("Relu", ["c0"], ["r0"]),
              helper.make_node("Conv", ["r0", "w1"], ["c1"], **pad), helper.make_node("Add", ["c1", "p"], ["s1"]),
