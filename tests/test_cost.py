@@ -657,7 +657,7 @@ def test_a_left_operand_made_across_k_is_priced_an_element_at_a_time():
     k reads another row of x, as a conv's windows over a channels-first input read another channel's
     plane) is made by the micro-kernel with k outside and its rows inside, an element at a time, not in
     vectors along k. The cost model prices each element a cycle beyond the vector work of its ops, and
-    agrees with the backend (targets/c/micro_kernel.py `_along_k`) on which operands those are: priced
+    agrees with the backend (targets/c/micro_kernel.py `along_k`) on which operands those are: priced
     at the vector rate, the transposed product was estimated as cheap as the plain one and measured 4x
     its time (docs/perf/2026-11-29-vision.md)."""
     from dataclasses import replace
@@ -666,7 +666,7 @@ def test_a_left_operand_made_across_k_is_priced_an_element_at_a_time():
     from stitch.lowering.loops import For
     from stitch.lowering.lower import lower
     from stitch.lowering.matmul import match_matmul
-    from stitch.targets.c.micro_kernel import _along_k
+    from stitch.targets.c.micro_kernel import along_k
     from stitch_testing import compile_text
 
     across = "func f(x: f32[64, 256], w: f32[64, 32]) -> f32[256, 32] {\n  return matmul(transpose(relu(x), perm=[1, 0]), w)\n}"
@@ -693,7 +693,7 @@ def test_a_left_operand_made_across_k_is_priced_an_element_at_a_time():
         dtypes = {b.name: b.dtype for k in loops.kernels for b in k.allocs}
         dtypes.update({b.name: b.dtype for b in [*loops.params, *loops.intermediates, *loops.output_buffers]})
         (nest,) = [n for k in loops.kernels for n in nests(k.body)]
-        assert _along_k(nest) is not made_across
+        assert along_k(nest) is not made_across
 
 
 @pytest.mark.parametrize("onchip", [1 << 20, 2 << 20])

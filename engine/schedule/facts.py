@@ -180,7 +180,7 @@ def made_across_k(kernel: Kernel, inst: Instance) -> bool:
     """Whether a product's computed left operand reads nothing consecutive along k (its sum axis), so
     the micro-kernel makes each block's rows of it with k outside and the rows inside, one element at
     a time: a conv's windows over a channels-first input, where each k reads another channel's plane
-    (targets/c/micro_kernel.py `_along_k`, the same test on the loops). A value held on chip is read
+    (targets/c/micro_kernel.py `along_k`, the same test on the loops). A value held on chip is read
     at its own index, a global one at its read's."""
     k = reduced_axes(inst)
     if not k or inst.operands[0].kind is RefKind.CONST:

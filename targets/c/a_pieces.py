@@ -2,7 +2,7 @@
 
 A conv's product reads its windows as a concat of taps along k (the im2col), and its chunk of k as a
 select on the chunk: `a_pre[r][k] = k / 64 < 2 ? (k / 64 < 1 ? x0[..] : x1[..]) : x2[..]` for every row and
-k. The micro-kernel makes A once per block of rows (micro_kernel.py `_precompute_a`), rows inside
+k. The micro-kernel makes A once per block of rows (micro_kernel.py `precompute_a`), rows inside
 each k; with the selects every element ran the whole chain of compares and branches, as long as the
 block's multiply-adds of that k on 64 output channels (ResNet-18's 3x3 convs at 38-44 GFLOP/s, a
 Zen 3 core's peak about 100: docs/perf/2026-11-29-vision.md). Cut where k crosses each split (as

@@ -38,7 +38,7 @@ from ...lowering.matmul import MatmulNest, match_matmul, shift_ix
 from .emit import KernelWriter
 from .int_dot import fits16
 from .int_rows import _FORMS, ALL_ROWS_BYTES, _row_blocks
-from .micro_kernel import _along_k, _computed, _KSpan, _precompute_a
+from .micro_kernel import KSpan, along_k, computed_left, precompute_a
 
 STAND_IN = "st_laid_out_b"  # B's place while the nest is matched as a product of loads
 _WIDEN = {("i8", 32): "_mm256_cvtepi8_epi16", ("u8", 32): "_mm256_cvtepu8_epi16",
@@ -191,14 +191,14 @@ def _a_halves(w: KernelWriter, nest: MatmulNest, pad: str, rows: int, base: str,
     """Rows st_i .. st_i + rows - 1 of A as 16-bit values into st_ah's rows from `base` on (A(i, 2p) and
     A(i, 2p + 1) side by side: the pair p as one 32-bit word), each checked to fit (st_fits). One
     narrowing loop along k a row: A computed in it where its loads run along k (what does not change
-    along k once a row, ahead), else from the micro-kernel's rows of A (`_precompute_a`). (int_rows'
+    along k once a row, ahead), else from the micro-kernel's rows of A (`precompute_a`). (int_rows'
     pairs, made from the rows of A by a pass of their own reading k two apart, took a quarter of a
     768 x 3072 product's kernel.) With a zero point, each row's sum of A too (st_as)."""
     i, k = nest.i.var, nest.k.var
     n_k = nest.k.extent
     out = [f"{pad}const int64_t {i} = st_i;"]
-    if _computed(nest.a) and not _along_k(nest):
-        out += _precompute_a(nest, w, pad, rows, "i32", _KSpan(n_k, n_k))
+    if computed_left(nest.a) and not along_k(nest):
+        out += precompute_a(nest, w, pad, rows, "i32", KSpan(n_k, n_k))
         decls, value = [], f"a_pre[st_r][{k}]"
     else:
         decls, value = w.hoisted(nest.a, k)

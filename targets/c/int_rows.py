@@ -29,7 +29,7 @@ from ...lowering.loops import For
 from ...lowering.matmul import MatmulNest, match_matmul, shift_ix
 from .emit import KernelWriter
 from .int_dot import fits16, pair16
-from .micro_kernel import _at_row, _KSpan, _precompute_a, render_matmul
+from .micro_kernel import KSpan, at_row, precompute_a, render_matmul
 
 # (intrinsics' prefix, vector type, the guard that they compile, register block: rows, vectors)
 _FORMS = {32: ("_mm256", "__m256i", "defined(__AVX2__)", 4, 2),
@@ -202,13 +202,13 @@ def _a_pairs(w: KernelWriter, nest: MatmulNest, pad: str, rows: int, base: str) 
     pairs = (n_k + 1) // 2
     p = pad + "  "
     out = [f"{pad}const int64_t {i} = st_i;"]
-    computed = _precompute_a(nest, w, pad, rows, "i32", _KSpan(n_k, n_k))
+    computed = precompute_a(nest, w, pad, rows, "i32", KSpan(n_k, n_k))
     if computed:
         out += computed
     else:  # A read where it is
         out.append(f"{pad}int32_t a_pre[{rows}][{n_k}] __attribute__((aligned(64)));")
         out.append(f"{pad}for (int64_t {k} = 0; {k} < {n_k}; ++{k}) {{")
-        out += [f"{p}{_at_row(i, r, f'a_pre[{r}][{k}] = {w.expr(nest.a)};')}" for r in range(rows)]
+        out += [f"{p}{at_row(i, r, f'a_pre[{r}][{k}] = {w.expr(nest.a)};')}" for r in range(rows)]
         out.append(f"{pad}}}")
     out += [f"{pad}for (int64_t st_r = 0; st_r < {rows}; ++st_r) {{",
             f"{p}#pragma omp simd reduction(&:st_fits)",

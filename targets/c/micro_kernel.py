@@ -142,7 +142,7 @@ def render_matmul(nest: MatmulNest, kernel: KernelWriter, pad: str, dtype: str, 
     lines = [f"{pad}{{ const int64_t {', '.join(f'{u} = 0' for u in nest.units)};"] if nest.units else []
     full_rows = n_i - n_i % mr
     ahead = _ahead(nest, kernel, full_rows // mr, nest.j.extent // (nv * lanes))
-    walk = _row_blocks if _computed(nest.a) else _panels
+    walk = _row_blocks if computed_left(nest.a) else _panels
     lines += walk(nest, kernel, pad, mr, nv, vec, dtype, ahead)
     if nest.units:
         lines.append(f"{pad}}}")
@@ -152,7 +152,7 @@ def render_matmul(nest: MatmulNest, kernel: KernelWriter, pad: str, dtype: str, 
 def _row_blocks(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, vec: _Vec, dtype: str,
                 ahead: _Ahead) -> list[str]:
     """A computed A's product, block of rows by block: each block computes its rows of A once
-    (`_precompute_a`) and walks every panel of B's columns with them."""
+    (`precompute_a`) and walks every panel of B's columns with them."""
     i, n_i = nest.i.var, nest.i.extent
     full_rows = n_i - n_i % mr
     lines = []
@@ -200,7 +200,7 @@ def _panels(nest: MatmulNest, kernel: KernelWriter, pad: str, mr: int, nv: int, 
     full_cols = n_j - n_j % width
     left_vectors = (n_j - full_cols) // lanes
     full_rows = n_i - n_i % mr
-    span = _KSpan(nest.k.extent, nest.k.extent)
+    span = KSpan(nest.k.extent, nest.k.extent)
     lines: list[str] = []
 
     def rows_of(p: str, vectors: int, prefetch: _Ahead) -> list[str]:
@@ -350,14 +350,14 @@ def _row_block(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: 
     width = nv * lanes
     full = n_j - n_j % width
     left_vectors = (n_j - full) // lanes
-    span = _KSpan(_a_chunk(nest, dtype), nest.k.extent)
+    span = KSpan(_a_chunk(nest, dtype), nest.k.extent)
     inner = pad + "  " if span.chunked else pad
     steps, k_end = span.steps, nest.k.extent
     lines = [f"{pad}for (int64_t st_k0 = 0; st_k0 < {k_end}; st_k0 += {steps}) {{",
              f"{inner}const int64_t st_k1 = st_k0 + {steps} < {k_end} ? st_k0 + {steps} : {k_end};"
              ] if span.chunked else []
-    lines += _precompute_a(nest, kernel, inner, rows, dtype, span)
-    a = "a_pre" if _computed(nest.a) else None
+    lines += precompute_a(nest, kernel, inner, rows, dtype, span)
+    a = "a_pre" if computed_left(nest.a) else None
     if full:
         lines.append(f"{inner}for (int64_t {j} = 0; {j} < {full}; {j} += {width}) {{")
         lines += _tile(nest, kernel, inner + "  ", rows, nv, vec, dtype, a, span, ahead)
@@ -378,7 +378,7 @@ def _row_block(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: 
         lines.append(f"{pad}  for (int64_t {j} = {start}; {j} < {n_j}; ++{j}) {{")
         for r in range(rows):
             leaf = _left_leaf(nest, kernel, r, dtype) if a and not span.chunked else kernel.leaf(nest.acc)
-            lines.append(f"{pad}    {_at_row(nest.i.var, r, leaf)}")
+            lines.append(f"{pad}    {at_row(nest.i.var, r, leaf)}")
         lines.append(f"{pad}  }}")
         lines.append(f"{pad}}}")
     return lines
@@ -395,7 +395,7 @@ def _left_leaf(nest: MatmulNest, kernel: KernelWriter, r: int, dtype: str) -> st
 
 
 @dataclass(frozen=True)
-class _KSpan:
+class KSpan:
     """The k steps one pass of a row block's tiles takes: all of k, or (where a computed A's rows
     would not fit tuning.A_SCRATCH_BYTES for all of k) `steps` from the chunk loop's st_k0 to its st_k1 (a
     loop bound gcc's `omp simd` takes)."""
@@ -423,25 +423,25 @@ def _a_chunk(nest: MatmulNest, dtype: str) -> int:
     it would not fit tuning.A_SCRATCH_BYTES (a grouped Conv's windows: 6,144 k of 8 rows, 196 KB), then
     as many as fit. The accumulators go to their buffer and back once per pass."""
     size = dtype_bytes(dtype)
-    if not _computed(nest.a) or MAX_ROWS * nest.k.extent * size <= tuning.A_SCRATCH_BYTES:
+    if not computed_left(nest.a) or MAX_ROWS * nest.k.extent * size <= tuning.A_SCRATCH_BYTES:
         return nest.k.extent
     return tuning.A_SCRATCH_BYTES // (MAX_ROWS * size)
 
 
-def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, dtype: str, span: _KSpan) -> list[str]:
+def precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, dtype: str, span: KSpan) -> list[str]:
     """A computed A (not a plain load) for these rows and the span's k, once, in vectorized loops.
 
     Inside the tile A is a scalar per row and k; a transcendental there would
     run one element at a time (and again for every block of columns).
     """
-    if not _computed(nest.a):
+    if not computed_left(nest.a):
         return []
     k = nest.k
     lines = [f"{pad}{C_ELEMENT[dtype]} a_pre[{rows}][{span.steps}] __attribute__((aligned(64)));"]
-    if not _along_k(nest):  # rows inside: each k reads one place for all the rows (a conv's taps
+    if not along_k(nest):  # rows inside: each k reads one place for all the rows (a conv's taps
         # first: k walks channels 32 KB apart, the rows neighbouring positions), not a line per row
         start, end = ("st_k0", "st_k1") if span.chunked else ("0", str(k.extent))
-        cut = a_pieces.precompute_lines(kernel, nest.a, k.var, nest.i.var, rows, start, end, span.at(k), pad, _at_row)
+        cut = a_pieces.precompute_lines(kernel, nest.a, k.var, nest.i.var, rows, start, end, span.at(k), pad, at_row)
         if cut is not None:  # a concat of taps along k: one loop per piece
             return lines + cut
         a, heads = _k_by_digits(nest.a, k) if not span.chunked else (nest.a, [])
@@ -449,7 +449,7 @@ def _precompute_a(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, d
             heads = [span.loop(k)]
         lines += [f"{pad}{head} {{" for head in heads]
         for r in range(rows):
-            lines.append(f"{pad}  {_at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(a)};')}")
+            lines.append(f"{pad}  {at_row(nest.i.var, r, f'a_pre[{r}][{span.at(k)}] = {kernel.expr(a)};')}")
         return lines + [f"{pad}{'}' * sum(head.count('{') + 1 for head in heads)}"]
     decls, value = kernel.hoisted(nest.a, k.var)  # (what does not change along k: once a row, ahead)
     # one loop over the block's rows, not a copy of the vector loop per row: the copies ran no faster
@@ -489,14 +489,14 @@ def _k_by_digits(a, k: For) -> tuple[object, list[str]]:
     return map_indices(a, rewrite), heads
 
 
-def _along_k(nest: MatmulNest) -> bool:
+def along_k(nest: MatmulNest) -> bool:
     """Whether some load of a computed A reads consecutive elements along k (a row's values in a
     row-major matrix): then A is computed row by row in vector loops along k."""
     k = nest.k.var
     return any(ld.index and ld.index[-1].coef(k) == 1 for ld in loads(nest.a))
 
 
-def _computed(a) -> bool:
+def computed_left(a) -> bool:
     """Whether A is precomputed: anything but a load the micro-kernel reads in place (machine.py's rule,
     which the cost model prices by)."""
     return not reads_left_in_place([a.index] if isinstance(a, Load) else None)
@@ -511,14 +511,14 @@ def _row_scope(i: str, r: int) -> tuple[str, str]:
     return f"{{ const int64_t st_row = {i} + {r}; {{ const int64_t {i} = st_row;", "} }"
 
 
-def _at_row(i: str, r: int, text: str) -> str:
+def at_row(i: str, r: int, text: str) -> str:
     """`text` (C reading loop variable `i`) at row i + r."""
     enter, leave = _row_scope(i, r)
     return f"{enter} {text} {leave}" if enter else text
 
 
 def _tile(nest: MatmulNest, kernel: KernelWriter, pad: str, rows: int, nv: int, vec: _Vec, dtype: str,
-          a_pre: str | None, span: _KSpan, ahead: _Ahead = _Ahead()) -> list[str]:
+          a_pre: str | None, span: KSpan, ahead: _Ahead = _Ahead()) -> list[str]:
     """One rows x nv-vector block of C in registers across the whole k loop."""
     vt, lanes = vec.type, vec.lanes
     ct = C_ELEMENT[dtype]
