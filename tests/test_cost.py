@@ -819,3 +819,30 @@ def test_the_whole_never_costs_more_than_its_halves_issue_48(graph, seed):
         halves = sum(compile_graph(g, builtin_rule_files(), target).cost.cycles for g in (first, second))
         assert whole <= halves * (1 + 1e-9)
 
+
+
+def test_a_tile_whose_rows_leave_the_register_block_short_is_priced_so():
+    """A product of a [14, 14] grid of positions by 96 columns (MobileNetV2's 576 -> 96 projection, small):
+    its rows in the output are 14 * p0 + p1, so the micro-kernel blocks the tile's p1 rows (and p0's too,
+    where p1 is whole). A tile of 2 of p1 runs blocks of 2 rows of MICRO_ROWS and is priced MICRO_ROWS / 2
+    the FMAs (it ran at 12.7 GFLOP/s where whole rows ran at 50); a tile of 2 of p0 with p1 whole holds 28
+    rows a walk and is priced as a full block; a product with fewer rows than a block is not penalized."""
+    from stitch.engine.schedule import facts, price
+    from stitch.engine.schedule.machine import MICRO_ROWS
+    from stitch_testing import compile_text
+
+    grid = ("func f(x: f32[14, 14, 64], w: f32[64, 96]) -> f32[14, 14, 96] {\n"
+            "  return reshape(matmul(reshape(relu(x), shape=[196, 64]), w), shape=[14, 14, 96])\n}")
+    c = compile_text(grid, CPU)
+    (kernel,), types = c.schedule.kernels, c.schedule.types
+    (inst, _), = facts.facts(kernel, types).on(CPU).matmuls
+    row = inst.index[-2]
+    inner = next(a for a, k in row.terms if k == 1)
+    outer = next(a for a, k in row.terms if k == 14)
+    assert price.row_block_fill(inst, kernel, {inner: 2, outer: 14}) == MICRO_ROWS / 2
+    assert price.row_block_fill(inst, kernel, {inner: 14, outer: 2}) == 1.0
+    few = "func f(x: f32[4, 64], w: f32[64, 96]) -> f32[4, 96] {\n  return matmul(relu(x), w)\n}"
+    c = compile_text(few, CPU)
+    (kernel,), types = c.schedule.kernels, c.schedule.types
+    (inst, _), = facts.facts(kernel, types).on(CPU).matmuls
+    assert price.row_block_fill(inst, kernel, {}) == 1.0
