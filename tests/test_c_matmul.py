@@ -42,9 +42,11 @@ def test_a_computed_a_too_long_for_the_stack_is_precomputed_one_chunk_of_k_at_a_
                                                                                       monkeypatch):
     """8 rows of exp(a) over all of k would pass A_SCRATCH_BYTES (a grouped Conv's windows: 6,144
     k): the micro-kernel still runs, precomputing A for one chunk of k after the other (the last
-    chunk short), the sums carried in the accumulator between chunks."""
+    chunk short), the sums carried in the accumulator between chunks. (16 rows: two tiles of a full
+    register block each; 9 rows in tiles of 5 and 4 are priced short blocks, `price.row_block_fill`,
+    and the f64 product then took exp(a) from a kernel of its own.)"""
     monkeypatch.setattr(cpu, "vector_bytes", lambda cc, flags: vector_bytes)
-    f = stitch.compile(f"func f(a: {t}[9, {k}], b: {t}[{k}, 24]) -> {t}[9, 24] {{ "
+    f = stitch.compile(f"func f(a: {t}[16, {k}], b: {t}[{k}, 24]) -> {t}[16, 24] {{ "
                        f"return matmul(exp(mul(a, 0.01)), b) }}", cache_dir=cache)
     source = f.native.source_path.read_text()
     assert f"st_vf{t[1:]} c0_0" in source and "st_k0 += " in source
