@@ -51,12 +51,17 @@ def _stmts(stmts: list[Stmt], around: dict[str, int], dtype_of) -> list[Stmt]:
 def _divisor(loop: For) -> tuple[int, ...] | None:
     """The divisors every div and mod of the loop's variable is by (see `digits`); None where there
     are none, or the variable is read otherwise inside an atom or a gathered index."""
-    found: list[Ix] = []
-    for leaf in leaves(loop.body):
-        map_indices(leaf, lambda ix: found.append(ix) or ix)
+    found = [ix for leaf in leaves(loop.body) for ix in indices_in(leaf)]
     if any(isinstance(t, Indirect) and loop.var in expr_vars(t.value) for ix in found for t, _ in ix.terms):
         return None
     return digits(found, loop.var, loop.extent)
+
+
+def indices_in(e) -> list[Ix]:
+    """Every index `e` (a statement or an expression) holds, as `map_indices` visits them."""
+    found: list[Ix] = []
+    map_indices(e, lambda ix: found.append(ix) or ix)
+    return found
 
 
 def digits(indices, var: str, extent: int) -> tuple[int, ...] | None:
@@ -103,18 +108,22 @@ def split_digits(var: str, extent: int, chain: tuple[int, ...]) -> tuple[list[tu
     return loops[::-1], at
 
 
-def _split(loop: For, chain: tuple[int, ...], around: dict[str, int]) -> For:
-    loops, at_var = split_digits(loop.var, loop.extent, chain)
-    spans = dict(around, **dict(loops))
-    at = {loop.var: at_var}
-
+def substituted(var: str, at: Ix, spans: dict[str, int]):
+    """A rewrite of indices: `var` replaced by `at`, simplified where each axis ranges over its extent
+    in `spans` (read when the rewrite runs; an axis not in it over any size)."""
     def span(a: str) -> tuple[int, int]:
         return (0, spans[a] - 1) if a in spans else (0, 2**62)
 
     def rewrite(ix: Ix) -> Ix:
-        return simplify_in(ix.substitute(at), span) if loop.var in set(ix.axes()) else ix
+        return simplify_in(ix.substitute({var: at}), span) if var in set(ix.axes()) else ix
 
-    body = _rewrite(loop.body, rewrite, spans)
+    return rewrite
+
+
+def _split(loop: For, chain: tuple[int, ...], around: dict[str, int]) -> For:
+    loops, at = split_digits(loop.var, loop.extent, chain)
+    spans = dict(around, **dict(loops))
+    body = _rewrite(loop.body, substituted(loop.var, at, spans), spans)
     for name, n in reversed(loops):
         body = [For(name, n, loop.kind, body)]
     return body[0]

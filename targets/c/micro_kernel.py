@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from ...engine.ir.extent import is_symbolic, planned
 from ...engine.ir.program import dtype_bytes
-from ...engine.schedule.index import simplify_in
 from ...engine.schedule.machine import (
     MICRO_ROWS,
     MICRO_VECTORS,
@@ -37,7 +36,7 @@ from ...engine.schedule.machine import (
     panel_vectors,
     reads_left_in_place,
 )
-from ...lowering.delinearize import digits, split_digits
+from ...lowering.delinearize import digits, indices_in, split_digits, substituted
 from ...lowering.loops import For, Ix, Load, loads, map_indices
 from ...lowering.matmul import BLOCKED_DTYPES, MatmulNest, shift_ix
 from . import a_pieces, tuning
@@ -471,22 +470,13 @@ def _k_by_digits(a, k: For) -> tuple[object, list[str]]:
     k walked digit by digit (lowering/delinearize.py's `digits`): A's expression over the digits, no div
     or mod left, and the C heads of the digits' loops, k itself defined in the innermost; (a, []) where
     k has no such digits."""
-    found: list[Ix] = []
-    map_indices(a, lambda ix: found.append(ix) or ix)
-    chain = digits(found, k.var, k.extent)
+    chain = digits(indices_in(a), k.var, k.extent)
     if chain is None:
         return a, []
     loops, at = split_digits(k.var, k.extent, chain)
-    spans = dict(loops)
-
-    def rewrite(ix: Ix) -> Ix:
-        if k.var not in set(ix.axes()):
-            return ix
-        return simplify_in(ix.substitute({k.var: at}), lambda v: (0, spans[v] - 1) if v in spans else (0, 2**62))
-
     heads = [f"for (int64_t {name} = 0; {name} < {n}; ++{name})" for name, n in loops]
     heads[-1] += f" {{ const int64_t {k.var} = {at};"
-    return map_indices(a, rewrite), heads
+    return map_indices(a, substituted(k.var, at, dict(loops))), heads
 
 
 def along_k(nest: MatmulNest) -> bool:

@@ -105,11 +105,7 @@ def _tile_function(w: KernelWriter, fn: str, loop: For | None, params: str, decl
             w.lines.append(f"  for (int64_t {loop.var} = lo; {loop.var} < hi; ++{loop.var}) {{")
         else:  # one tile index over the nested tile loops, the outermost slowest
             w.lines.append("  for (int64_t st_tile = lo; st_tile < hi; ++st_tile) {")
-            inner = 1
-            for lp in reversed(nest):
-                w.lines.append(f"    const int64_t {lp.var} = (st_tile / ({inner})) % ({lp.extent});"
-                               if lp is not nest[0] else f"    const int64_t {lp.var} = st_tile / ({inner});")
-                inner = inner * lp.extent
+            w.lines += [f"    const int64_t {var} = {value};" for var, value in _tile_vars(nest, "st_tile").items()]
         _scratch(w, "    ", set(declared))
         w.next_tile = _next_tile(nest)
         w.block(nest[-1].body, 2, tuple(nest))
@@ -122,17 +118,23 @@ def _tile_function(w: KernelWriter, fn: str, loop: For | None, params: str, decl
     return used
 
 
+def _tile_vars(nest: list[For], tile: str) -> dict[str, str]:
+    """Each variable of the nested tile loops `nest` as C of the one tile index `tile` (the outermost
+    slowest), innermost first."""
+    inner, values = 1, {}
+    for lp in reversed(nest):
+        values[lp.var] = f"({tile} / ({inner})) % ({lp.extent})" if lp is not nest[0] else f"{tile} / ({inner})"
+        inner = inner * lp.extent
+    return values
+
+
 def _next_tile(nest: list[For]) -> dict[str, str]:
     """Each variable of the tile loops `nest` (as `_tile_function` walks them) at the next tile of
     the claim lo..hi-1, or at this tile where it is the claim's last."""
     if len(nest) == 1:
         v = nest[0].var
         return {v: f"({v} + 1 < hi ? {v} + 1 : {v})"}
-    k, inner, values = "(st_tile + 1 < hi ? st_tile + 1 : st_tile)", 1, {}
-    for lp in reversed(nest):
-        values[lp.var] = f"({k} / ({inner})) % ({lp.extent})" if lp is not nest[0] else f"{k} / ({inner})"
-        inner = inner * lp.extent
-    return values
+    return _tile_vars(nest, "(st_tile + 1 < hi ? st_tile + 1 : st_tile)")
 
 
 def _stages(w: KernelWriter, loop: For) -> Stages:
