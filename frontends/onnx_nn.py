@@ -68,13 +68,7 @@ def convert_conv(b, node, ins):
     for a in range(d):  # [N, C, o1, k1, ..., od, kd]: each spatial axis split into (output position, tap)
         x = windows(b, x, 2 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
     if depthwise:  # the windows times each channel's K weights, summed over the taps
-        per_tap = (c,) + tuple(v for kk in kernel for v in (1, kk))
-        taps_w = (Known(w.array.reshape(per_tap), param=w.param, name=w.name) if isinstance(w, Known)
-                  else reshape(b, w, per_tap, hint))
-        if dtype == "f16":  # multiplied and summed in f32, rounded once (as an f16 product is)
-            x, taps_w = cast(b, x, "f32", hint), cast(b, taps_w, "f32", hint)
-        y = b.op("sum", [b.op("mul", [x, taps_w], hint)], hint, axes=tuple(3 + 2 * a for a in range(d)))
-        y = cast(b, y, dtype, hint) if dtype == "f16" else y
+        y = depthwise_taps(b, x, w, kernel, dtype, hint, last=False)
         if len(ins) > 2 and ins[2] is not None:
             y = b.op("add", [y, reshape(b, ins[2], (c,) + (1,) * d, hint)], hint)
         return [y]
@@ -118,22 +112,24 @@ def channels_last(b: Builder, x: Value, hint: str) -> Value:
 
 def made_here(b: Builder, x: Value, depth: int = 16) -> bool:
     """Whether `x` is channels last where it is made: a conv's or a pool's output (`channels_first` of
-    one), or an elementwise op (a ReLU, BatchNorm's scale and shift, a residual add) of such a value.
-    Only then is a conv or pool of it channels last inside. A graph input is laid out by the caller,
-    channels first: a conv of one (a stem over an image, a patch embedding) reads its windows' rows
-    along the input's rows. So is a normalization's output (GroupNorm reshapes the channels into
-    groups): a conv of it read channels last stored the normalized values through a transposing copy
-    (a U-Net block's two convs: 6 copies of 0.44 ms where straight ones take 0.05)."""
-    if not isinstance(x, Sym) or x.input or depth == 0:
-        return False
-    if x.name in b.channels_last:
-        return True
-    call = b.calls.get(x.name)
-    if call is None or not OPS[call.op].elementwise:
+    one), or an elementwise op (a ReLU, BatchNorm's scale and shift, a residual add) of such a value,
+    within `depth` ops. Only then is a conv or pool of it channels last inside. A graph input is laid
+    out by the caller, channels first: a conv of one (a stem over an image, a patch embedding) reads its
+    windows' rows along the input's rows. So is a normalization's output (GroupNorm reshapes the
+    channels into groups): a conv of it read channels last stored the normalized values through a
+    transposing copy (a U-Net block's two convs: 6 copies of 0.44 ms where straight ones take 0.05)."""
+    if not isinstance(x, Sym) or x.input:
         return False
     rank = b.type_of(x).rank
-    return any(isinstance(a, Var) and b.types[a.name].rank == rank
-               and made_here(b, Sym(a.name, b.types[a.name]), depth - 1) for a in call.args)
+    level, seen = [x.name], {x.name}
+    for _ in range(depth):  # breadth first: each value once, at its fewest ops from x
+        if any(name in b.channels_last for name in level):
+            return True
+        calls = [b.calls.get(name) for name in level]
+        level = [a.name for call in calls if call is not None and OPS[call.op].elementwise for a in call.args
+                 if isinstance(a, Var) and b.types[a.name].rank == rank and a.name not in seen]
+        seen.update(level)
+    return False
 
 
 def channels_first(b: Builder, y: Value, hint: str) -> Value:
@@ -164,20 +160,30 @@ def conv_product(b: Builder, x: Value, w: Value, n: int, c: int, m: int, kernel,
     return b.op("matmul", [rows, weight_matrix(b, w, (1, m, c, k), (0, 3, 2, 1), (k * c, m), hint)], hint)
 
 
-def depthwise_taps(b: Builder, x: Value, w: Value, kernel, dtype: str, hint: str) -> Value:
-    """A depthwise Conv (one output channel per channel) of channels-last windows x [N, o1, k1, ..., od,
-    kd, C]: the windows times each channel's K weights, summed over the taps: [N, o1, ..., od, C]."""
-    d, c = len(kernel), b.type_of(x).shape[-1]
-    per_tap = tuple(v for a, kk in enumerate(kernel) for v in ((kk, 1) if a < d - 1 else (kk,))) + (c,)
-    to_last = (*range(1, d + 1), 0)  # [C, k1, ..., kd] -> [k1, ..., kd, C]
-    if isinstance(w, Known):
-        taps_w = Known(np.ascontiguousarray(w.array.reshape((c, *kernel)).transpose(to_last)).reshape(per_tap),
-                       param=w.param, name=w.name)
+def depthwise_taps(b: Builder, x: Value, w: Value, kernel, dtype: str, hint: str, last: bool = True) -> Value:
+    """A depthwise Conv (one output channel per channel) of windows x, channels last ([N, o1, k1, ..., od,
+    kd, C]) or first ([N, C, o1, k1, ...]): the windows times each channel's K weights, summed over the
+    taps: [N, o1, ..., od, C] or [N, C, o1, ..., od]."""
+    d = len(kernel)
+    if last:
+        c = b.type_of(x).shape[-1]
+        per_tap = tuple(v for a, kk in enumerate(kernel) for v in ((kk, 1) if a < d - 1 else (kk,))) + (c,)
+        order = (*range(1, d + 1), 0)  # [C, k1, ..., kd] -> [k1, ..., kd, C]
     else:
-        taps_w = reshape(b, b.op("transpose", [reshape(b, w, (c, *kernel), hint)], hint, perm=to_last), per_tap, hint)
+        c = b.type_of(x).shape[1]
+        per_tap = (c,) + tuple(v for kk in kernel for v in (1, kk))
+        order = tuple(range(d + 1))
+    if isinstance(w, Known):
+        taps_w = Known(np.ascontiguousarray(w.array.reshape((c, *kernel)).transpose(order)).reshape(per_tap),
+                       param=w.param, name=w.name)
+    elif last:
+        taps_w = reshape(b, b.op("transpose", [reshape(b, w, (c, *kernel), hint)], hint, perm=order), per_tap, hint)
+    else:
+        taps_w = reshape(b, w, per_tap, hint)
     if dtype == "f16":  # multiplied and summed in f32, rounded once (as an f16 product is)
         x, taps_w = cast(b, x, "f32", hint), cast(b, taps_w, "f32", hint)
-    y = b.op("sum", [b.op("mul", [x, taps_w], hint)], hint, axes=tuple(2 + 2 * a for a in range(d)))
+    taps = tuple((2 if last else 3) + 2 * a for a in range(d))
+    y = b.op("sum", [b.op("mul", [x, taps_w], hint)], hint, axes=taps)
     return cast(b, y, dtype, hint) if dtype == "f16" else y
 
 
