@@ -205,7 +205,7 @@ def row_block_fill(inst, kernel: Kernel, tile: dict[str, int]) -> float:
         if t != kernel.extents[a]:
             break
         stride *= kernel.extents[a]
-    if rows >= MICRO_ROWS or whole < MICRO_ROWS or not isinstance(rows, int):
+    if not isinstance(rows, int) or rows >= MICRO_ROWS or whole < MICRO_ROWS:
         return 1.0
     return MICRO_ROWS / rows
 

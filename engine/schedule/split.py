@@ -25,6 +25,8 @@ gather is left as it is.
 
 from __future__ import annotations
 
+import functools
+
 from ..ir.extent import is_symbolic
 from .index import FloorDiv, Indirect, Ix, Mod, simplify
 from .kernel import Axis, AxisKind, Instance, Kernel, Read
@@ -85,21 +87,11 @@ def _indices(kernel: Kernel):
             yield g.ix
 
 
-# _gathered's answers by index: the search asks it of every index of every kernel it prices, and
-# a kernel's indices are mostly those of the kernels it was joined from (a convolution's taps nest
-# div/mod several deep). Emptied when full.
-_GATHERED: dict = {}
-GATHERED_KEPT = 1 << 16
-
-
+# (cached: the search asks it of every index of every kernel it prices, and a kernel's indices are
+# mostly those of the kernels it was joined from; a convolution's taps nest div/mod several deep)
+@functools.lru_cache(maxsize=1 << 16)
 def _gathered(ix: Ix) -> bool:
-    known = _GATHERED.get(ix)
-    if known is None:
-        if len(_GATHERED) >= GATHERED_KEPT:
-            _GATHERED.clear()
-        known = _GATHERED[ix] = any(isinstance(t, Indirect) or isinstance(t, (FloorDiv, Mod)) and _gathered(t.x)
-                                    for t, _ in ix.terms)
-    return known
+    return any(isinstance(t, Indirect) or isinstance(t, (FloorDiv, Mod)) and _gathered(t.x) for t, _ in ix.terms)
 
 
 def _divided(kernel: Kernel) -> dict[str, set[int]]:
