@@ -428,7 +428,7 @@ def cmd_compile(args) -> int:
     target = load_target(args.target)
     if args.explain:
         return explain_compile(args, graph, rule_files, target, limits)
-    compiled = compile_graph(graph, rule_files, target, limits)
+    compiled = compile_graph(graph, rule_files, target, limits, bound=bound)
     if args.dot:
         draw(args.dot, egraph_dot(compiled.data, f"e-graph of {graph.name}", args.focus) if args.emit == "egraph"
              else schedule_dot(compiled, args.focus))

@@ -152,10 +152,10 @@ def _progress(report: RunReport, limit: str) -> str:
 # -- extract ------------------------------------------------------------------------------------
 
 
-def extract(graph: Graph, data: EGraphData, target: Target) -> SearchResult:
-    """The cheapest schedule for `target`; no feasible schedule (every one exceeds the target's
-    capacity) is an error."""
-    extracted = extract_schedule(data, target)
+def extract(graph: Graph, data: EGraphData, target: Target, bound: tuple[str, ...] = ()) -> SearchResult:
+    """The cheapest schedule for `target` (`bound` naming the parameters given at build time); no
+    feasible schedule (every one exceeds the target's capacity) is an error."""
+    extracted = extract_schedule(data, target, bound=bound)
     if not extracted.cost.feasible:
         raise StitchError(
             f"no schedule of '{graph.name}' fits target '{target.name}': " + "; ".join(extracted.cost.problems),
@@ -166,9 +166,10 @@ def extract(graph: Graph, data: EGraphData, target: Target) -> SearchResult:
 
 @allows_deep_recursion
 def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limits: Limits = Limits(),
-                  buckets: bool = False) -> Compiled:
+                  buckets: bool = False, bound: tuple[str, ...] = ()) -> Compiled:
     """Saturate, then extract the cheapest schedule for `target`; with `buckets`, a symbolic program's
-    schedules for the smaller size buckets too (`Compiled.variants`)."""
+    schedules for the smaller size buckets too (`Compiled.variants`). `bound` names the parameters whose
+    values are given at build time (weights), which lowering may lay out then (the price follows it)."""
     start = time.perf_counter()
     with memory_budget(limits.memory):
         run, report = saturate_program(graph, rule_files, limits)
@@ -177,11 +178,11 @@ def compile_graph(graph: Graph, rule_files: list[RuleFile], target: Target, limi
         smaller = [(top, run.data(top)) for top in (bucket_tops(graph.symbols) if buckets else [])]
         run.release()  # (not on an error: an e-graph a failed run leaves is not loaded again)
         checkpoint("reading the saturated e-graph")
-        extracted = extract(graph, data, target)
+        extracted = extract(graph, data, target, bound)
         variants = []
         for top, at_top in smaller:  # one schedule per size bucket (extent.py BUCKETS), the same e-graph
             bucket = replace(graph, symbols={name: (lo, top) for name, (lo, _) in graph.symbols.items()})
-            variants.append(Compiled(bucket, target, report, at_top, extract(bucket, at_top, target), 0.0))
+            variants.append(Compiled(bucket, target, report, at_top, extract(bucket, at_top, target, bound), 0.0))
     return Compiled(graph, target, report, data, extracted, time.perf_counter() - start, variants)
 
 
@@ -261,7 +262,7 @@ def compile_entry(graph: Graph, target: str = "cpu", rules: list[str] = (), buil
     rule_files = load_rule_files(list(rules), builtin_rules, tuple(without_rules), unsafe_fp, trust_rules, cache_dir)
     limits = limits or Limits()
     folded = fold_bound(graph, tuple(weights))
-    compiled = compile_graph(folded.graph, rule_files, tgt, limits, buckets=True)
+    compiled = compile_graph(folded.graph, rule_files, tgt, limits, buckets=True, bound=tuple(weights) + folded.names)
     start = time.perf_counter()
     weights = weights | fold_values(folded, weights)  # (binding: what the weights alone compute, once)
     compiled.seconds += time.perf_counter() - start

@@ -91,15 +91,13 @@ def _nibbles(program: LoopProgram, target: Target) -> LoopProgram:
 
 
 def _pairs(program: LoopProgram, target: Target) -> LoopProgram:
-    from ..engine.schedule.target import machine_vector_bytes
+    from ..engine.schedule.machine import pair_columns
     from .pairs import lay_out_pairs
 
-    # (the 16-bit pairs targets/c/int_pairs.py widens are AVX2's and AVX-512's: panels of two vectors
-    # of 32-bit lanes; a machine with narrower vectors keeps the micro-kernel's pack)
-    width = machine_vector_bytes()
-    if target.weights_in_place and width in (32, 64):
-        return lay_out_pairs(program, 2 * width // 4)
-    return program
+    # (a machine with vectors narrower than AVX2's keeps the micro-kernel's pack; the cost model prices
+    # the same choice, facts.py `paired`)
+    columns = pair_columns(target)
+    return lay_out_pairs(program, columns) if columns else program
 
 
 def _remainders(program: LoopProgram, target: Target) -> LoopProgram:

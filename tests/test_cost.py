@@ -284,7 +284,7 @@ def test_a_moves_kernels_are_priced_only_where_their_bounds_leave_it_a_chance(ta
     met = []
     bound = space_module.kernel_bound
     monkeypatch.setattr(space_module, "kernel_bound",
-                        lambda k, types, t: met.append((k, types)) or bound(k, types, t))
+                        lambda k, types, t, *weights: met.append((k, types)) or bound(k, types, t, *weights))
     graphs = [check_program(parse_program(_conv_stack(3, 2, 4)))["convs"], example("attention_block"),
               example("layernorm")]
     for g in graphs:
@@ -575,7 +575,7 @@ def test_a_long_matmul_walks_its_reduction_in_chunks_on_the_cpu(monkeypatch):
     assert price.footprint <= CPU.onchip_bytes
     columns = kc.parallel[-2]
     assert kc.tile[columns] >= 2 * CPU.vector_lanes and kc.tile[columns] % CPU.vector_lanes == 0
-    monkeypatch.setattr(plan, "chunk_sizes", lambda extent: [])
+    monkeypatch.setattr(plan, "chunk_sizes", lambda extent, chain=(): [])
     ((whole, whole_price),) = ((k.plan, k.price) for k in compile_text(LONG_MATMUL, CPU).cost.kernels)
     assert not whole.chunked and whole.tile[columns] < kc.tile[columns]
     assert price.bytes_read < whole_price.bytes_read and price.cycles < whole_price.cycles

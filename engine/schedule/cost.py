@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 
 from ..ir.extent import is_symbolic, planned
 from ..ir.program import TensorType
-from .facts import KernelFacts, facts
+from .facts import KernelFacts, facts, paired
 from .kernel import Kernel, Schedule
 from .plan import KernelPlan, candidate_plans
 from .price import KernelPrice, price_plan, tile_work
@@ -98,23 +98,28 @@ class ScheduleCost:
         return [kc.plan for kc in self.kernels]
 
 
-def kernel_variants(kernel: Kernel, types, target: Target) -> list[tuple[tuple, Kernel, KernelFacts]]:
+def kernel_variants(kernel: Kernel, types, target: Target,
+                    bound: frozenset = frozenset()) -> list[tuple[tuple, Kernel, KernelFacts]]:
     """What `kernel_cost` prices and `kernel_bound` bounds: the kernel as formed and the kernel with its
     axes split where its indices divide them (split.py: a group's statistics made once per group, not
-    once per channel), each as (the splits, the kernel, its facts on `target`)."""
+    once per channel), each as (the splits, the kernel, its facts on `target`, given the `bound`
+    parameters' e-classes: facts.py `paired`)."""
     splits = axis_splits(kernel)
     out = []
     for split in ((), splits) if splits else ((),):
         k = split_axes(kernel, split)
-        out.append((split, k, facts(k, types).on(target)))
+        f = facts(k, types)
+        out.append((split, k, f.on(target, paired(k, f, types, target, bound))))
     return out
 
 
-def kernel_cost(kernel: Kernel, types, target: Target, variants: list | None = None) -> KernelCost:
+def kernel_cost(kernel: Kernel, types, target: Target, variants: list | None = None,
+                bound: frozenset = frozenset()) -> KernelCost:
     """The kernel's cheapest plan (every tile space, order of tile loops and chunking: `candidate_plans`)
-    of each of its `kernel_variants` (given where the caller made them already)."""
+    of each of its `kernel_variants` (given where the caller made them already), `bound` naming the
+    e-classes of the parameters bound at build time (weights)."""
     best = None
-    for split, k, f in variants or kernel_variants(kernel, types, target):
+    for split, k, f in variants or kernel_variants(kernel, types, target, bound):
         for plan in candidate_plans(k, types, target, f):
             plan = replace(plan, splits=split) if split else plan
             price = price_plan(k, plan, types, target, f)
@@ -123,7 +128,7 @@ def kernel_cost(kernel: Kernel, types, target: Target, variants: list | None = N
     return best
 
 
-def kernel_bound(kernel: Kernel, types, target: Target) -> tuple[float, list]:
+def kernel_bound(kernel: Kernel, types, target: Target, bound: frozenset = frozenset()) -> tuple[float, list]:
     """A lower bound on `kernel_cost(kernel).price.cycles`, for about what facts.py costs (a fraction
     of pricing the kernel's plans): the launch, the outputs written once, and the work of the whole
     kernel spread over every core. Every plan pays at least that (price.py `price_plan`): its tiles
@@ -138,7 +143,7 @@ def kernel_bound(kernel: Kernel, types, target: Target) -> tuple[float, list]:
         return 0.0, []
     written = sum(types[cid].nbytes for cid in kernel.roots) / target.global_bandwidth
     best = math.inf
-    variants = kernel_variants(kernel, types, target)
+    variants = kernel_variants(kernel, types, target, bound)
     for _, k, f in variants:  # (the least of them)
         vector, matrix = tile_work(k, {}, target, f, types)  # (one tile: the whole kernel)
         compute = vector / (target.vector_lanes * target.cores) + matrix / target.cores

@@ -215,10 +215,12 @@ def work_cost(data: EGraphData, target: Target) -> Callable[[ENode], float]:
     return cost
 
 
-def extract_schedule(data: EGraphData, target: Target, exhaustive_limit: int | None = None) -> SearchResult:
-    """The cheapest schedule of the saturated e-graph for `target` (see search.py)."""
+def extract_schedule(data: EGraphData, target: Target, exhaustive_limit: int | None = None,
+                     bound: tuple[str, ...] = ()) -> SearchResult:
+    """The cheapest schedule of the saturated e-graph for `target` (see search.py), `bound` naming the
+    parameters whose values are given at build time (weights)."""
     from .search import EXHAUSTIVE_LIMIT, search
 
     limit = EXHAUSTIVE_LIMIT if exhaustive_limit is None else exhaustive_limit
     cost = work_cost(data, target)
-    return search(data, target, improve_dag(data, extract_tree(data, cost), cost), limit)
+    return search(data, target, improve_dag(data, extract_tree(data, cost), cost), limit, frozenset(bound))

@@ -8,13 +8,14 @@ a tile holds, the work of each loop nest, the products and how the micro-kernel 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from ..ir.extent import is_symbolic
 from ..ir.ops import ACCUMULATING, REDUCE, is_injective
-from ..ir.program import dtype_bytes
-from .index import Ix, Mod
-from .kernel import AxisKind, Hold, Instance, Kernel, RefKind, packed_operand
-from .machine import reads_left_in_place, sum_accumulator
+from ..ir.program import INT_DTYPES, dtype_bytes
+from .index import Ix, Mod, affine
+from .kernel import AxisKind, Hold, Instance, Kernel, Ref, RefKind, packed_operand
+from .machine import pair_columns, reads_left_in_place, sum_accumulator
 from .target import Target
 
 FREE_OPS = ("transpose", "reshape", "broadcast_to", "slice")  # index maps: no arithmetic
@@ -38,13 +39,21 @@ class KernelFacts:
     # each product's left operand made across k (`made_across_k`), an element at a time: (its axes, the ops
     # making an element, which `work` prices at the vector rate)
     across_k: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
+    # of the packed products, those whose pack lowering replaces by their bound byte weight laid out in
+    # pairs of k (`paired`): matmul -> (its column axis, the columns of one panel), which a tile's columns
+    # are a multiple of: lowering lays them out in whole panels, its pack gone only then
+    paired: dict[int, tuple[str, int]] = field(default_factory=dict)
 
-    def on(self, target: Target) -> KernelFacts:
+    def on(self, target: Target, paired: dict[int, tuple[str, int]] | None = None) -> KernelFacts:
         """The facts on `target`: on the vector unit a matmul's computed or strided right operand is
-        packed into a tile buffer (on chip too); a matrix unit reads operand tiles where they are."""
+        packed into a tile buffer (on chip too), except the `paired` products' (their B is read from
+        the bound weight's bytes laid out at binding: no tile buffer); a matrix unit reads operand
+        tiles where they are."""
         if target.matrix is not None or not self.packs:
             return self
-        return replace(self, buffers=self.buffers + list(self.packs.values()), packed_here=True)
+        paired = paired or {}
+        packs = [axes for key, axes in self.packs.items() if key not in paired]
+        return replace(self, buffers=self.buffers + packs, packed_here=True, paired=paired)
 
 
 def reduced_axes(inst: Instance) -> tuple[str, ...]:
@@ -98,6 +107,53 @@ def facts(kernel: Kernel, types) -> KernelFacts:
                      if inst.key not in plain and made_across_k(kernel, inst))
     return KernelFacts(restrict, candidates, partial_axes, tails, buffers, work, matmuls, aliases, packs, plain=plain,
                        across_k=across_k)
+
+
+def paired(kernel: Kernel, f: KernelFacts, types, target: Target, bound: frozenset) -> dict[int, tuple[str, int]]:
+    """The packed products whose pack lowering/pairs.py replaces, as it lowers them on `target`: an i32
+    product whose right operand is a `bound` i8 or u8 weight widened (`cast`, less or plus a literal zero
+    point), read at affine indices, its k even and its one column axis whole panels of `pair_columns`,
+    every extent static. Each maps to its column axis and the panel's columns: a tile's columns keep to
+    whole panels (and a chunk of k to whole pairs), so the pass applies to every plan that assumes it
+    (`plan.choose_tile`, `plan.candidate_plans`)."""
+    columns = pair_columns(target)
+    if not columns or not bound or not f.packs or any(is_symbolic(e) for e in kernel.extents.values()):
+        return {}
+    out = {}
+    for inst, k in f.matmuls:
+        if inst.key not in f.packs or types[inst.cid].dtype != "i32" or k % 2:
+            continue
+        col_axes = matrix_dims(inst)[1]
+        if len(col_axes) != 1 or kernel.extents[col_axes[0]] % columns:
+            continue
+        weight = _widened_byte(kernel, inst.operands[1], types)
+        if weight is not None and weight in bound:
+            out[inst.key] = (col_axes[0], columns)
+    return out
+
+
+def _widened_byte(kernel: Kernel, ref: Ref, types) -> str | None:
+    """The global byte value an inline operand widens to i32 (lowering/pairs.py `_byte_read`): `cast`
+    of a read at affine indices, or that less or plus a literal; else None."""
+    if not ref.inline:
+        return None
+    inst = kernel.instances[ref.key]
+    op = inst.node.op
+    if op in ("add", "sub") and types[inst.cid].dtype in INT_DTYPES and len(inst.operands) == 2:
+        x, z = inst.operands
+        if z.kind is not RefKind.CONST:
+            return None
+        if not x.inline:
+            return None
+        inst = kernel.instances[x.key]
+        op = inst.node.op
+    if op != "cast" or types[inst.cid].dtype != "i32" or len(inst.operands) != 1:
+        return None
+    read, = inst.operands
+    if (read.kind is not RefKind.GLOBAL or types[read.target].dtype not in ("i8", "u8")
+            or not all(affine(ix) for ix in inst.operand_index[0])):
+        return None
+    return read.target
 
 
 def nest_axes(inst: Instance) -> tuple[str, ...]:

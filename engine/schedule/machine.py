@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .index import Ix, affine
+from .target import Target, machine_vector_bytes
 
 # Rows of C the micro-kernel holds in registers.
 MICRO_ROWS = 8
@@ -43,6 +44,15 @@ def panel_columns(columns: int, element_bytes: int) -> int | None:
         return None
     width = panel_vectors(columns // lanes) * lanes
     return width if columns % width == 0 and columns > width else None
+
+
+def pair_columns(target: Target) -> int | None:
+    """The columns of one panel of a bound byte weight laid out in pairs of k (lowering/pairs.py), which
+    targets/c/int_pairs.py widens to the 16-bit pairs `vpmaddwd` multiplies: two of the machine's vectors
+    of 32-bit lanes, where the target reads weights in place and the vectors are 32 or 64 bytes (AVX2's
+    and AVX-512's); None elsewhere (the product packs its widened weight per tile)."""
+    width = machine_vector_bytes()
+    return 2 * width // 4 if target.weights_in_place and width in (32, 64) else None
 
 
 def reads_left_in_place(indices: Iterable[tuple[Ix, ...]] | None) -> bool:

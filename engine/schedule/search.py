@@ -104,9 +104,11 @@ def order_key(cost: ScheduleCost | None) -> tuple:
     return (0 if cost.feasible else 1, cost.cycles, len(cost.problems))
 
 
-def search(data: EGraphData, target: Target, start: Choice, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
-    """The cheapest schedule: exhaustive when the narrowed space is small, greedy fusion otherwise."""
-    space = Space(data, target)
+def search(data: EGraphData, target: Target, start: Choice, exhaustive_limit: int = EXHAUSTIVE_LIMIT,
+           bound: frozenset[str] = frozenset()) -> SearchResult:
+    """The cheapest schedule: exhaustive when the narrowed space is small, greedy fusion otherwise.
+    `bound` names the parameters whose values are given at build time (weights)."""
+    space = Space(data, target, bound)
     if space.space_size(exhaustive_limit) <= exhaustive_limit:
         return _exhaustive(space)
     return _greedy(space, start)

@@ -52,7 +52,7 @@ SHAPE_CACHE = True
 class Space:
     """The narrowed options of every value e-class, and kernel pricing with caches."""
 
-    def __init__(self, data: EGraphData, target: Target):
+    def __init__(self, data: EGraphData, target: Target, bound: frozenset[str] = frozenset()):
         self.data = data
         self.target = target
         self.placement_choice: Choice = {}
@@ -69,6 +69,9 @@ class Space:
                          for cid, nodes in data.classes.items()}
         self.consumers = self._consumer_classes()
         self.params = {cid for cid, nodes in data.classes.items() if nodes[0].op == "param"}
+        # the parameters' classes whose values are given at build time (weights), which lowering may
+        # lay out at binding (facts.py `paired`): a kernel's price depends on which it reads
+        self.bound = frozenset(cid for cid in self.params if data.classes[cid][0].attr("name") in bound)
         self.outputs = {self.value_of(root) for root in data.roots}
         self.twice = self._computed_twice()  # classes that may be computed in two instances
         self.index_only = self._index_only()
@@ -362,6 +365,14 @@ class Space:
             self.shapes[id(kernel)] = (kernel, (shaped[0], tuple(names[c] for c in shaped[1])))
         return kernel
 
+    def _priced_shape(self, kernel: Kernel) -> tuple | None:
+        """`_shape`, with which of its classes are bound parameters where any is: kernels of one shape
+        price alike only where they read bound weights alike."""
+        shaped = self._shape(kernel)
+        if shaped is None or not self.bound:
+            return shaped
+        return (shaped[0], tuple(c in self.bound for c in shaped[1])), shaped[1]
+
     def _shape(self, kernel: Kernel) -> tuple | None:
         """canonical.py `kernel_shape`, once per kernel object (a renamed one's is noted as made)."""
         noted = self.shapes.get(id(kernel))
@@ -377,16 +388,18 @@ class Space:
         known = self.priced.get(id(kernel))
         if known is not None and known[0] is kernel:
             return known[1]
-        shaped = self._shape(kernel) if SHAPE_CACHE else None
+        shaped = self._priced_shape(kernel) if SHAPE_CACHE else None
         bounded = self.bounds.pop(id(kernel), None)  # (its variants, made for its bound)
         variants = bounded[2] if bounded is not None and bounded[0] is kernel else None
         if shaped is None:  # (a gather's kernel: equal kernels made apart priced once)
             cost = self.price_cache.get(kernel)
             if cost is None:
-                cost = self.price_cache[kernel] = kernel_cost(kernel, self.data.types, self.target, variants)
+                cost = self.price_cache[kernel] = kernel_cost(kernel, self.data.types, self.target, variants,
+                                                              self.bound)
         else:
             cost = self._by_shape(self.shape_cache, shaped,
-                                  lambda: kernel_cost(kernel, self.data.types, self.target, variants), renamed_cost)
+                                  lambda: kernel_cost(kernel, self.data.types, self.target, variants, self.bound),
+                                  renamed_cost)
         self.priced[id(kernel)] = (kernel, cost)
         return cost
 
@@ -398,12 +411,12 @@ class Space:
         if known is not None and known[0] is kernel:
             return known[1].price.cycles
         if SHAPE_CACHE:
-            shaped = self._shape(kernel)
+            shaped = self._priced_shape(kernel)
             if shaped is not None and shaped[0] in self.shape_cache:
                 return self.price_kernel(kernel).price.cycles  # (renamed: no pricing)
         noted = self.bounds.get(id(kernel))
         if noted is None or noted[0] is not kernel:
-            noted = self.bounds[id(kernel)] = (kernel, *kernel_bound(kernel, self.data.types, self.target))
+            noted = self.bounds[id(kernel)] = (kernel, *kernel_bound(kernel, self.data.types, self.target, self.bound))
         return noted[1]
 
     def price(self, choice: Choice) -> tuple[ScheduleCost | None, Schedule | None]:
