@@ -124,7 +124,8 @@ class Native:
                 flags = arr.flags
                 if not (flags.c_contiguous and flags.aligned):
                     arr = np.require(arr, requirements="CA")  # (ascontiguousarray makes 0-d 1-d)
-                address = arr.ctypes.data
+                    flags = arr.flags
+                address = data_address(arr, flags)
             elif kind is OUTPUT:
                 arr = provided.get(name)
                 if arr is None:
@@ -134,7 +135,7 @@ class Native:
                     if arr.shape != shape or arr.dtype != dtype or not (flags.c_contiguous and flags.aligned):
                         raise StitchError(f"out= array for {name} must be a C-contiguous, aligned "
                                           f"{b.dtype}{list(shape)}")
-                    address = arr.ctypes.data
+                    address = data_address(arr, flags)
             elif kind is BOUND:
                 arrays[name] = self.bound[name]
                 continue
@@ -164,6 +165,15 @@ class Native:
         if rc:
             raise MemoryError(f"{self.program.name}: a kernel's buffers could not be allocated")
         return _outputs(self.program.outputs, arrays, self.layout[2], out)
+
+
+def data_address(arr: np.ndarray, flags) -> int:
+    """The address of a C-contiguous array's first element (`flags`: its flags). A writable array's
+    through the buffer protocol: `arr.ctypes.data` builds numpy's ctypes glue on each call, 1.5-3 us
+    warm and about 10 us right after another program has run (docs/perf/2026-11-29-group-norm.md)."""
+    if flags.writeable and arr.size:
+        return ctypes.addressof(ctypes.c_char.from_buffer(arr))
+    return arr.ctypes.data  # (a read-only or empty array: from_buffer refuses it)
 
 
 # what a call does for one of stitch_main's buffers (Native.call_plan)

@@ -9,10 +9,12 @@ import pytest
 import stitch
 from hypothesis import given
 from hypothesis import strategies as st
+from stitch.engine.compiled_program import check_outputs, outputs_fit
 from stitch.engine.ir.check import check_func
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import CallBinder, bind_call
 from stitch.engine.ir.parse import parse_program
+from stitch.targets.cpu import data_address
 
 SOURCE = """
 func f[n: 1..10, p: 1..20](x: f32[n, 4], c: f32[2, p], d: f32[2, p + 1], w: f32[4, 4], k: i64[n]) -> f32[n, 4] {
@@ -104,3 +106,83 @@ func f[n: 1..64](x: f32[n, 16], w: f32[16, 16]) -> (f32[n, 16], f32[n]) {
     for (got_h, got_s), want_h, want_s in kept:  # (earlier outputs are not overwritten by later calls)
         np.testing.assert_allclose(got_h, want_h, rtol=1e-5)
         np.testing.assert_allclose(got_s, want_s, rtol=1e-5)
+
+
+OUT_MISTAKES = ["none", "dtype", "shape", "readonly", "strided", "unaligned", "input", "each_other", "subclass",
+                "tuple", "short", "not_array"]
+
+
+def _out_arrays(mistake: str, x: np.ndarray) -> object:
+    """Two out= arrays for TWO_OUTPUTS, with one mistake (or none: a tuple is no mistake)."""
+    a, b = np.empty((3, 4), np.float32), np.empty(3, np.float32)
+    if mistake == "dtype":
+        a = a.astype(np.float64)
+    elif mistake == "shape":
+        b = np.empty(4, np.float32)
+    elif mistake == "readonly":
+        a.flags.writeable = False
+    elif mistake == "strided":
+        a = np.empty((4, 3), np.float32).T
+    elif mistake == "unaligned":
+        b = np.empty(13, np.uint8)[1:].view(np.float32)
+    elif mistake == "input":
+        b = x.reshape(-1)[:3]
+    elif mistake == "each_other":
+        b = a.reshape(-1)[4:7]
+    elif mistake == "subclass":
+        a = a.view(np.matrix)
+    elif mistake == "short":
+        return [a]
+    elif mistake == "not_array":
+        return [a, [0.0, 0.0, 0.0]]
+    return (a, b) if mistake == "tuple" else [a, b]
+
+
+TWO_OUTPUTS = "func f(x: f32[3, 4]) -> (f32[3, 4], f32[3]) {\n  y = exp(x)\n  return y, sum(y, axes=[1])\n}"
+
+
+@pytest.mark.parametrize("mistake", OUT_MISTAKES)
+def test_the_quick_out_check_passes_only_what_check_outputs_passes(mistake):
+    """`outputs_fit` (a call's common path) says yes only where `check_outputs` accepts the arrays, and
+    a call with them runs or refuses as before: its no sends the call to check_outputs' decision and
+    words."""
+    program = stitch.compile(TWO_OUTPUTS)
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    out = _out_arrays(mistake, x)
+    try:
+        check_outputs(program.graph, out, {"x": x})
+        refusal = ""
+    except StitchError as err:
+        refusal = str(err)
+    accepted = not refusal
+    fits = outputs_fit(program._output_specs, out, {"x": x})
+    assert fits == (mistake in ("none", "tuple"))
+    assert accepted or not fits
+    if accepted:
+        got = program(x=x, out=out)
+        assert got[0] is out[0] and np.allclose(got[1], np.exp(x).sum(axis=1), rtol=1e-5)
+    else:
+        with pytest.raises(StitchError) as err:
+            program(x=x, out=out)
+        assert str(err.value) == refusal
+
+
+def test_a_symbolic_program_checks_its_out_arrays_in_full():
+    program = stitch.compile("func f[n: 1..8](x: f32[n]) -> f32[n] {\n  return exp(x)\n}")
+    assert program._output_specs is None
+    x = np.zeros(3, np.float32)
+    assert program(x=x, out=[np.empty(3, np.float32)])[0].tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(StitchError, match="cannot be written"):
+        program(x=x, out=[np.empty(4, np.float32)])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(10, dtype=np.float32)[3:],
+    lambda: np.ones((3, 4), np.float16),
+    lambda: np.zeros(5, bool),
+    lambda: np.zeros((2, 0), np.float32),
+    lambda: np.frombuffer(b"abcd1234", np.float32),
+], ids=["view", "f16", "bool", "empty", "read-only"])
+def test_an_arrays_address_is_its_first_element(make):
+    a = make()
+    assert data_address(a, a.flags) == a.ctypes.data
