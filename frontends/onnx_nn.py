@@ -56,8 +56,13 @@ def convert_conv(b, node, ins):
         x = channels_last(b, x, hint)
         for a in range(d):  # zeros on each side of each padded axis
             x = pad_axis(b, x, 1 + a, pads[a], pads[a + d], "constant", 0, hint)
-        for a in range(d):  # [N, o1, k1, ..., od, kd, C]: each spatial axis split into (output position, tap)
-            x = windows(b, x, 1 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
+        # [N, o1, k1, ..., od, kd, C]: each spatial axis split into (output position, tap); for a product,
+        # an outer axis's taps as rows laid over it, so that its rows read the padded input where it is
+        # (as a concat of slices, the search stored each conv's input rows stacked per row tap: 3x the
+        # bytes). A depthwise conv keeps slices: its taps are summed one at a time over whole rows
+        for a in range(d):
+            x = windows(b, x, 1 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint,
+                        slices=depthwise or a == d - 1)
         y = (depthwise_taps(b, x, w, kernel, dtype, hint) if depthwise
              else conv_product(b, x, w, n, c, m, kernel, positions, hint))
         if len(ins) > 2 and ins[2] is not None:
@@ -230,21 +235,23 @@ def sliced(k: int, stride: int, dilation: int) -> bool:
     return 1 < k <= SLICED_TAPS and not (stride == k and dilation == 1)
 
 
-def windows(b: Builder, x: Value, axis: int, count: int, k: int, stride: int, dilation: int, hint: str) -> Value:
+def windows(b: Builder, x: Value, axis: int, count: int, k: int, stride: int, dilation: int, hint: str,
+            slices: bool = True) -> Value:
     """`x` with `axis` split into [count, k] windows: [..., o, t, ...] reads x[..., o * stride + t * dilation, ...].
     Windows that tile the axis (stride = k, dilation 1) are a reshape of it, one tap (k = 1) a strided slice.
-    Up to SLICED_TAPS taps are one strided slice each, stacked by a concat (a select per tap). More
-    come from rows of length L + stride laid over copies of the axis (length L): row o starts
-    o * stride further along, and its first (k - 1) * dilation + 1 values are the window. The reshapes'
-    div/mod simplify away (o * stride + t * dilation < L), so the index map is affine: no copy, no
-    select, whatever the taps (wav2vec2's 128: as slices, a chain of 127 selects took 200 s to
-    compile and ran 200x onnxruntime's time)."""
+    Up to SLICED_TAPS taps are one strided slice each, stacked by a concat (a select per tap), where
+    `slices` allows. More (all, where it does not) come from rows of length L + stride laid over
+    copies of the axis (length L): row o starts o * stride further along, and its first
+    (k - 1) * dilation + 1 values are the window. The reshapes' div/mod simplify away
+    (o * stride + t * dilation < L), so the index map is affine: no copy, no select, whatever the taps
+    (wav2vec2's 128: as slices, a chain of 127 selects took 200 s to compile and ran 200x onnxruntime's
+    time)."""
     shape = b.type_of(x).shape
     before, length, after = shape[:axis], shape[axis], shape[axis + 1:]
     if k == 1 or (stride == k and dilation == 1):
         r = range(0, (count - 1) * stride + 1, stride) if k == 1 else range(count * k)
         return reshape(b, slice_ranges(b, x, {axis: r}, hint), before + (count, k) + after, hint)
-    if sliced(k, stride, dilation):  # one strided slice per tap, stacked
+    if slices and sliced(k, stride, dilation):  # one strided slice per tap, stacked
         taps = [reshape(b, slice_ranges(b, x, {axis: range(t * dilation, t * dilation + (count - 1) * stride + 1,
                                                            stride)}, hint), before + (count, 1) + after, hint)
                 for t in range(k)]

@@ -344,7 +344,10 @@ def test_a_residual_read_by_the_next_block_is_stored_channels_last(tmp_path, mon
     output (ReLU of the conv plus the pool) by the next conv and its add. Both are stored channels last
     only once rules/algebra.rules's transpose-out rules give an add and a ReLU of transposed operands a
     channels-last value: without them the block's kernel stored its output channels first
-    ([1, 64, 56, 56]). Matches onnxruntime."""
+    ([1, 64, 56, 56]). Each 3x3 conv reads its padded input ([1, 58, 58, 64]) at its row taps through
+    index maps, not a copy of its rows stacked per row tap ([1, 56, 3, 58, 64], three times the bytes,
+    when the row taps were a concat of slices), and walks k (576) in chunks of whole row taps (192:
+    a chunk of 288 divides every element's k by 192). Matches onnxruntime."""
     from stitch.engine.schedule import target
 
     ort = pytest.importorskip("onnxruntime")
@@ -364,6 +367,9 @@ def test_a_residual_read_by_the_next_block_is_stored_channels_last(tmp_path, mon
     schedule = f.compiled.schedule
     stored = [schedule.types[cid].shape for k in schedule.kernels for cid in k.roots if cid not in schedule.outputs]
     assert stored and all(shape[-1] == ch for shape in stored), stored
+    assert (1, 58, 58, ch) in stored and all(len(shape) <= 4 for shape in stored), stored
+    chunks = [p.tile[p.chunked] for p in f.compiled.cost.plans if p.chunked]
+    assert chunks and all(c % (3 * ch) == 0 for c in chunks), chunks
     x = x_of(1, ch, 112, 112)
     (got,) = f(**{imported.inputs["x"]: x})
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
