@@ -113,6 +113,9 @@ class CompiledProgram:
         return bind_inputs(self.graph, inputs, self.weights) | self.bound
 
     def __call__(self, out: list[np.ndarray] | None = None, **inputs) -> list[np.ndarray]:
+        quick = self._quick
+        if quick is not None and (got := quick(inputs, out)) is not None:
+            return got
         given, sizes, program = self._called(inputs)
         # (the bound arrays are the program's own: no out= array shares them)
         if out is not None and not outputs_fit(self._output_specs, out, given):
@@ -123,6 +126,17 @@ class CompiledProgram:
         outputs = program._execute(args, out, sizes)
         self.report = program.report
         return outputs
+
+    @cached_property
+    def _quick(self):
+        """The compiled C's one-function call of the common kind (`Native.quick_call`: None where the
+        call is of another kind), for a program without symbols; else None."""
+        if self.executor != "c" or self.graph.symbols or self.variants or self._output_specs is None:
+            return None
+        params = tuple((name, dtype, static) for name, dtype, _, static, _, _ in self.binder.params)
+        if any(static is None for _, _, static in params):
+            return None
+        return self.native.quick_call(params, self._output_specs)
 
     @cached_property
     def _output_specs(self) -> tuple[tuple[np.dtype, tuple[int, ...]], ...] | None:

@@ -186,3 +186,82 @@ def test_a_symbolic_program_checks_its_out_arrays_in_full():
 def test_an_arrays_address_is_its_first_element(make):
     a = make()
     assert data_address(a, a.flags) == a.ctypes.data
+
+
+IN_MISTAKES = ["none", "dtype", "shape", "strided", "unaligned", "list", "missing", "extra"]
+
+
+def _input(mistake: str) -> dict:
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    if mistake == "dtype":
+        x = x.astype(np.float64)
+    elif mistake == "shape":
+        x = x.reshape(4, 3)
+    elif mistake == "strided":
+        x = np.ascontiguousarray(x.T).T
+    elif mistake == "unaligned":
+        x = np.empty(49, np.uint8)[1:].view(np.float32).reshape(3, 4)
+        x[...] = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    elif mistake == "list":
+        return {"x": x.tolist()}
+    elif mistake == "missing":
+        return {}
+    elif mistake == "extra":
+        return {"x": x, "y": x}
+    return {"x": x}
+
+
+@pytest.mark.parametrize("out_mistake", ["none", "fresh"] + OUT_MISTAKES[1:])
+@pytest.mark.parametrize("in_mistake", IN_MISTAKES)
+def test_the_quick_call_runs_the_common_call_and_leaves_every_other_to_the_general_path(in_mistake, out_mistake):
+    """`Native.quick_call`: a call of plain arrays of the parameters' dtypes and shapes, with out= as
+    `check_outputs` accepts it or none, runs in one function; any other call gets None from it, having
+    done nothing, and the general path runs or refuses it as it did."""
+    program = stitch.compile(TWO_OUTPUTS)
+    inputs = _input(in_mistake)
+    x = np.asarray(inputs.get("x", np.zeros((3, 4), np.float32)), dtype=np.float32)
+    out = None if out_mistake == "fresh" else _out_arrays(out_mistake, x if in_mistake != "list" else
+                                                          np.zeros((3, 4), np.float32))
+    common = in_mistake == "none" and out_mistake in ("none", "fresh", "tuple")
+    before = [np.copy(a) for a in out] if isinstance(out, (list, tuple)) and all(
+        isinstance(a, np.ndarray) for a in out) else None
+    got = program._quick(inputs, out)
+    assert (got is not None) == common
+    if got is None and before is not None:  # (nothing written)
+        assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(out, before))
+    try:
+        given, sizes, _ = program._called(inputs)
+        if out is not None:
+            check_outputs(program.graph, out, given, sizes)
+        want = program.native.run(given, out, sizes)
+    except StitchError as err:
+        with pytest.raises(StitchError) as mine:
+            program(out=out, **inputs)
+        assert str(mine.value) == str(err)
+        return
+    called = program(out=out, **inputs)
+    assert [a.shape for a in called] == [a.shape for a in want]
+    assert all(np.array_equal(a, b) for a, b in zip(called, want))
+    if out is not None:
+        assert all(a is b for a, b in zip(called, out))
+
+
+def test_the_quick_call_raises_a_gathers_error_as_the_general_path_does():
+    program = stitch.compile("func f(x: f32[4], i: i64[2]) -> f32[2] {\n  return gather(x, i, axis=0)\n}")
+    x = np.arange(4, dtype=np.float32)
+    assert program._quick is not None
+    np.testing.assert_array_equal(program(x=x, i=np.array([3, -1]))[0], [3, 3])
+    with pytest.raises(StitchError, match="out of range") as quick:
+        program(x=x, i=np.array([0, 9]))
+    with pytest.raises(StitchError) as general:
+        program.native.run({"x": x, "i": np.array([0, 9])})
+    assert str(quick.value) == str(general.value)
+
+
+def test_programs_with_symbols_or_an_input_returned_take_the_general_path():
+    assert stitch.compile("func f[n: 1..8](x: f32[n]) -> f32[n] {\n  return exp(x)\n}")._quick is None
+    returned = stitch.compile("func f(x: f32[4]) -> (f32[4], f32[4]) {\n  return exp(x), x\n}")
+    assert returned._quick is None
+    x = np.ones(4, np.float32)
+    _, b = returned(x=x)
+    assert b is not x and np.array_equal(b, x)
