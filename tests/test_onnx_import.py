@@ -10,6 +10,9 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 import stitch  # noqa: E402
+import stitch_testing  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from stitch.engine.cli import main  # noqa: E402
@@ -230,6 +233,39 @@ def test_conv_matches_onnx(name, made_here):
     assert (program.count("matmul(") > made_here) == (name != "depthwise"), program  # a depthwise conv is no product
     # tiling patches: a reshape and a transpose; a 1x1 kernel: the input itself
     assert ("slice" in program) == (name not in ("patches", "grouped_patches", "same_upper_1x1")), program
+
+
+@st.composite
+def windows_2d(draw):
+    """A 2-D Conv's geometry: per spatial axis a kernel of 1-4 taps, stride 1-3, dilation 1-2 and pads of
+    0-2 a side, the input long enough for one window at least."""
+    kernel = [draw(st.integers(1, 4)) for _ in range(2)]
+    strides = [draw(st.integers(1, 3)) for _ in range(2)]
+    dilations = [draw(st.integers(1, 2)) for _ in range(2)]
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    spatial = [max(draw(st.integers(3, 12)), (k - 1) * d + 1 - pads[a] - pads[a + 2])
+               for a, (k, d) in enumerate(zip(kernel, dilations))]
+    return kernel, strides, dilations, pads, spatial, draw(st.integers(2, 6)), draw(st.integers(2, 7))
+
+
+@settings(max_examples=100 if stitch_testing.LONG else 8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(windows_2d())
+def test_a_conv_of_a_conv_compiles_to_what_onnx_computes_for_any_window(geometry):
+    """The second of two convs reads the first's channels-last output through its windows: the outer
+    spatial axis's taps as rows laid over it, the inner axis's as slices (up to SLICED_TAPS), k walked in
+    chunks that keep its digits whole. Compiled for the cpu, it computes what onnx's reference does."""
+    kernel, strides, dilations, pads, spatial, c, m = geometry
+    inits = [("eye", np.eye(c, dtype=np.float32).reshape(c, c, 1, 1)), ("w", x_of(m, c, *kernel)), ("b", x_of(m))]
+    nodes = [helper.make_node("Conv", ["x", "eye"], ["i"]), helper.make_node("Relu", ["i"], ["a"]),
+             helper.make_node("Conv", ["a", "w", "b"], ["y"], kernel_shape=kernel, strides=strides,
+                              dilations=dilations, pads=pads)]
+    model = model_of(nodes, [("x", F32, [1, c, *spatial])], [("y", F32, None)], inits)
+    imported = import_onnx(model)
+    assert "transpose(a, perm=[0, 2, 3, 1])" in imported.text  # the second conv reads a channels last
+    x = x_of(1, c, *spatial)
+    (got,) = stitch.compile(imported.text, weights=imported.weights)(**{imported.inputs["x"]: x})
+    assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
 
 
 def test_a_depthwise_conv_reads_each_tap_with_a_plain_load(tmp_path):
