@@ -284,7 +284,7 @@ def test_a_moves_kernels_are_priced_only_where_their_bounds_leave_it_a_chance(ta
     met = []
     bound = space_module.kernel_bound
     monkeypatch.setattr(space_module, "kernel_bound",
-                        lambda k, types, t: met.append((k, types)) or bound(k, types, t))
+                        lambda k, types, t, *weights: met.append((k, types)) or bound(k, types, t, *weights))
     graphs = [check_program(parse_program(_conv_stack(3, 2, 4)))["convs"], example("attention_block"),
               example("layernorm")]
     for g in graphs:

@@ -100,8 +100,8 @@ def candidate_plans(kernel: Kernel, types, target: Target, f: KernelFacts) -> It
     if whole != parallel:  # splitting a stored reduction across tiles is priced against not splitting it
         spaces.append(whole)
     axis = chunk_axis(kernel, f, target, types)
-    chunks = [None] + [(axis, size) for size in chunk_sizes(kernel.extents[axis], read_digits(kernel, axis))] \
-        if axis else [None]
+    chunks = [None] + [(axis, size) for size in chunk_sizes(kernel.extents[axis], read_digits(kernel, axis))
+                       if not (f.paired and size % 2)] if axis else [None]  # (pairs of k whole: facts.py `paired`)
     memo: dict = {}  # (the orders of one tile space share their inputs' classes, and a growth order its tile)
     for space in spaces:
         for order, grow in tile_orders(kernel, space, types, target):
@@ -335,12 +335,15 @@ def choose_tile(kernel: Kernel, parallel: list[str], grow: list[str], types, tar
         return tile, fp
     want_tiles = target.min_tiles
     columns = _vector_columns(f, target)
+    panels = dict(f.paired.values())  # (whole panels of a weight laid out in pairs: facts.py `paired`)
     for axis in grow:
         for size in divisors(kernel.extents[axis])[1:]:
             group = columns.get(axis)
             if group is not None and size % target.vector_lanes and size != (group or kernel.extents[axis]):
                 continue
             if group and group % size:  # a tile within one group's columns
+                continue
+            if size % panels.get(axis, 1):
                 continue
             trial = dict(tile, **{axis: size})
             fp_trial = footprint_of(parts, kernel, trial, target.alignment)
