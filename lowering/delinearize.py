@@ -15,9 +15,10 @@ nothing a later stage relies on changes but the indices' form.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
-from ..engine.schedule.index import Indirect, Ix, digits, simplify_in
+from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify_in
 from .loops import For, LoopProgram, Stmt, expr_vars, leaves, map_indices
 from .matmul import match_matmul
 
@@ -61,6 +62,38 @@ def indices_in(e) -> list[Ix]:
     found: list[Ix] = []
     map_indices(e, lambda ix: found.append(ix) or ix)
     return found
+
+
+def digits(indices, var: str, extent: int) -> tuple[int, ...] | None:
+    """The chain d1 < d2 < ... (each dividing the next, the last dividing `extent`) at which `var`
+    splits into digits (`var % d1`, `(var // d1) % (d2 / d1)`, ..., `var // dn`) when every div and
+    mod of it in these indices is one of those (`var // d`, `var % d`, `(var // d) % e`: a reshape's
+    split of a merged axis, a conv's k = (channel, row, column) of its window); None otherwise."""
+    found: set[int] = set()
+    ok = True
+    bare = Ix.var(var)
+
+    def visit(ix: Ix) -> None:
+        nonlocal ok
+        for t, _ in ix.terms:
+            if not isinstance(t, (FloorDiv, Mod)):
+                continue
+            if t.x == bare:
+                found.add(t.d)
+            elif isinstance(t, Mod) and len(t.x.terms) == 1 and not t.x.const and t.x.terms[0][1] == 1 \
+                    and isinstance(t.x.terms[0][0], FloorDiv) and t.x.terms[0][0].x == bare:
+                found.update((t.x.terms[0][0].d, t.x.terms[0][0].d * t.d))
+            elif var in set(t.x.axes()):
+                ok = False
+            else:
+                visit(t.x)
+
+    for ix in indices:
+        visit(ix)
+    chain = tuple(sorted(d for d in found if d < extent))
+    if not ok or not chain or chain[0] < 2 or any(b % a for a, b in itertools.pairwise(chain)) or extent % chain[-1]:
+        return None
+    return chain
 
 
 def split_digits(var: str, extent: int, chain: tuple[int, ...]) -> tuple[list[tuple[str, int]], Ix]:

@@ -26,7 +26,6 @@ the axes it really depends on.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -443,35 +442,3 @@ def symbolic(ix: Ix) -> bool:
 def affine(ix: Ix) -> bool:
     """No atoms: a plain linear combination of axes."""
     return all(isinstance(t, str) for t, _ in ix.terms)
-
-
-def digits(indices, var: str, extent: int) -> tuple[int, ...] | None:
-    """The chain d1 < d2 < ... (each dividing the next, the last dividing `extent`) at which `var`
-    splits into digits (`var % d1`, `(var // d1) % (d2 / d1)`, ..., `var // dn`) when every div and
-    mod of it in these indices is one of those (`var // d`, `var % d`, `(var // d) % e`: a reshape's
-    split of a merged axis, a conv's k = (channel, row, column) of its window); None otherwise."""
-    found: set[int] = set()
-    ok = True
-    bare = Ix.var(var)
-
-    def visit(ix: Ix) -> None:
-        nonlocal ok
-        for t, _ in ix.terms:
-            if not isinstance(t, (FloorDiv, Mod)):
-                continue
-            if t.x == bare:
-                found.add(t.d)
-            elif isinstance(t, Mod) and len(t.x.terms) == 1 and not t.x.const and t.x.terms[0][1] == 1 \
-                    and isinstance(t.x.terms[0][0], FloorDiv) and t.x.terms[0][0].x == bare:
-                found.update((t.x.terms[0][0].d, t.x.terms[0][0].d * t.d))
-            elif var in set(t.x.axes()):
-                ok = False
-            else:
-                visit(t.x)
-
-    for ix in indices:
-        visit(ix)
-    chain = tuple(sorted(d for d in found if d < extent))
-    if not ok or not chain or chain[0] < 2 or any(b % a for a, b in itertools.pairwise(chain)) or extent % chain[-1]:
-        return None
-    return chain
