@@ -15,7 +15,14 @@ import numpy as np
 from .ir.errors import StitchError
 from .ir.extent import instantiate, planning_values
 from .ir.graph import Graph
-from .ir.interp import CallBinder, aligned_empty, bind_inputs, np_dtype, shape_at
+from .ir.interp import (
+    CallBinder,
+    aligned_empty,
+    bind_inputs,
+    np_dtype,
+    outputs_fit,
+    shape_at,
+)
 from .ir.recursion import allows_deep_recursion
 
 if TYPE_CHECKING:  # not imported with `import stitch`: compiling imports them
@@ -223,30 +230,6 @@ class CompiledProgram:
 
         given, sizes, program = self._called(inputs)
         return profile(program, given | program.bound, runs, sizes, cpu_time)
-
-
-def outputs_fit(specs, out, inputs: dict[str, np.ndarray]) -> bool:
-    """Whether `out=` passes `check_outputs` on its common path: plain arrays of the static output
-    `specs` (dtype, shape), writeable, C-contiguous, aligned, none possibly sharing memory with an input
-    or another. False leaves the decision, and the error's words, to `check_outputs`. Called right
-    after another program has run, the full check took 20 us of a 0.45 ms call
-    (docs/perf/2026-11-29-group-norm.md)."""
-    if specs is None or type(out) not in (list, tuple) or len(out) != len(specs):
-        return False
-    for k, arr in enumerate(out):
-        dtype, shape = specs[k]
-        if type(arr) is not np.ndarray or arr.shape != shape or arr.dtype != dtype:
-            return False
-        flags = arr.flags
-        if not (flags.writeable and flags.c_contiguous and flags.aligned):
-            return False
-        for x in inputs.values():
-            if np.may_share_memory(arr, x):
-                return False
-        for j in range(k):
-            if np.may_share_memory(arr, out[j]):
-                return False
-    return True
 
 
 def check_outputs(graph: Graph, out, inputs: dict[str, np.ndarray], sizes: dict[str, int] | None = None) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..engine.ir.errors import StitchError
 from ..engine.ir.extent import at, is_symbolic
-from ..engine.ir.interp import aligned_empty_at, np_dtype
+from ..engine.ir.interp import aligned_empty_at, np_dtype, outputs_fit
 from ..engine.schedule.target import Target
 from ..lowering.loops import Buffer, LoopProgram
 from . import runtime
@@ -189,12 +189,11 @@ class Native:
         ins = tuple((name, dtype, shape, slots[name][0] if name in slots else -1) for name, dtype, shape in params)
         outs = tuple((slots[name][0], dtype, shape) for name, (dtype, shape) in zip(program.outputs, outputs))
         argv, lock, main = plan.argv, self.lock, self.library.stitch_main
-        overlap = np.may_share_memory
 
         def call(inputs: dict, out) -> list[np.ndarray] | None:
             if inputs.keys() != names:
                 return None
-            given, at = [], []  # (the arrays, and the argument vector's slots with their addresses)
+            at = []  # (the argument vector's slots with their addresses)
             for name, dtype, shape, index in ins:
                 arr = inputs[name]
                 if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
@@ -202,7 +201,6 @@ class Native:
                 flags = arr.flags
                 if not (flags.c_contiguous and flags.aligned):
                     return None
-                given.append(arr)
                 if index >= 0:
                     at.append((index, data_address(arr, flags)))
             if out is None:
@@ -212,22 +210,10 @@ class Native:
                     results.append(arr)
                     at.append((index, address))
             else:
-                if type(out) not in (list, tuple) or len(out) != len(outs):
+                if not outputs_fit(outputs, out, inputs):
                     return None
-                for k, (index, dtype, shape) in enumerate(outs):
-                    arr = out[k]
-                    if type(arr) is not np.ndarray or arr.dtype != dtype or arr.shape != shape:
-                        return None
-                    flags = arr.flags
-                    if not (flags.writeable and flags.c_contiguous and flags.aligned):
-                        return None
-                    for x in given:
-                        if overlap(arr, x):
-                            return None
-                    for j in range(k):
-                        if overlap(arr, out[j]):
-                            return None
-                    at.append((index, data_address(arr, flags)))
+                for (index, _, _), arr in zip(outs, out):
+                    at.append((index, data_address(arr, arr.flags)))
                 results = list(out)
             with lock:
                 for index, address in at:
