@@ -9,7 +9,8 @@ import pytest
 import stitch
 from hypothesis import given
 from hypothesis import strategies as st
-from stitch.engine.compiled_program import check_outputs, outputs_fit
+from stitch.engine.compiled_program import check_outputs
+from stitch.engine.ir.interp import outputs_fit
 from stitch.engine.ir.check import check_func
 from stitch.engine.ir.errors import StitchError
 from stitch.engine.ir.interp import CallBinder, bind_call
