@@ -10,10 +10,9 @@ import stitch
 from hypothesis import given
 from hypothesis import strategies as st
 from stitch.engine.compiled_program import check_outputs
-from stitch.engine.ir.interp import outputs_fit
 from stitch.engine.ir.check import check_func
 from stitch.engine.ir.errors import StitchError
-from stitch.engine.ir.interp import CallBinder, bind_call
+from stitch.engine.ir.interp import CallBinder, bind_call, outputs_fit
 from stitch.engine.ir.parse import parse_program
 from stitch.targets.cpu import data_address
 
