@@ -575,7 +575,7 @@ def test_a_long_matmul_walks_its_reduction_in_chunks_on_the_cpu(monkeypatch):
     assert price.footprint <= CPU.onchip_bytes
     columns = kc.parallel[-2]
     assert kc.tile[columns] >= 2 * CPU.vector_lanes and kc.tile[columns] % CPU.vector_lanes == 0
-    monkeypatch.setattr(plan, "chunk_sizes", lambda extent, chain=(): [])
+    monkeypatch.setattr(plan, "chunk_sizes", lambda extent, read_by=(): [])
     ((whole, whole_price),) = ((k.plan, k.price) for k in compile_text(LONG_MATMUL, CPU).cost.kernels)
     assert not whole.chunked and whole.tile[columns] < kc.tile[columns]
     assert price.bytes_read < whole_price.bytes_read and price.cycles < whole_price.cycles

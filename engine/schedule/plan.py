@@ -393,15 +393,15 @@ def rereads(axes, parallel: list[str], kernel: Kernel, tile: dict[str, int]) -> 
 MIN_CHUNK = 128  # the shortest chunk of a reduced axis worth a pass over the accumulators
 
 
-def chunk_sizes(extent: int, chain: tuple[int, ...] = ()) -> list[int]:
+def chunk_sizes(extent: int, read_by: tuple[int, ...] = ()) -> list[int]:
     """Chunks a matmul's reduced axis may be walked in: divisors of it from MIN_CHUNK up, below it; only
-    those that keep the digits of `chain` whole, where any does. A chunk is then a run of whole digits
-    (or lies in one): a conv's k over (row tap, column tap, channel) chunked at 192 of 576 reads each
-    chunk's rows at one row tap, affine in the chunk; chunked at 288, half a row tap's, so every
-    element's index divides k by 192 (ResNet-18's 3x3 convs read their padded input so: 4.3-4.7 ms
-    against 3.2-3.8 at 192)."""
+    those that keep whole the runs the reads divide it by (`read_by`: `read_divisors`), where any does.
+    A chunk is then a run of whole runs (or lies in one): a conv's k over (row tap, column tap, channel)
+    chunked at 192 of 576 reads each chunk's rows at one row tap, affine in the chunk; chunked at 288,
+    half a row tap's, so every element's index divides k by 192 (ResNet-18's 3x3 convs read their padded
+    input so: 4.3-4.7 ms against 3.2-3.8 at 192)."""
     sizes = [d for d in divisors(extent) if MIN_CHUNK <= d < extent]
-    whole = [c for c in sizes if all(c % d == 0 or d % c == 0 for d in chain)]
+    whole = [c for c in sizes if all(c % d == 0 or d % c == 0 for d in read_by)]
     return whole or sizes
 
 
