@@ -181,13 +181,16 @@ def test_gemm_matches_onnx(attrs, c_shape):
     assert_matches_onnx(single("Gemm", a_shape, 13, extra, **attrs), {"x": x_of(*a_shape), **dict(extra)})
 
 
-def conv_model(x_shape, w, bias=None, dtype=F32, made_here=False, **attrs):
+def conv_model(x_shape, w, bias=None, dtype=F32, made_here=False, made_first=False, **attrs):
     """One Conv by the initializer w (and bias b) of a graph input x, or (made_here) of the ReLU of a
     1x1 conv of it by the identity: a value a conv made channels last, which the import convolves
-    channels last too."""
-    names = ["a" if made_here else "x", "w"] + (["b"] if bias is not None else [])
+    channels last too, or (made_first) of x times 2: a value the program makes channels first."""
+    names = ["a" if made_here or made_first else "x", "w"] + (["b"] if bias is not None else [])
     inits = [("w", w)] + ([("b", bias)] if bias is not None else [])
     nodes = []
+    if made_first:
+        inits.append(("two", np.array(2, dtype=helper.tensor_dtype_to_np_dtype(dtype))))
+        nodes = [helper.make_node("Mul", ["x", "two"], ["a"])]
     if made_here:
         eye = np.eye(x_shape[1], dtype=helper.tensor_dtype_to_np_dtype(dtype)).reshape(
             (x_shape[1], x_shape[1]) + (1,) * (len(x_shape) - 2))
@@ -214,22 +217,28 @@ CONVS = {  # name: (input shape, weight shape, bias?, attributes)
 }
 
 
-@pytest.mark.parametrize("made_here", [False, True], ids=["of_an_input", "of_a_value_made_here"])
+@pytest.mark.parametrize("made", ["input", "here", "first"],
+                         ids=["of_an_input", "of_a_value_made_here", "of_a_value_made_channels_first"])
 @pytest.mark.parametrize("name", sorted(CONVS))
-def test_conv_matches_onnx(name, made_here):
+def test_conv_matches_onnx(name, made):
+    made_here = made == "here"
     x_shape, w_shape, with_bias, attrs = CONVS[name]
     bias = x_of(w_shape[0]) if with_bias else None
-    model = conv_model(x_shape, x_of(*w_shape), bias, made_here=made_here, **attrs)
+    model = conv_model(x_shape, x_of(*w_shape), bias, made_here=made_here, made_first=made == "first", **attrs)
     assert_matches_onnx(model, {"x": x_of(*x_shape)}, rtol=1e-4, atol=1e-5)
     imported = import_onnx(model)
     program = imported.text
     rank = len(x_shape)
     last = f"perm=[0, {', '.join(map(str, range(2, rank)))}, 1]"  # [N, C, S...] read as [N, S..., C]
     grouped = 1 < attrs.get("group", 1) and not (attrs["group"] == x_shape[1] == w_shape[0])
-    source = "a" if made_here else "x"
+    source = "x" if made == "input" else "a"
     assert (f"transpose({source}, {last})" in program) == (made_here and not grouped), program  # channels last
+    # a dense conv of a value made channels first, its last axis's taps at stride 1: the weight on the left
+    inner = attrs.get("strides", [1])[-1] == 1 and attrs.get("dilations", [1])[-1] == 1
+    dense = attrs.get("group", 1) == 1
+    assert (" = matmul(w" in program) == (made == "first" and dense and inner), program
     padded = {"k3_pad1", "k3_pad1_stride2", "asymmetric_dilated", "same_lower", "depthwise", "grouped"}
-    assert bool(set(imported.weights) - {"w", "b", "eye"}) == (name in padded), program  # zeros beside the input
+    assert bool(set(imported.weights) - {"w", "b", "eye", "two"}) == (name in padded), program  # zeros beside the input
     assert (program.count("matmul(") > made_here) == (name != "depthwise"), program  # a depthwise conv is no product
     # tiling patches: a reshape and a transpose; a 1x1 kernel: the input itself
     assert ("slice" in program) == (name not in ("patches", "grouped_patches", "same_upper_1x1")), program
@@ -264,6 +273,27 @@ def test_a_conv_of_a_conv_compiles_to_what_onnx_computes_for_any_window(geometry
     imported = import_onnx(model)
     assert "transpose(a, perm=[0, 2, 3, 1])" in imported.text  # the second conv reads a channels last
     x = x_of(1, c, *spatial)
+    (got,) = stitch.compile(imported.text, weights=imported.weights)(**{imported.inputs["x"]: x})
+    assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
+
+
+@settings(max_examples=100 if stitch_testing.LONG else 8, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(windows_2d())
+def test_a_conv_of_a_value_made_channels_first_compiles_to_what_onnx_computes_for_any_window(geometry):
+    """A conv of a value the program makes channels first (a GroupNorm's output, here an InstanceNorm's):
+    where its inner axis's taps are read at stride 1 the weight is the product's left operand and the
+    windows its columns, the output channels first where it is; elsewhere rows of positions. Compiled
+    for the cpu, it computes what onnx's reference does."""
+    kernel, strides, dilations, pads, spatial, c, m = geometry
+    inits = [("s", x_of(c)), ("t", x_of(c)), ("w", x_of(m, c, *kernel)), ("b", x_of(m))]
+    nodes = [helper.make_node("InstanceNormalization", ["x", "s", "t"], ["a"]),
+             helper.make_node("Conv", ["a", "w", "b"], ["y"], kernel_shape=kernel, strides=strides,
+                              dilations=dilations, pads=pads)]
+    model = model_of(nodes, [("x", F32, [2, c, *spatial])], [("y", F32, None)], inits)
+    imported = import_onnx(model)
+    assert (" = matmul(w" in imported.text) == (strides[1] == dilations[1] == 1), imported.text
+    x = x_of(2, c, *spatial)
     (got,) = stitch.compile(imported.text, weights=imported.weights)(**{imported.inputs["x"]: x})
     assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
 
