@@ -8,13 +8,20 @@ on more than the edge (`Space.keeps_placement`), every placement is kept for the
 
 from __future__ import annotations
 
+import copy
 import math
 
 from ..ir.memory import checkpoint
 from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
-from .canonical import group_shape, kernel_shape, literal_key, renamed_cost, renamed_kernel
+from .canonical import (
+    group_shape,
+    kernel_shape,
+    literal_key,
+    renamed_cost,
+    renamed_kernel,
+)
 from .cost import KernelCost, ScheduleCost, kernel_bound, kernel_cost, schedule_cost
 from .facts import FREE_OPS
 from .form import Edge, build_schedule, form_kernel
@@ -90,6 +97,15 @@ class Space:
         self.joined: dict[tuple[int, int], tuple[Kernel, Kernel, Kernel | None]] = {}  # (a, b, their join)
         self.evaluated = 0
         self.last_priced: tuple | None = None
+
+    def priced_by(self, target: Target) -> Space:
+        """The same space priced by `target`: the narrowed options and the kernels formed and merged
+        (none depends on the target) shared with this one, the prices its own."""
+        other = copy.copy(self)
+        other.target = target
+        other.price_cache, other.shape_cache, other.priced, other.bounds = {}, {}, {}, {}
+        other.evaluated, other.last_priced = 0, None
+        return other
 
     def value_of(self, cid: str) -> str:
         """The value class a class stands for (a placement class's operand)."""
