@@ -15,13 +15,7 @@ from ..ir.memory import checkpoint
 from ..ir.ops import is_elementwise, is_injective
 from ..rewrite.egraph_data import Choice, EGraphData, ENode
 from ..rewrite.placement import PLACEMENT_OF_NAME, Placement
-from .canonical import (
-    group_shape,
-    kernel_shape,
-    literal_key,
-    renamed_cost,
-    renamed_kernel,
-)
+from .canonical import group_shape, kernel_shape, literal_key, renamed_cost, renamed_kernel
 from .cost import KernelCost, ScheduleCost, kernel_bound, kernel_cost, schedule_cost
 from .facts import FREE_OPS
 from .form import Edge, build_schedule, form_kernel
