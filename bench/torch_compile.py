@@ -195,8 +195,11 @@ def main() -> int:
                 stitch.set_num_threads(n)
                 started = load()
                 times = {e: [] for e in engines}
-                for _ in range(args.rounds):
-                    for engine, fn in engines.items():
+                order = list(engines.items())
+                for r in range(args.rounds):
+                    # each round starts one engine later: on this VM the engine timed in a given place of
+                    # the round ran up to 20% off in one process (docs/perf/2026-11-29-torch-compile.md)
+                    for engine, fn in order[r % len(order):] + order[:r % len(order)]:
                         times[engine].append(median_ms(fn, inputs, args.calls))
                 rows.append((name, n, {e: statistics.median(v) for e, v in times.items()}, started))
         print(f"{name}: compiled ({load()})", file=sys.stderr)
