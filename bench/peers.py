@@ -60,12 +60,14 @@ def interleaved_times(engines: dict, runs: int, pause: float = SETTLE_SECONDS,
                       block: int = 1) -> dict[str, list[list[float]]]:
     """interleaved_medians' timings, round by round: for each engine, one list of its `block` timed
     calls per round, so figures of different engines in the same round (the same seconds of the
-    machine) can be set against each other."""
+    machine) can be set against each other. Each round starts one engine later: on the 2-core VM
+    the program timed in one place of every round ran up to 20% off (docs/perf/2026-11-29-torch-compile.md)."""
     for fn in engines.values():  # warm
         fn()
     times: dict[str, list[list[float]]] = {name: [] for name in engines}
-    for _ in range(runs):
-        for name, fn in engines.items():
+    order = list(engines.items())
+    for r in range(runs):
+        for name, fn in order[r % len(order):] + order[:r % len(order)]:
             if pause:
                 time.sleep(pause)
             fn()
