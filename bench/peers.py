@@ -56,18 +56,24 @@ def medians(rounds: dict[str, list[list[float]]]) -> dict[str, float]:
     return {name: statistics.median(t for r in ts for t in r) for name, ts in rounds.items()}
 
 
+def round_order(engines: dict, r: int) -> list:
+    """The engines' (name, function) pairs in round r's order: each round starts one engine later. On
+    the 2-core VM the program timed in one place of every round ran up to 20% off
+    (docs/perf/2026-11-29-torch-compile.md)."""
+    order = list(engines.items())
+    return order[r % len(order):] + order[:r % len(order)]
+
+
 def interleaved_times(engines: dict, runs: int, pause: float = SETTLE_SECONDS,
                       block: int = 1) -> dict[str, list[list[float]]]:
     """interleaved_medians' timings, round by round: for each engine, one list of its `block` timed
     calls per round, so figures of different engines in the same round (the same seconds of the
-    machine) can be set against each other. Each round starts one engine later: on the 2-core VM
-    the program timed in one place of every round ran up to 20% off (docs/perf/2026-11-29-torch-compile.md)."""
+    machine) can be set against each other, each round in `round_order`."""
     for fn in engines.values():  # warm
         fn()
     times: dict[str, list[list[float]]] = {name: [] for name in engines}
-    order = list(engines.items())
     for r in range(runs):
-        for name, fn in order[r % len(order):] + order[:r % len(order)]:
+        for name, fn in round_order(engines, r):
             if pause:
                 time.sleep(pause)
             fn()

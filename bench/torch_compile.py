@@ -162,6 +162,7 @@ def main() -> int:
         return 1
     import stitch
     import torch._inductor.config
+    from peers import round_order
 
     torch._inductor.config.fx_graph_cache = False  # compile seconds with empty caches, as stitch's
     threads = [int(t) for t in args.threads.split(",")]
@@ -195,11 +196,8 @@ def main() -> int:
                 stitch.set_num_threads(n)
                 started = load()
                 times = {e: [] for e in engines}
-                order = list(engines.items())
                 for r in range(args.rounds):
-                    # each round starts one engine later: on this VM the engine timed in a given place of
-                    # the round ran up to 20% off in one process (docs/perf/2026-11-29-torch-compile.md)
-                    for engine, fn in order[r % len(order):] + order[:r % len(order)]:
+                    for engine, fn in round_order(engines, r):
                         times[engine].append(median_ms(fn, inputs, args.calls))
                 rows.append((name, n, {e: statistics.median(v) for e, v in times.items()}, started))
         print(f"{name}: compiled ({load()})", file=sys.stderr)
