@@ -113,6 +113,11 @@ TWINS = [
     Twin("vector_loop", "func f(x: f32[8, 250], g: f32[250]) -> f32[8, 250] {\n  h = add(mul(x, 1.5), g)\n"
          "  return mul(h, sigmoid(h))\n}\n",
          re.escape("st_s3 = ST_FIRST(") + ".*" + re.escape("st_sigmoidv4_f32(st_g);"), not EIGHT_LANES, wide=True),
+    # the same SiLU written into a padded row (a conv's input: zero columns either side), which split.py
+    # cuts at the concat's pieces: the SiLU's piece in groups of vectors all the same
+    Twin("vector_loop", "func f(x: f32[8, 64], g: f32[64], z: f32[8, 1]) -> f32[8, 66] {\n"
+         "  h = add(mul(x, 1.5), g)\n  return concat(z, mul(h, sigmoid(h)), z, axis=1)\n}\n",
+         "(?s)" + re.escape("int64_t cut_") + ".*" + re.escape("st_sigmoidv4_f32(st_g);"), not EIGHT_LANES, wide=True),
     Twin("stream", "func f(x: f64[4, 1024]) -> f64[4, 1024] { return mul(x, x) }", re.escape("st_stream_f64(&"), True,
          streamed=True),
     Twin("pipelined_rows", SOFTMAX, re.escape("st_sum = "), True, avx512=True),

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ...lowering.loops import Accumulate, Checked, For, Ix, Op, Select, Store, index_vars
-from . import strided_row
+from . import strided_row, vector_loop
 from .emit import KernelWriter
 
 
@@ -37,6 +37,10 @@ def pieces(w: KernelWriter, loop: For, leaf, start: str, end: str, pad: str) -> 
     """`loop` over start..end-1, cut where its first select changes sides, each piece cut again."""
     sel = select_on(leaf.value, loop.var)
     if sel is None:
+        row = vector_loop.piece(w, loop, leaf)
+        if row is not None:  # a piece of exponentials (a padded SiLU's row): in vectors
+            vector_loop.plain_row(w, row, start, end, pad)
+            return
         value = strided_row.vector_row(w, loop, leaf) if strided_row.enabled(w) else None
         if value is not None:  # a piece reading along another axis: in gathers
             w.lines += strided_row.row_lines(w, loop.var, leaf, value, start, end, pad)

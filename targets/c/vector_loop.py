@@ -56,6 +56,22 @@ def match(w: KernelWriter, stmts: list, at: int, loops: tuple[For, ...]) -> Plan
     streamed = leaf.buffer in w.streamed and s.extent >= w.vector_bytes // 4
     if not (streamed or exponentials(leaf.value)):
         return None
+    return _plan(w, s, leaf, streamed)
+
+
+def piece(w: KernelWriter, loop: For, leaf) -> Plan | None:
+    """The plan of one piece of a row split.py cuts at a concat's pieces (a padded SiLU row: the pads'
+    copies, then the row of exponentials), where `leaf` (that piece's statement) is such a row and this
+    recognizer is in the writer's table; its stores plain (a piece is part of a row); else None."""
+    if not any(r.name == "vector_loop" for r in w.recognizers) or w.vector_bytes not in VECTORS:
+        return None
+    s = For(loop.var, loop.extent, "serial", [leaf])
+    if row_store(w, s) is None or w.buffers[leaf.buffer].dtype != "f32" or not exponentials(leaf.value):
+        return None
+    return _plan(w, s, leaf, False)
+
+
+def _plan(w: KernelWriter, s: For, leaf: Store, streamed: bool) -> Plan | None:
     value = w.vector_expr(leaf.value, s.var)
     if value is None:
         return None
@@ -102,14 +118,7 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     lanes, (vector, prefix) = w.vector_bytes // 4, VECTORS[w.vector_bytes]
     add = w.lines.append
     if not plan.streamed:
-        add(f"{pad}{{ int64_t {v} = 0;")
-        add(f"{pad}#if defined(ST_VECTOR_EXP)")
-        group = tuning.SHARED_GROUP
-        if plan.first and group > 1 and n >= group * lanes:
-            add_groups(w, plan, pad, group)
-        add(f"{pad}  for (; {v} + {lanes} <= {n}; {v} += {lanes}) *(st_vf32 *)&{w.access(leaf.buffer, leaf.index)} = {value};")
-        add(f"{pad}#endif")
-        add(f"{pad}  for (; {v} < {n}; ++{v}) {w.leaf(leaf)} }}")
+        plain_row(w, plan, "0", str(n), pad)
         return
     w.before_loop(s, loops, pad, skip=leaf.buffer)  # (prefetching lines to be streamed would read them)
     start = row_start(w, leaf, v)
@@ -150,14 +159,30 @@ def emit(w: KernelWriter, plan: Plan, pad: str, loops: tuple[For, ...]) -> None:
     add(f"{pad}#endif")
 
 
-def add_groups(w: KernelWriter, plan: Plan, pad: str, group: int) -> None:
+def plain_row(w: KernelWriter, plan: Plan, start: str, end: str, pad: str) -> None:
+    """The row from `start` to `end` (C expressions) stored plainly: in groups where its value shares
+    an op (`add_groups`), then a vector at a time, its last elements by the scalar loop."""
+    s, leaf = plan.loop, plan.leaf
+    v, lanes = s.var, w.vector_bytes // 4
+    w.lines.append(f"{pad}{{ int64_t {v} = {start};")
+    w.lines.append(f"{pad}#if defined(ST_VECTOR_EXP)")
+    group = tuning.SHARED_GROUP
+    if plan.first and group > 1 and s.extent >= group * lanes:
+        add_groups(w, plan, pad, group, end)
+    w.lines.append(f"{pad}  for (; {v} + {lanes} <= {end}; {v} += {lanes}) "
+                   f"*(st_vf32 *)&{w.access(leaf.buffer, leaf.index)} = {plan.value};")
+    w.lines.append(f"{pad}#endif")
+    w.lines.append(f"{pad}  for (; {v} < {end}; ++{v}) {w.leaf(leaf)} }}")
+
+
+def add_groups(w: KernelWriter, plan: Plan, pad: str, group: int, end: str) -> None:
     """The row in groups of `group` vectors: the shared op of each (a group norm's normalized value)
     first, then the rest of each (its SiLU). The same operations on the same values as one vector
     at a time, so the same bits; written as stages, the exponentials' long chains of one group
     overlap where the out-of-order window could not reach the next vector's
     (docs/perf/2026-11-29-group-norm.md)."""
     s, leaf = plan.loop, plan.leaf
-    v, n, lanes = s.var, s.extent, w.vector_bytes // 4
+    v, lanes = s.var, w.vector_bytes // 4
     span = group * lanes
     out = w.access(leaf.buffer, leaf.index)
     at = [f"({v} + {lanes * k})" for k in range(group)]
@@ -177,7 +202,7 @@ def add_groups(w: KernelWriter, plan: Plan, pad: str, group: int) -> None:
     # (the next tile's lines of the reads along the row, while its arithmetic leaves the memory idle)
     declared, fetches = next_tile_prefetch(w, (leaf.value,), v, span)
     w.lines += [f"{pad}  {d}" for d in declared] + [f"{pad}{m}" for m in macros]
-    w.lines.append(f"{pad}  for (; {v} + {span} <= {n}; {v} += {span}) {{ {fetches}{body} }}")
+    w.lines.append(f"{pad}  for (; {v} + {span} <= {end}; {v} += {span}) {{ {fetches}{body} }}")
     w.lines += [f"{pad}#undef {m.split()[1].split('(')[0]}" for m in macros]
 
 
