@@ -19,15 +19,23 @@ import itertools
 from dataclasses import replace
 
 from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify_in
-from .loops import For, LoopProgram, Stmt, expr_vars, leaves, map_indices
+from .loops import Accumulate, For, LoopProgram, Stmt, expr_vars, leaves, map_indices
 from .matmul import match_matmul
 
 
+# A reduction's loop is split only where it is innermost (one sum, max or min) and its innermost digit
+# runs at least this many elements: a group norm's sums over [channels of a group, positions] that read
+# a per-channel bias as `b[r // positions]` (a division per element: no vector), not a window's taps.
+REDUCE_ROW = 64
+
+
 def split_merged_loops(program: LoopProgram) -> LoopProgram:
-    """`program` with its loops over merged axes split: serial loops only, not a tile loop (the
-    runtime hands them out) nor a reduction's, and no loop of a product's i / k / j nest, which the
-    C backend runs as its register-blocked micro-kernel (split, a conv's k over taps-first rows would
-    run one element at a time)."""
+    """`program` with its loops over merged axes split: serial loops, and an innermost reduction's
+    where its digits are long (`REDUCE_ROW`: the same elements summed in the same order, which the C
+    backend's vector sums reassociate within a row as they do in one loop); not a tile loop (the
+    runtime hands them out), and no loop of a product's i / k / j nest, which the C backend runs as
+    its register-blocked micro-kernel (split, a conv's k over taps-first rows would run one element
+    at a time)."""
     kernels = []
     for k in program.kernels:
         buffers = {b.name: b for b in program.params + program.intermediates + program.output_buffers + k.allocs}
@@ -43,9 +51,16 @@ def _stmts(stmts: list[Stmt], around: dict[str, int], dtype_of) -> list[Stmt]:
             continue
         inside = dict(around, **{s.var: s.extent})
         loop = For(s.var, s.extent, s.kind, _stmts(s.body, inside, dtype_of))
-        chain = _divisor(loop) if loop.kind == "serial" else None
+        chain = _divisor(loop) if loop.kind == "serial" or _long_sum(loop) else None
+        if chain and loop.kind == "reduce" and chain[0] < REDUCE_ROW:
+            chain = None
         out.append(_split(loop, chain, around) if chain else loop)
     return out
+
+
+def _long_sum(loop: For) -> bool:
+    """Whether `loop` is a reduction's innermost loop: its one statement an Accumulate."""
+    return loop.kind == "reduce" and len(loop.body) == 1 and isinstance(loop.body[0], Accumulate)
 
 
 def _divisor(loop: For) -> tuple[int, ...] | None:

@@ -411,3 +411,20 @@ def test_a_loop_over_a_merged_axis_runs_as_the_axes_it_merged(target, a_shape, o
     got, _ = execute(program, inputs)
     for g, w in zip(got, evaluate(graph, inputs)):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+@pytest.mark.parametrize("positions, split", [(256, True), (16, False)])
+def test_a_long_sum_over_merged_axes_runs_as_the_axes_it_merged(positions, split):
+    """A group norm's sum over [channels of a group, positions] that reads a per-channel bias reads it as
+    `b[r // positions]`: where the positions are a long row (delinearize.REDUCE_ROW), the reduction's
+    loop runs as two (`r0_hi`, `r0_lo`), the division gone, so the C backend sums the row in vectors;
+    over short rows (a window's taps) it is left. The sum is the same either way."""
+    text = (f"func f(x: f32[8, 4, {positions}], b: f32[8, 4, 1]) -> f32[8, 1] {{\n"
+            f"  return sum(reshape(add(x, b), shape=[8, {4 * positions}]), axes=[1], keepdims=true)\n}}\n")
+    graph = check_program(parse_program(text))["f"]
+    program = lower(compile_graph(graph, builtin_rule_files(), load_target("cpu")))
+    loops = print_loops(program)
+    assert ("r0_hi in" in loops) == split and (_divs(program) == 0) == split, loops
+    inputs = random_inputs(graph, 1)
+    got, _ = execute(program, inputs)
+    np.testing.assert_allclose(got[0], evaluate(graph, inputs)[0], rtol=1e-5)
