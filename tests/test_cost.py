@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 
 import pytest
 import stitch_testing
@@ -579,6 +580,27 @@ def test_a_long_matmul_walks_its_reduction_in_chunks_on_the_cpu(monkeypatch):
     ((whole, whole_price),) = ((k.plan, k.price) for k in compile_text(LONG_MATMUL, CPU).cost.kernels)
     assert not whole.chunked and whole.tile[columns] < kc.tile[columns]
     assert price.bytes_read < whole_price.bytes_read and price.cycles < whole_price.cycles
+
+
+def test_a_chunked_products_epilogue_streams_what_it_reads_once():
+    """A product walked in chunks of k adds a residual after the last chunk (a conv's residual, the U-Net
+    block's): the chunk loop runs only around the product, so the residual is read once per tile,
+    where it is, not copied on chip (a copy's footprint had shrunk the conv block's tiles and made the
+    fusion dearer than a kernel of its own: here too). Values as the reference's."""
+    from stitch.lowering.loops import print_loops
+    from stitch.lowering.lower import lower
+    from stitch_testing import compile_text, executes_like_the_reference
+
+    text = LONG_MATMUL.replace("bias: f32[768]", "r: f32[128, 768]").replace("bias", "r")
+    compiled = compile_text(text, CPU)
+    assert len(compiled.cost.kernels) == 1  # (the copy made the add a kernel of its own)
+    kernel = compiled.cost.kernels[0].plan
+    assert kernel.chunked
+    assert "staged per tile: a, b\n" in plan_of(text, CPU)
+    program = lower(compiled)
+    loops = print_loops(program)
+    assert "r_s" not in loops and re.search(r"out0\[.*\] = add\(k0_v\d\[p0, p1\], r\[p0, ", loops), loops
+    executes_like_the_reference(program, compiled.graph, 0)
 
 
 def test_no_chunks_where_a_matrix_unit_runs_the_product():

@@ -121,7 +121,7 @@ def plan_kernel(kernel: Kernel, order: list[str], grow: list[str], types, target
     space = (frozenset(parallel), chunk)
     ins = memo.get(space)
     if ins is None:
-        ins = memo[space] = classify(kernel, types, parallel, target, f)
+        ins = memo[space] = classify(kernel, types, parallel, target, f, chunk[0] if chunk else "")
     grown = memo.get((space, tuple(grow)))
     if grown is None:
         grown = memo[(space, tuple(grow))] = choose_tile(kernel, parallel, grow, types, target, ins, f, fixed)[0]
@@ -191,7 +191,11 @@ class Inputs:
     streamed: dict[tuple[str, int], list[Read]]  # (input, nest) -> its reads there
 
 
-def classify(kernel: Kernel, types, parallel: list[str], target: Target, f: KernelFacts) -> Inputs:
+def classify(kernel: Kernel, types, parallel: list[str], target: Target, f: KernelFacts, chunk: str = "") -> Inputs:
+    """Each input resident, staged or streamed (the module's docstring). A read is made again along a
+    tiled axis it does not vary with, so it is staged; but the chunk loop (`chunk`, a product's k walked
+    inside the tile) runs only around the product's nest: a read of the nest after it (a conv's residual
+    added once the sums are done) is made once per tile, and streams."""
     tiled = set(parallel)
     resident, staged, streamed = set(), {}, {}
     packing = _packing_nests(kernel, f)
@@ -203,7 +207,8 @@ def classify(kernel: Kernel, types, parallel: list[str], target: Target, f: Kern
             continue
         nests = {_nest(r, packing) for r in reads}
         for r in reads:
-            must_stage = len(nests) >= 2 or any(a not in r.axes for a in parallel)
+            again = [a for a in parallel if a != chunk or chunk in nest_axes(kernel.instances[r.owner])]
+            must_stage = len(nests) >= 2 or any(a not in r.axes for a in again)
             if must_stage and not r.guards and not any(map(indirect, r.index)):
                 key = region(r, kernel, tiled, shape)
                 staged.setdefault((cid, key), Staged(cid, r.index, key))
