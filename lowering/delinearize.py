@@ -22,7 +22,6 @@ from ..engine.schedule.index import FloorDiv, Indirect, Ix, Mod, simplify_in
 from .loops import Accumulate, For, LoopProgram, Stmt, expr_vars, leaves, map_indices
 from .matmul import match_matmul
 
-
 # A reduction's loop is split only where it is innermost (one sum, max or min) and its innermost digit
 # runs at least this many elements: a group norm's sums over [channels of a group, positions] that read
 # a per-channel bias as `b[r // positions]` (a division per element: no vector), not a window's taps.
