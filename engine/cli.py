@@ -169,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--dim-range", action="append", default=[], metavar="NAME=LOW..HIGH",
                    help="the range of the symbol a dynamic dimension becomes (repeatable; default 1..2147483647, "
                         "narrowed to what the model can run)")
+    i.add_argument("--no-winograd", dest="winograd", action="store_false",
+                   help="import every conv as its direct product (by default a 3x3 conv of a value the model makes "
+                        "channels first, 16 channels or more, is Winograd's F(2x2, 3x3))")
     i.set_defaults(run=cmd_import, parser=i)
 
     r = sub.add_parser("rules", help="work with rule files").add_subparsers(metavar="COMMAND")
@@ -527,7 +530,7 @@ def cmd_import(args) -> int:
     outputs = args.outputs.split(",") if args.outputs else None
     imported = import_onnx(args.file, entry=args.entry, fold_constants=args.fold_constants,
                            constant_inputs=constants, outputs=outputs, dims=dim_values(args.dim),
-                           dim_ranges=dim_ranges(args.dim_range))
+                           dim_ranges=dim_ranges(args.dim_range), winograd=args.winograd)
     if args.output:
         write_text(args.output, imported.text)
         renamed = [f"{param} (ONNX '{name}')" if param != name else param for name, param in imported.inputs.items()]

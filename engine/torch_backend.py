@@ -39,7 +39,9 @@ from .ir.errors import StitchError
 # left to torch eager (the tests count compiles with it).
 stats: Counter = Counter()
 OPTIONS = {"max_size": "the largest size of a dynamic dimension (default 4096)",
-           "cache_dir": "the directory of compiled C libraries (stitch.compile's cache_dir)"}
+           "cache_dir": "the directory of compiled C libraries (stitch.compile's cache_dir)",
+           "winograd": "False: every conv as its direct product (default True: a 3x3 conv of a value the model "
+                       "makes channels first, 16 channels or more, is Winograd's F(2x2, 3x3))"}
 _warned: set[str] = set()
 
 
@@ -71,6 +73,7 @@ class Options:
 
     max_size: int
     cache_dir: str | None = None
+    winograd: bool = True
 
     @staticmethod
     def of(options: dict | None) -> "Options":
@@ -87,7 +90,10 @@ class Options:
         cache_dir = options.get("cache_dir")
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise StitchError(f"torch.compile(backend='stitch'): cache_dir must be a directory path, got {cache_dir!r}")
-        return Options(size, None if cache_dir is None else str(cache_dir))
+        winograd = options.get("winograd", True)
+        if not isinstance(winograd, bool):
+            raise StitchError(f"torch.compile(backend='stitch'): winograd must be True or False, got {winograd!r}")
+        return Options(size, None if cache_dir is None else str(cache_dir), winograd)
 
 
 def weight_inputs(aten_gm, example_inputs: list, static: list[bool]) -> dict[str, torch.Tensor]:
@@ -172,7 +178,8 @@ class StitchGraph(torch.nn.Module):
                       if name in self.graph_weights]
         self.versions = [_version(w) for _, w in self.bound]
         try:
-            translation = translate(self.torch_graph.graph, self.label, self.graph_weights, self.options.max_size)
+            translation = translate(self.torch_graph.graph, self.label, self.graph_weights, self.options.max_size,
+                                    self.options.winograd)
             weights = dict(translation.imported.weights)
             self.program = stitch_compile(translation.imported.text, weights=weights, cache_dir=self.options.cache_dir)
             self.inputs = translation.inputs

@@ -146,6 +146,7 @@ class Builder:
     lazy_vars: dict[tuple, Var] = field(default_factory=dict)  # a materialized Lazy's content -> its value
     calls: dict[str, Call] = field(default_factory=dict)  # each assigned value's call
     channels_last: set[str] = field(default_factory=set)  # values a conv or pool made channels last inside
+    winograd: bool = True  # a 3x3 conv of a value made channels first is F(2x2, 3x3) (onnx_nn.winograd)
 
     def __post_init__(self):
         self.inference = Inference(self.ranges)

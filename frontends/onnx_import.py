@@ -73,7 +73,7 @@ class OnnxImportError(StitchError):
 def import_onnx(model, entry: str | None = None, fold_constants: bool | None = None,
                 constant_inputs: dict[str, np.ndarray] | None = None,
                 outputs: list[str] | None = None, dims: dict[str, int] | None = None,
-                dim_ranges: dict[str, tuple[int, int]] | None = None) -> Imported:
+                dim_ranges: dict[str, tuple[int, int]] | None = None, winograd: bool = True) -> Imported:
     """Translate an ONNX model (a path, bytes or a ModelProto) into one stitch func.
 
     entry: the func's name (default: the graph's). outputs: import only what these
@@ -85,11 +85,13 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool | None = N
     True: those of at most FOLD_LIMIT elements; False: none. dims: a size for each named dynamic
     dimension of the graph inputs (`dim_param`) to import at that size; the others become symbols
     of the func, each with its range in dim_ranges ((low, high), inclusive) or the IR's default.
+    winograd: a 3x3 conv of a value the program makes channels first is Winograd's F(2x2, 3x3)
+    (frontends/onnx_nn.py `winograd`); False: every conv is its direct product.
     """
     model, label = load_model(model)
     try:
         return translate_graph(model, label, entry, fold_constants, constant_inputs, outputs, dims or {},
-                               dim_ranges or {})
+                               dim_ranges or {}, winograd)
     except StitchError:
         raise
     except Exception as err:  # a malformed model the steps above did not foresee: still one clear error
@@ -97,7 +99,7 @@ def import_onnx(model, entry: str | None = None, fold_constants: bool | None = N
 
 
 def translate_graph(model, label: str, entry, fold_constants, constant_inputs, outputs, dims,
-                    dim_ranges) -> Imported:
+                    dim_ranges, winograd: bool = True) -> Imported:
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None and any(n.domain in ("", "ai.onnx") for n in graph.node):
@@ -118,7 +120,7 @@ def translate_graph(model, label: str, entry, fold_constants, constant_inputs, o
     ranges, narrowed = {}, {}
     for attempt in range(4):  # again while the import narrows a range: at most once per symbol in practice
         b, result = translate_once(model, graph, label, opset, entry, fold_constants, constant_inputs, outputs,
-                                   dims, dim_ranges, ranges, narrowed, last=attempt == 3)
+                                   dims, dim_ranges, ranges, narrowed, last=attempt == 3, winograd=winograd)
         if result is not None:
             break
         ranges, narrowed = dict(b.ranges), dict(b.narrowed)
@@ -146,12 +148,13 @@ def check_dim_options(graph, label: str, dims: dict, dim_ranges: dict) -> None:
 
 
 def translate_once(model, graph, label, opset, entry, fold_constants, constant_inputs, outputs, dims, dim_ranges,
-                   ranges: dict, narrowed: dict, last: bool):
+                   ranges: dict, narrowed: dict, last: bool, winograd: bool = True):
     """One translation of the graph, its symbols starting from `ranges` (those an earlier pass narrowed,
     with why in `narrowed`): (the builder, the Imported or the OnnxImportError), or (the builder, None)
     when it narrowed a range further and is not the `last` pass (the import runs again)."""
     b = Builder(opset or 1)  # (no default-domain node to read it)
     b.narrowed.update(narrowed)
+    b.winograd = winograd
     problems: list[Problem] = []
     env: dict[str, Value | None] = {}  # None: a value a failed node would have produced
     for init in graph.initializer:

@@ -35,7 +35,8 @@ def convert_conv(b, node, ins):
     positions, channels last: `channels_last`) times the weight as a [K*C, M] matrix. A depthwise
     Conv (group = channels, one output channel each) multiplies the windows by each channel's
     weights and sums over the taps: no product. Other groups are one product with the groups as a
-    batch axis (wav2vec2's positional Conv: 16 groups), channels first."""
+    batch axis (wav2vec2's positional Conv: 16 groups), channels first. A 3x3 Conv of a value the program
+    makes channels first (a U-Net block's, after its GroupNorm) is Winograd's F(2x2, 3x3) (`winograd`)."""
     x, w = ins[0], ins[1]
     xt, wt = b.type_of(x), b.type_of(w)
     dtype = float_of(b, x)
@@ -70,6 +71,11 @@ def convert_conv(b, node, ins):
         return [channels_first(b, reshape(b, y, (n, *out, m), hint), hint)]
     for a in range(d):  # zeros on each side of each padded axis
         x = pad_axis(b, x, 2 + a, pads[a], pads[a + d], "constant", 0, hint)
+    if group == 1 and b.winograd and winograd_fits(ins[0], w, kernel, strides, dilations, c, m, dtype):
+        y = winograd(b, x, w, n, c, m, out, hint)
+        if len(ins) > 2 and ins[2] is not None:
+            y = b.op("add", [y, reshape(b, ins[2], (m, 1, 1), hint)], hint)
+        return [y]
     for a in range(d):  # [N, C, o1, k1, ..., od, kd]: each spatial axis split into (output position, tap)
         x = windows(b, x, 2 + 2 * a, out[a], kernel[a], strides[a], dilations[a], hint)
     if depthwise:  # the windows times each channel's K weights, summed over the taps
@@ -158,6 +164,75 @@ def channels_first_product(x: Value, strides, dilations) -> bool:
     A graph input's conv (a stem, a patch embedding) keeps rows of positions: its output is read
     channels last (the next conv or pool, a ViT's tokens)."""
     return isinstance(x, Sym) and not x.input and strides[-1] == 1 and dilations[-1] == 1
+
+
+# Winograd's F(2x2, 3x3) where both channel counts are at least this: its product is 16/36 of the direct
+# one's multiply-adds, its transforms a few adds per input and output element, which fewer channels
+# do not pay for
+WINOGRAD_CHANNELS = 16
+
+# F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks", 2016): a 2x2 tile of
+# outputs is AT [(G g GT) * (BT d B)] A for the 4x4 input tile d it reads and the 3x3 kernel g
+WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])
+
+
+def winograd_fits(x: Value, w: Value, kernel, strides, dilations, c: int, m: int, dtype: str) -> bool:
+    """Whether a dense Conv of `x` (a value the program makes channels first, `channels_first_product`)
+    is imported as Winograd's F(2x2, 3x3) (`winograd`): a 3x3 kernel at stride and dilation 1, its
+    weight known at import (transformed there), f32, and at least WINOGRAD_CHANNELS channels in and out."""
+    return (list(kernel) == [3, 3] and list(strides) == [1, 1] and list(dilations) == [1, 1]
+            and isinstance(w, Known) and dtype == "f32" and min(c, m) >= WINOGRAD_CHANNELS
+            and channels_first_product(x, strides, dilations))
+
+
+def winograd(b: Builder, x: Value, w: Known, n: int, c: int, m: int, out, hint: str) -> Value:
+    """A 3x3 Conv of the zero-padded x [N, C, H, W] as F(2x2, 3x3): 16 products of the weight transformed at
+    import (G g GT: [4, 4, M, C]) by the input tiles transformed (BT d B: adds of strided slices, [4, 4, C,
+    N * tiles]), then each 2x2 output tile from 9 of the 16 (AT m A, adds): [N, M, oh, ow]. The products
+    are 4 batched ones of 4, one per row a of the tile, each of a concat of 4 that one kernel can store
+    whole and the product read as it is (stacked 16 in one concat, the product's operand was a select
+    per element, or a copy per tile where the search stored the rows of 4)."""
+    oh, ow = out
+    th, tw = -(-oh // 2), -(-ow // 2)
+    shape = b.type_of(x).shape
+    x = pad_axis(b, x, 2, 0, 2 * th + 2 - shape[2], "constant", 0, hint)  # (an odd output: one row more)
+    x = pad_axis(b, x, 3, 0, 2 * tw + 2 - shape[3], "constant", 0, hint)
+    tiles = n * th * tw
+
+    def combine(parts: list[Value], row) -> Value:  # sum of parts[i] * row[i] (row's entries 0, 1, -1, a 1 in each)
+        ones = [p for p, k in zip(parts, row) if k == 1]
+        total = ones[0]
+        for p in ones[1:]:
+            total = b.op("add", [total, p], hint)
+        for p in (p for p, k in zip(parts, row) if k == -1):
+            total = b.op("sub", [total, p], hint)
+        return total
+
+    rows = [slice_ranges(b, x, {2: range(i, i + 2 * th - 1, 2)}, hint) for i in range(4)]
+    pieces = []
+    for bt_a in WINOGRAD_BT:
+        r = combine(rows, bt_a)  # [N, C, th, 2 tw + 2]
+        cols = [slice_ranges(b, r, {3: range(j, j + 2 * tw - 1, 2)}, hint) for j in range(4)]
+        v = [combine(cols, bt_b) for bt_b in WINOGRAD_BT]  # [N, C, th, tw] each
+        v = [reshape(b, b.op("transpose", [p], hint, perm=(1, 0, 2, 3)), (1, c, tiles), hint) for p in v]
+        pieces.append(b.emit("concat", v, hint, axis=0))  # [4, C, tiles]
+    g = w.array.astype(np.float64)
+    u = np.einsum("ai,mcij,bj->abmc", WINOGRAD_G, g, WINOGRAD_G).astype(np.float32)
+    parts = []
+    for a, v in enumerate(pieces):  # (a product per row of the tile: each reads one kernel's output as it is)
+        mm = b.op("matmul", [Known(np.ascontiguousarray(u[a]), param=w.param, name=w.name), v], hint)  # [4, M, tiles]
+        parts.append([reshape(b, slice_ranges(b, mm, {0: range(bb, bb + 1)}, hint), (m, tiles), hint)
+                      for bb in range(4)])
+    halves = []
+    for at_i in WINOGRAD_AT:
+        s = [combine([parts[a][bb] for a in range(4)], at_i) for bb in range(4)]  # [M, tiles] each
+        y = [reshape(b, combine(s, at_j), (m, n, th, 1, tw, 1), hint) for at_j in WINOGRAD_AT]
+        halves.append(b.emit("concat", y, hint, axis=5))
+    y = reshape(b, b.emit("concat", halves, hint, axis=3), (m, n, 2 * th, 2 * tw), hint)
+    y = b.op("transpose", [y], hint, perm=(1, 0, 2, 3))
+    return slice_ranges(b, y, {2: range(oh), 3: range(ow)}, hint)
 
 
 def channels_first(b: Builder, y: Value, hint: str) -> Value:

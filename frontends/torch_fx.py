@@ -245,9 +245,11 @@ def supported_nodes(graph: torch.fx.Graph, weights: dict[str, torch.Tensor],
 
 
 def translate(graph: torch.fx.Graph, name: str, weights: dict[str, torch.Tensor],
-              max_size: int = MAX_SIZE) -> Translation:
-    """The whole graph as one stitch func (Unsupported: a node that does not translate, and why)."""
+              max_size: int = MAX_SIZE, winograd: bool = True) -> Translation:
+    """The whole graph as one stitch func (Unsupported: a node that does not translate, and why);
+    `winograd` as import_onnx's."""
     t = Translator(weights, max_size)
+    t.b.winograd = winograd
     inputs = []
     returns = None
     for position, node in enumerate(n for n in graph.nodes if n.op == "placeholder"):

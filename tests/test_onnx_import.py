@@ -298,6 +298,59 @@ def test_a_conv_of_a_value_made_channels_first_compiles_to_what_onnx_computes_fo
     assert_close_to_sums(got, ReferenceEvaluator(model).run(None, {"x": x})[0])
 
 
+@st.composite
+def winograd_windows(draw):
+    """A 3x3 Conv at stride 1 of a value made channels first: pads of 0-2 a side, 1-9 outputs along each
+    axis (odd counts leave half a tile of F(2x2, 3x3)), 16 channels in and out, a bias or none."""
+    pads = [draw(st.integers(0, 2)) for _ in range(4)]
+    spatial = [draw(st.integers(1, 9)) + 2 - pads[a] - pads[a + 2] for a in range(2)]
+    spatial = [max(n, 1) for n in spatial]
+    return pads, spatial, draw(st.booleans())
+
+
+@settings(max_examples=50 if stitch_testing.LONG else 3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(winograd_windows())
+def test_a_3x3_conv_of_a_value_made_channels_first_is_winograds_and_computes_what_onnx_does(geometry):
+    """Such a conv of 16 channels or more is F(2x2, 3x3) (onnx_nn.winograd): four products of the weight
+    transformed at import ([4, M, C] each), the input and output tiles transformed by adds. Compiled for
+    the cpu it computes what onnx's reference does, as the direct form (`winograd=False`) does."""
+    from stitch.frontends import onnx_nn
+
+    pads, spatial, with_bias = geometry
+    c = m = onnx_nn.WINOGRAD_CHANNELS
+    inits = [("s", x_of(c)), ("t", x_of(c)), ("w", x_of(m, c, 3, 3))] + ([("b", x_of(m))] if with_bias else [])
+    nodes = [helper.make_node("InstanceNormalization", ["x", "s", "t"], ["a"]),
+             helper.make_node("Conv", ["a", "w"] + (["b"] if with_bias else []), ["y"], kernel_shape=[3, 3],
+                              pads=pads)]
+    model = model_of(nodes, [("x", F32, [2, c, *spatial])], [("y", F32, None)], inits)
+    x = x_of(2, c, *spatial)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    imported = import_onnx(model)
+    assert sorted(v.shape for k, v in imported.weights.items() if k.startswith("w")) == [(4, m, c)] * 4
+    assert imported.text.count(" = matmul(w") == 4, imported.text
+    (got,) = stitch.compile(imported.text, weights=imported.weights)(**{imported.inputs["x"]: x})
+    assert_close_to_sums(got, want)
+    direct = import_onnx(model, winograd=False)
+    assert direct.text.count(" = matmul(w") == 1, direct.text
+    (plain,) = stitch.compile(direct.text, weights=direct.weights)(**{direct.inputs["x"]: x})
+    assert_close_to_sums(plain, want)
+
+
+def test_stitch_import_no_winograd_imports_the_direct_conv(tmp_path, capsys):
+    """`stitch import --no-winograd`: the 3x3 conv of a value made channels first is one product again."""
+    c = 16
+    nodes = [helper.make_node("InstanceNormalization", ["x", "s", "t"], ["a"]),
+             helper.make_node("Conv", ["a", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    model = model_of(nodes, [("x", F32, [1, c, 6, 6])], [("y", F32, None)],
+                     [("s", x_of(c)), ("t", x_of(c)), ("w", x_of(c, c, 3, 3))])
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(model.SerializeToString())
+    for flags, products in (([], 4), (["--no-winograd"], 1)):
+        assert main(["import", str(path), *flags]) == 0
+        assert capsys.readouterr().out.count(" = matmul(w") == products
+
+
 def test_a_depthwise_conv_reads_each_tap_with_a_plain_load(tmp_path):
     """SegFormer's 3x3 depthwise conv, unpadded: every tap of a window reads the input at one index
     whatever the concats of taps choose, so the select between equal sides is gone; the 3-tap sum

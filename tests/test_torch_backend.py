@@ -127,7 +127,7 @@ def assert_matches(got, want):
         torch.testing.assert_close(g, w, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("name", ["encoder", "causal", "cache step", "conv", "encoder layer"])
+@pytest.mark.parametrize("name", ["encoder", "causal", "cache step", "conv", "conv winograd", "encoder layer"])
 def test_a_module_matches_eager(name):
     torch.manual_seed(1)
     module, args = {
@@ -135,6 +135,8 @@ def test_a_module_matches_eager(name):
         "causal": (Causal, (torch.randn(1, 7, 32),)),
         "cache step": (CacheStep, (torch.randn(1, 1, 32), torch.randn(1, 5, 32), torch.randn(1, 5, 32))),
         "conv": (ConvNorm, (torch.randn(1, 8, 6, 6),)),
+        # 16 channels: the 3x3 conv of the normalized value is F(2x2, 3x3), half a tile left along each axis
+        "conv winograd": (lambda: ConvNorm(16), (torch.randn(2, 16, 7, 5),)),
         "encoder layer": (lambda: nn.TransformerEncoderLayer(32, 2, 64, batch_first=True), (torch.randn(2, 5, 32),)),
     }[name]
     module = seeded(module())
@@ -245,3 +247,13 @@ def test_an_unknown_option_is_one_clear_error():
     with pytest.raises(Exception, match="no option 'tile'"):
         with torch.no_grad():
             compiled(module, tile=4)(torch.randn(1, 1, 32), torch.randn(1, 3, 32), torch.randn(1, 3, 32))
+
+
+def test_winograd_can_be_turned_off_and_the_option_is_checked():
+    """options={"winograd": False}: every conv its direct product, the same results; not a bool: an error."""
+    module = seeded(ConvNorm(16))
+    x = torch.randn(1, 16, 6, 6)
+    with torch.no_grad():
+        assert_matches(compiled(module, winograd=False)(x), module(x))
+        with pytest.raises(Exception, match="winograd must be True or False"):
+            compiled(module, winograd="no")(x)
