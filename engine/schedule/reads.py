@@ -238,15 +238,16 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
     together = {a for r in rs for a in r.axes}
     total = sum(image(r, kernel, shape, tile)
                 * (_tile_origins(together - set(r.axes), kernel, tile)[0] if _gathered(r) else 1) for r in rs)
-    if any(_gathered(r) for r in rs) or len(rs) > HULL_READS:
+    if any(_gathered(r) for r in rs) or len(rs) * _tile_origins(together, kernel, tile)[0] > HULL_WORK:
         return total, False
     return min(total, _tile_hulls(rs, kernel, shape, tile)), False
 
 
-# Reads of one input in one nest beyond which their images' sum is taken as it is, without the tighter
-# hull tile by tile: a value recomputed per element of a long inline chain (a Winograd conv's output
-# tiles read by a group norm's sums: 2,304 reads) took 15 s to bound, and is dearer than its sum anyway.
-HULL_READS = 256
+# Distinct reads of one input in one nest times the tiles they span, beyond which their images' sum is
+# taken as it is, without the tighter hull tile by tile: a value recomputed per element of a long inline
+# chain (a Winograd conv's output tiles read by a group norm's sums: 2,304 reads; 48-192 reads over 256
+# tiles in its transforms) took 0.2-15 s a price to bound, and is dearer than its sum anyway.
+HULL_WORK = 8192
 
 
 def _tile_hulls(rs: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: dict[str, int]) -> int:
