@@ -30,11 +30,11 @@ REDUCE_ROW = 64
 
 def split_merged_loops(program: LoopProgram) -> LoopProgram:
     """`program` with its loops over merged axes split: serial loops, and an innermost reduction's
-    where its digits are long (`REDUCE_ROW`: the same elements summed in the same order, which the C
-    backend's vector sums reassociate within a row as they do in one loop); not a tile loop (the
-    runtime hands them out), and no loop of a product's i / k / j nest, which the C backend runs as
-    its register-blocked micro-kernel (split, a conv's k over taps-first rows would run one element
-    at a time)."""
+    where its digits are long (`REDUCE_ROW`: the same elements visited in the same order; the C
+    backend's vector sums then reassociate each row's sum, as they did the one loop's, so its bits
+    may differ within the tolerance); not a tile loop (the runtime hands them out), and no loop of a
+    product's i / k / j nest, which the C backend runs as its register-blocked micro-kernel (split, a
+    conv's k over taps-first rows would run one element at a time)."""
     kernels = []
     for k in program.kernels:
         buffers = {b.name: b for b in program.params + program.intermediates + program.output_buffers + k.allocs}

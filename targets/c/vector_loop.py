@@ -10,7 +10,8 @@ more in groups of STREAM_GROUP, each group's values computed before the previous
 (4 KiB aliasing). Non-temporal stores from a row held on the stack first (`stream`) stall while
 it drains; from the registers they overlap the arithmetic. A masked store beside non-temporal
 stores is far slower, hence the partial lines' plain stores. Other rows of exponentials are
-stored plainly, their last iterations by the scalar loop (st_expf and st_tanhf give
+stored plainly (so is such a piece of a row split.py cuts at a concat's pieces: a padded SiLU's
+middle), their last iterations by the scalar loop (st_expf and st_tanhf give
 st_expv_f32's and st_tanhv_f32's results). Everything else is left to gcc's vectorizer.
 """
 
