@@ -57,9 +57,8 @@ def medians(rounds: dict[str, list[list[float]]]) -> dict[str, float]:
 
 
 def round_order(engines: dict, r: int) -> list:
-    """The engines' (name, function) pairs in round r's order: each round starts one engine later. On
-    the 2-core VM the program timed in one place of every round ran up to 20% off
-    (docs/perf/2026-11-29-torch-compile.md)."""
+    """The engines' (name, function) pairs in round r's order: each round starts one engine later: on
+    the 2-core VM a fixed place in the round biased the figures (docs/perf/2026-11-29-torch-compile.md)."""
     order = list(engines.items())
     return order[r % len(order):] + order[:r % len(order)]
 

@@ -160,7 +160,7 @@ def channels_first_product(x: Value, strides, dilations) -> bool:
     innermost axis's taps are read at stride 1: a column's values for one k are then the input's rows
     where they are, and the output [N, M, positions] is what the next GroupNorm or residual add reads,
     where rows of positions read the window's C values of a tap across channel planes and the output
-    was transposed back (the U-Net block's two convs 4.5-5.5 -> 4.0-4.6 ms, a copy of 0.6 ms gone).
+    was transposed back by a copy of its own (docs/perf/2026-11-29-torch-compile.md).
     A graph input's conv (a stem, a patch embedding) keeps rows of positions: its output is read
     channels last (the next conv or pool, a ViT's tokens)."""
     return isinstance(x, Sym) and not x.input and strides[-1] == 1 and dilations[-1] == 1

@@ -589,7 +589,7 @@ def test_a_chunked_products_epilogue_streams_what_it_reads_once():
     fusion dearer than a kernel of its own: here too). Values as the reference's."""
     from stitch.lowering.loops import print_loops
     from stitch.lowering.lower import lower
-    from stitch_testing import compile_text, executes_like_the_reference
+    from stitch_testing import executes_like_the_reference
 
     text = LONG_MATMUL.replace("bias: f32[768]", "r: f32[128, 768]").replace("bias", "r")
     compiled = compile_text(text, CPU)
@@ -847,9 +847,9 @@ def test_the_whole_never_costs_more_than_its_halves_issue_48(graph, seed):
 def test_the_search_reaches_the_softmax_stitched_into_the_scores_issue_48(model, monkeypatch):
     """From the outputs back, the descent fused a block's softmax division into the product that reads
     it first, and then no move stitched the softmax into the score kernel: a schedule the model
-    prices cheaper (and that runs 15-41% faster). The descent under the overlapped model reaches it,
-    and the search keeps the cheaper of the two ends by the model's own prices: never dearer than
-    the first alone, here cheaper, and the same values."""
+    prices cheaper (and that runs faster: docs/perf/2026-11-29-group-norm.md). The descent under the
+    overlapped model reaches it, and the search keeps the cheaper of the two ends by the model's own
+    prices: never dearer than the first alone, here cheaper, and the same values."""
     pytest.importorskip("onnx")
     import numpy as np
     import stitch

@@ -244,9 +244,8 @@ def nest_image(reads: list[Read], kernel: Kernel, shape: tuple[int, ...], tile: 
 
 
 # Distinct reads of one input in one nest times the tiles they span, beyond which their images' sum is
-# taken as it is, without the tighter hull tile by tile: a value recomputed per element of a long inline
-# chain (a Winograd conv's output tiles read by a group norm's sums: 2,304 reads; 48-192 reads over 256
-# tiles in its transforms) took 0.2-15 s a price to bound, and is dearer than its sum anyway.
+# taken as it is, without the tighter hull tile by tile: the hull of a long inline chain's many reads (a
+# Winograd conv's transforms, docs/perf/2026-11-29-torch-compile.md) took seconds a price to bound.
 HULL_WORK = 8192
 
 

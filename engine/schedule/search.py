@@ -73,12 +73,12 @@ FUSED_START_LIMIT = 48
 VIEWS_START_KERNELS = 256
 # The greedy descent's end depends on the order its moves pay in: from the outputs back, a
 # transformer block's softmax division fuses into the product that reads it first, and then no move
-# stitches the softmax into the score kernel, a schedule this model prices 4-10% cheaper and that
-# runs 15-41% faster (docs/perf/2026-11-29-group-norm.md). Up to this many value classes the descent
+# stitches the softmax into the score kernel, a schedule this model prices cheaper and that runs
+# faster (docs/perf/2026-11-29-group-norm.md). Up to this many value classes the descent
 # runs a second time under the same model with transfer and compute overlapped (max for sum), whose
 # prices make other moves pay first; its end, priced by the model itself, is taken where cheaper, so
 # the result never costs more. Above it (ResNet-18: 645 classes, MobileNetV2: 1,033; a 12-layer
-# transformer) the second descent would add 4-5 s to a search of 5-8.
+# transformer) the second descent would add seconds to an already long search.
 SECOND_PATH_LIMIT = 400
 
 
